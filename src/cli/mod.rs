@@ -1,0 +1,89 @@
+//! The command line: one file per subcommand; each returns the process exit code.
+
+mod inspect;
+mod scan;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::release::DecodeLimits;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "helm-guard",
+    version,
+    about = "Keeps Helm release records from being broken, and repairs K3s/RKE2 helm-install jobs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decode Helm release records (a Secret, ConfigMap, or a List of them) and summarise them.
+    Inspect(inspect::InspectArgs),
+    /// Classify every release in a dump and report the broken ones.
+    Scan(scan::ScanArgs),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Limits shared by every command that decodes payloads.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecodeArgs {
+    /// Largest decompressed payload accepted, in bytes (gzip-bomb guard).
+    #[arg(long, env = "HELM_GUARD_MAX_DECODED_BYTES", default_value_t = crate::release::codec::DEFAULT_MAX_DECODED_BYTES)]
+    pub max_decoded_bytes: usize,
+}
+
+impl DecodeArgs {
+    pub fn limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            max_decoded_bytes: self.max_decoded_bytes,
+        }
+    }
+}
+
+/// Exit codes shared by the subcommands.
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FINDINGS: u8 = 1;
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let code = match cli.command {
+        Command::Inspect(args) => inspect::run(&args)?,
+        Command::Scan(args) => scan::run(&args)?,
+    };
+    Ok(ExitCode::from(code))
+}
+
+/// Reads a file, or standard input for `-`.
+pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
+    if path == Path::new("-") {
+        let mut buffer = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buffer)
+            .context("reading standard input")?;
+        return Ok(buffer);
+    }
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A `--now` override (RFC 3339) for reproducible reports, else the clock; Unix seconds.
+pub fn now_secs(now: Option<&jiff::Timestamp>) -> i64 {
+    now.copied().unwrap_or_else(jiff::Timestamp::now).as_second()
+}
+
+pub fn default_input() -> PathBuf {
+    PathBuf::from("-")
+}

@@ -1,0 +1,415 @@
+//! The history classifier: one release's stored revisions in, its state (POLICY.md "Release
+//! states") out. Shared by `scan`, the metrics and the pod mutation.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::status::Status;
+
+/// What is known of a revision's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadStatus {
+    /// The payload decoded; this is the status Helm reads.
+    Decoded(Status),
+    /// The payload does not decode: Helm silently skips the record.
+    Undecodable,
+    /// The payload is not at hand (metadata-only view): the `status` label stands in.
+    NotLoaded,
+}
+
+/// What the classifier and the policy need of one stored revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevisionFacts {
+    pub revision: u32,
+    pub payload: PayloadStatus,
+    /// The `status` label, when it names a Helm status.
+    pub label: Option<Status>,
+    /// When Helm last wrote the record (Unix seconds): `modifiedAt`/`createdAt`, else the payload's
+    /// `last_deployed`.
+    pub changed_at: Option<i64>,
+}
+
+impl RevisionFacts {
+    /// The status of POLICY.md: the payload's where it is at hand and decodes, else the label.
+    /// `None` for a record Helm ignores (undecodable) or one with neither.
+    pub fn status(&self) -> Option<Status> {
+        match self.payload {
+            PayloadStatus::Decoded(status) => Some(status),
+            PayloadStatus::Undecodable => None,
+            PayloadStatus::NotLoaded => self.label,
+        }
+    }
+
+    fn label_mismatch(&self) -> bool {
+        matches!(self.payload, PayloadStatus::Decoded(status) if self.label != Some(status))
+    }
+}
+
+/// The revisions Helm sees, in ascending order, with their status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    revisions: Vec<(u32, Status)>,
+}
+
+impl History {
+    pub fn new(facts: &[RevisionFacts]) -> History {
+        let mut revisions: Vec<(u32, Status)> = facts
+            .iter()
+            .filter_map(|f| Some((f.revision, f.status()?)))
+            .collect();
+        revisions.sort_unstable_by_key(|(revision, _)| *revision);
+        revisions.dedup_by_key(|(revision, _)| *revision);
+        History { revisions }
+    }
+
+    pub fn latest(&self) -> Option<(u32, Status)> {
+        self.revisions.last().copied()
+    }
+
+    pub fn previous(&self) -> Option<(u32, Status)> {
+        self.revisions.iter().rev().nth(1).copied()
+    }
+
+    pub fn status_of(&self, revision: u32) -> Option<Status> {
+        self.revisions
+            .iter()
+            .find(|(r, _)| *r == revision)
+            .map(|(_, s)| *s)
+    }
+
+    pub fn deployed(&self) -> impl Iterator<Item = u32> + '_ {
+        self.revisions
+            .iter()
+            .filter(|(_, s)| *s == Status::Deployed)
+            .map(|(r, _)| *r)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.revisions.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.revisions.len()
+    }
+
+    /// This history without one revision: what Helm would see after deleting it.
+    pub fn without(&self, revision: u32) -> History {
+        History {
+            revisions: self
+                .revisions
+                .iter()
+                .copied()
+                .filter(|(r, _)| *r != revision)
+                .collect(),
+        }
+    }
+}
+
+/// The state of a release, by its latest revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseState {
+    Absent,
+    Healthy,
+    Failed,
+    PendingInstall,
+    PendingUpgrade,
+    PendingRollback,
+    Uninstalling,
+    Uninstalled,
+    OrphanedSuperseded,
+    /// The latest is `unknown`, or `superseded` while another revision is still `deployed`.
+    Unknown,
+}
+
+impl ReleaseState {
+    pub const ALL: [ReleaseState; 10] = [
+        ReleaseState::Absent,
+        ReleaseState::Healthy,
+        ReleaseState::Failed,
+        ReleaseState::PendingInstall,
+        ReleaseState::PendingUpgrade,
+        ReleaseState::PendingRollback,
+        ReleaseState::Uninstalling,
+        ReleaseState::Uninstalled,
+        ReleaseState::OrphanedSuperseded,
+        ReleaseState::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseState::Absent => "absent",
+            ReleaseState::Healthy => "healthy",
+            ReleaseState::Failed => "failed",
+            ReleaseState::PendingInstall => "pending-install",
+            ReleaseState::PendingUpgrade => "pending-upgrade",
+            ReleaseState::PendingRollback => "pending-rollback",
+            ReleaseState::Uninstalling => "uninstalling",
+            ReleaseState::Uninstalled => "uninstalled",
+            ReleaseState::OrphanedSuperseded => "orphaned-superseded",
+            ReleaseState::Unknown => "unknown",
+        }
+    }
+
+    /// Healthy, absent or uninstalled: nothing for an operator to do.
+    pub fn is_ok(self) -> bool {
+        matches!(
+            self,
+            ReleaseState::Absent | ReleaseState::Healthy | ReleaseState::Uninstalled
+        )
+    }
+}
+
+impl fmt::Display for ReleaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Anomaly {
+    MultipleDeployed,
+    StatusLabelMismatch,
+    UndecodableRecord,
+}
+
+impl Anomaly {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Anomaly::MultipleDeployed => "multiple-deployed",
+            Anomaly::StatusLabelMismatch => "status-label-mismatch",
+            Anomaly::UndecodableRecord => "undecodable-record",
+        }
+    }
+}
+
+impl fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How long a `pending-*` latest revision may stay unchanged before it counts as stuck.
+pub const DEFAULT_STUCK_AFTER_SECS: i64 = 15 * 60;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Classification {
+    pub state: ReleaseState,
+    /// The latest revision Helm sees and its status.
+    pub revision: Option<u32>,
+    pub status: Option<Status>,
+    /// Revisions whose status is `deployed`.
+    pub deployed: Vec<u32>,
+    /// A `pending-*` latest revision unchanged for longer than the threshold.
+    pub stuck: bool,
+    /// Seconds since the latest revision was last written, when known.
+    pub age_secs: Option<i64>,
+    pub anomalies: BTreeSet<Anomaly>,
+}
+
+impl Classification {
+    /// Broken means an operator should look: any state but healthy/absent/uninstalled, or an anomaly.
+    pub fn is_broken(&self) -> bool {
+        !self.state.is_ok() || !self.anomalies.is_empty()
+    }
+
+    /// One short sentence on what to do.
+    pub fn hint(&self, release: &str) -> String {
+        let earlier_deployed = self
+            .deployed
+            .iter()
+            .copied()
+            .filter(|r| Some(*r) != self.revision)
+            .max();
+        let mut hint = match self.state {
+            ReleaseState::Absent => "no revision Helm can read".to_owned(),
+            ReleaseState::Healthy => "ok".to_owned(),
+            ReleaseState::Uninstalled => "uninstalled with --keep-history".to_owned(),
+            ReleaseState::Uninstalling => "an uninstall is under way or was interrupted".to_owned(),
+            ReleaseState::Failed => match earlier_deployed {
+                Some(rev) => format!(
+                    "last upgrade failed; revision {rev} is still deployed: fix and upgrade, or `helm rollback {release} {rev}`"
+                ),
+                None => format!("failed and nothing deployed: `helm upgrade` or `helm uninstall {release}`"),
+            },
+            ReleaseState::PendingInstall | ReleaseState::PendingUpgrade | ReleaseState::PendingRollback => {
+                if self.stuck {
+                    match earlier_deployed {
+                        Some(rev) => {
+                            format!("stuck: `helm rollback {release} {rev}`, or delete the pending revision")
+                        }
+                        None => format!("stuck: `helm uninstall {release}`, or delete the pending revision"),
+                    }
+                } else {
+                    "an operation is in progress".to_owned()
+                }
+            }
+            ReleaseState::OrphanedSuperseded => format!(
+                "latest deployed revision was deleted: `helm upgrade` (not install) or `helm rollback {release} {}`",
+                self.revision.unwrap_or_default()
+            ),
+            ReleaseState::Unknown => "latest status is unexpected: check `helm history`".to_owned(),
+        };
+        if self.anomalies.contains(&Anomaly::UndecodableRecord) {
+            hint.push_str("; a record does not decode (Helm skips it)");
+        }
+        hint
+    }
+}
+
+/// Classifies one release's history. `now` is Unix seconds.
+pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Classification {
+    let history = History::new(facts);
+    let deployed: Vec<u32> = history.deployed().collect();
+    let mut anomalies = BTreeSet::new();
+    if deployed.len() > 1 {
+        anomalies.insert(Anomaly::MultipleDeployed);
+    }
+    if facts.iter().any(RevisionFacts::label_mismatch) {
+        anomalies.insert(Anomaly::StatusLabelMismatch);
+    }
+    if facts.iter().any(|f| f.payload == PayloadStatus::Undecodable) {
+        anomalies.insert(Anomaly::UndecodableRecord);
+    }
+    let latest = history.latest();
+    let state = match latest.map(|(_, status)| status) {
+        None => ReleaseState::Absent,
+        Some(Status::Deployed) => ReleaseState::Healthy,
+        Some(Status::Failed) => ReleaseState::Failed,
+        Some(Status::PendingInstall) => ReleaseState::PendingInstall,
+        Some(Status::PendingUpgrade) => ReleaseState::PendingUpgrade,
+        Some(Status::PendingRollback) => ReleaseState::PendingRollback,
+        Some(Status::Uninstalling) => ReleaseState::Uninstalling,
+        Some(Status::Uninstalled) => ReleaseState::Uninstalled,
+        Some(Status::Superseded) if deployed.is_empty() => ReleaseState::OrphanedSuperseded,
+        Some(Status::Superseded | Status::Unknown) => ReleaseState::Unknown,
+    };
+    let changed_at = latest.and_then(|(revision, _)| {
+        facts
+            .iter()
+            .find(|f| f.revision == revision)
+            .and_then(|f| f.changed_at)
+    });
+    let age_secs = changed_at.map(|at| now.saturating_sub(at).max(0));
+    let stuck =
+        latest.is_some_and(|(_, s)| s.is_pending()) && age_secs.is_some_and(|age| age > stuck_after_secs);
+    Classification {
+        state,
+        revision: latest.map(|(r, _)| r),
+        status: latest.map(|(_, s)| s),
+        deployed,
+        stuck,
+        age_secs,
+        anomalies,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(revision: u32, status: Status) -> RevisionFacts {
+        RevisionFacts {
+            revision,
+            payload: PayloadStatus::Decoded(status),
+            label: Some(status),
+            changed_at: Some(1_000),
+        }
+    }
+
+    fn state_of(facts: &[RevisionFacts]) -> ReleaseState {
+        classify(facts, 1_000, DEFAULT_STUCK_AFTER_SECS).state
+    }
+
+    #[test]
+    fn the_state_follows_the_latest_revision() {
+        use Status::*;
+        let table = [
+            (vec![], ReleaseState::Absent),
+            (vec![rev(1, Superseded), rev(2, Deployed)], ReleaseState::Healthy),
+            (vec![rev(3, Deployed), rev(4, Failed)], ReleaseState::Failed),
+            (vec![rev(1, PendingInstall)], ReleaseState::PendingInstall),
+            (
+                vec![rev(1, Deployed), rev(2, PendingUpgrade)],
+                ReleaseState::PendingUpgrade,
+            ),
+            (
+                vec![rev(2, Deployed), rev(3, PendingRollback)],
+                ReleaseState::PendingRollback,
+            ),
+            (
+                vec![rev(1, Superseded), rev(2, Uninstalling)],
+                ReleaseState::Uninstalling,
+            ),
+            (vec![rev(1, Uninstalled)], ReleaseState::Uninstalled),
+            (
+                vec![rev(1, Superseded), rev(2, Superseded)],
+                ReleaseState::OrphanedSuperseded,
+            ),
+            (vec![rev(1, Deployed), rev(2, Superseded)], ReleaseState::Unknown),
+            (vec![rev(1, Unknown)], ReleaseState::Unknown),
+        ];
+        for (facts, expected) in table {
+            assert_eq!(state_of(&facts), expected, "{facts:?}");
+        }
+    }
+
+    #[test]
+    fn revisions_are_ordered_numerically_not_by_input_order() {
+        let facts = [rev(10, Status::Deployed), rev(9, Status::Superseded)];
+        let c = classify(&facts, 0, DEFAULT_STUCK_AFTER_SECS);
+        assert_eq!((c.state, c.revision), (ReleaseState::Healthy, Some(10)));
+    }
+
+    #[test]
+    fn undecodable_records_are_skipped_as_helm_skips_them() {
+        let mut broken = rev(3, Status::Deployed);
+        broken.payload = PayloadStatus::Undecodable;
+        let c = classify(&[rev(2, Status::Superseded), broken], 0, DEFAULT_STUCK_AFTER_SECS);
+        assert_eq!(c.state, ReleaseState::OrphanedSuperseded);
+        assert_eq!(c.revision, Some(2));
+        assert!(c.anomalies.contains(&Anomaly::UndecodableRecord));
+    }
+
+    #[test]
+    fn a_label_that_disagrees_with_the_payload_is_an_anomaly_and_the_payload_wins() {
+        let mut edited = rev(2, Status::Superseded);
+        edited.label = Some(Status::Deployed);
+        let c = classify(&[rev(1, Status::Superseded), edited], 0, DEFAULT_STUCK_AFTER_SECS);
+        assert_eq!(c.state, ReleaseState::OrphanedSuperseded);
+        assert!(c.anomalies.contains(&Anomaly::StatusLabelMismatch));
+    }
+
+    #[test]
+    fn without_a_payload_the_label_stands_in() {
+        let facts = RevisionFacts {
+            revision: 1,
+            payload: PayloadStatus::NotLoaded,
+            label: Some(Status::Deployed),
+            changed_at: None,
+        };
+        let c = classify(&[facts], 0, DEFAULT_STUCK_AFTER_SECS);
+        assert_eq!(c.state, ReleaseState::Healthy);
+        assert!(c.anomalies.is_empty());
+    }
+
+    #[test]
+    fn pending_is_stuck_only_past_the_threshold() {
+        let pending = [rev(1, Status::PendingInstall)];
+        assert!(!classify(&pending, 1_000 + 900, 900).stuck);
+        assert!(classify(&pending, 1_000 + 901, 900).stuck);
+        let healthy = [rev(1, Status::Deployed)];
+        assert!(!classify(&healthy, 1_000_000, 900).stuck);
+    }
+
+    #[test]
+    fn two_deployed_revisions_are_an_anomaly() {
+        let c = classify(&[rev(1, Status::Deployed), rev(2, Status::Deployed)], 0, 900);
+        assert_eq!(c.deployed, vec![1, 2]);
+        assert!(c.anomalies.contains(&Anomaly::MultipleDeployed));
+        assert!(c.is_broken());
+    }
+}

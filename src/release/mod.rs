@@ -1,0 +1,16 @@
+//! Helm release records: recognising them, decoding their payloads, and classifying a release's
+//! history. Pure: no I/O here.
+
+pub mod codec;
+pub mod history;
+pub mod objects;
+pub mod record;
+pub mod status;
+pub mod summary;
+
+pub use codec::{DecodeError, DecodeLimits, ReleasePayload};
+pub use history::{Anomaly, Classification, History, PayloadStatus, ReleaseState, RevisionFacts, classify};
+pub use record::{Driver, Record, RecordId, ReleaseKey};
+pub use status::Status;
+pub use summary::Summary;
+pub mod scan;

@@ -1,0 +1,92 @@
+//! Reading Kubernetes objects from JSON or YAML text: single objects, `List`s, multi-document YAML,
+//! and the objects inside a captured `AdmissionReview`.
+
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("the input is empty")]
+    Empty,
+    #[error("the input is neither JSON nor YAML Kubernetes objects: {0}")]
+    Syntax(String),
+    #[error("document {index} is not a Kubernetes object (it has no `kind`)")]
+    NotAnObject { index: usize },
+}
+
+/// Parses JSON or YAML text into Kubernetes objects, with the items of every `*List` flattened.
+pub fn parse_objects(text: &[u8]) -> Result<Vec<Value>, InputError> {
+    let text = std::str::from_utf8(text).map_err(|e| InputError::Syntax(e.to_string()))?;
+    if text.trim().is_empty() {
+        return Err(InputError::Empty);
+    }
+    let documents: Vec<Value> = match serde_json::from_str::<Value>(text) {
+        Ok(value) => vec![value],
+        // Text that starts like JSON gets the JSON parser's error, which points at the fault.
+        Err(error) if text.trim_start().starts_with(['{', '[']) => {
+            return Err(InputError::Syntax(error.to_string()));
+        }
+        Err(_) => {
+            serde_saphyr::from_multiple::<Value>(text).map_err(|e| InputError::Syntax(e.to_string()))?
+        }
+    };
+    let mut objects = Vec::new();
+    for (index, document) in documents.into_iter().enumerate() {
+        flatten(document, index, &mut objects)?;
+    }
+    Ok(objects)
+}
+
+fn flatten(document: Value, index: usize, out: &mut Vec<Value>) -> Result<(), InputError> {
+    match document {
+        Value::Null => Ok(()), // an empty YAML document between `---` lines
+        Value::Array(items) => items.into_iter().try_for_each(|item| flatten(item, index, out)),
+        Value::Object(mut map) => {
+            let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
+            if kind == "AdmissionReview" {
+                // A captured webhook request: the objects it carries are what a user wants to see.
+                let mut request = map.remove("request").unwrap_or_default();
+                for side in ["oldObject", "object"] {
+                    if let Some(object) = request.get_mut(side).map(Value::take) {
+                        flatten(object, index, out)?;
+                    }
+                }
+                Ok(())
+            } else if kind.ends_with("List") {
+                match map.remove("items") {
+                    Some(items) => flatten(items, index, out),
+                    None => Ok(()),
+                }
+            } else if kind.is_empty() {
+                Err(InputError::NotAnObject { index })
+            } else {
+                out.push(Value::Object(map));
+                Ok(())
+            }
+        }
+        _ => Err(InputError::NotAnObject { index }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_and_yaml_documents_are_flattened() {
+        let json = br#"{"kind":"List","items":[{"kind":"Secret"},{"kind":"ConfigMap"}]}"#;
+        assert_eq!(parse_objects(json).unwrap().len(), 2);
+        let yaml = b"kind: Secret\nmetadata: {name: a}\n---\nkind: SecretList\nitems:\n- kind: Secret\n---\n";
+        assert_eq!(parse_objects(yaml).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn garbage_is_a_syntax_error_and_kindless_documents_are_named() {
+        assert!(matches!(parse_objects(b"{not json"), Err(InputError::Syntax(_))));
+        assert!(matches!(parse_objects(b"  \n"), Err(InputError::Empty)));
+        assert!(matches!(
+            parse_objects(b"- 1\n- 2\n"),
+            Err(InputError::NotAnObject { index: 0 })
+        ));
+        assert!(matches!(parse_objects(b"\xff\xfe"), Err(InputError::Syntax(_))));
+    }
+}

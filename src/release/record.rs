@@ -1,0 +1,309 @@
+//! Recognising a release record among Kubernetes objects, and its identity.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
+use super::status::Status;
+
+pub const NAME_PREFIX: &str = "sh.helm.release.v1.";
+pub const SECRET_TYPE: &str = "helm.sh/release.v1";
+/// The labels Helm reserves on its records.
+pub const LABEL_OWNER: &str = "owner";
+pub const LABEL_NAME: &str = "name";
+pub const LABEL_VERSION: &str = "version";
+pub const LABEL_STATUS: &str = "status";
+pub const LABEL_MODIFIED_AT: &str = "modifiedAt";
+pub const LABEL_CREATED_AT: &str = "createdAt";
+
+/// Where Helm keeps its records (`HELM_DRIVER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Driver {
+    Secret,
+    #[serde(rename = "configmap")]
+    ConfigMap,
+}
+
+impl Driver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Driver::Secret => "secret",
+            Driver::ConfigMap => "configmap",
+        }
+    }
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            Driver::Secret => "Secret",
+            Driver::ConfigMap => "ConfigMap",
+        }
+    }
+
+    /// Reads `HELM_DRIVER` as Helm does: empty means the default, `secret`.
+    pub fn from_helm_driver(value: &str) -> Option<Driver> {
+        match value {
+            "" | "secret" | "secrets" => Some(Driver::Secret),
+            "configmap" | "configmaps" => Some(Driver::ConfigMap),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One release of one driver in one namespace: the unit a history belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReleaseKey {
+    pub driver: Driver,
+    pub namespace: String,
+    pub release: String,
+}
+
+impl fmt::Display for ReleaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.release)
+    }
+}
+
+/// The identity of one stored revision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordId {
+    pub key: ReleaseKey,
+    pub revision: u32,
+}
+
+impl RecordId {
+    pub fn object_name(&self) -> String {
+        format!("{NAME_PREFIX}{}.v{}", self.key.release, self.revision)
+    }
+}
+
+impl fmt::Display for RecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} revision {}", self.key, self.revision)
+    }
+}
+
+/// Splits `sh.helm.release.v1.<release>.v<revision>`.
+pub fn parse_object_name(name: &str) -> Option<(&str, u32)> {
+    let rest = name.strip_prefix(NAME_PREFIX)?;
+    let (release, revision) = rest.rsplit_once(".v")?;
+    if release.is_empty() || revision.is_empty() || !revision.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((release, revision.parse().ok()?))
+}
+
+/// Why an object that looks like a record cannot be read as one.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{object}: not a Kubernetes object: {detail}")]
+    Malformed { object: String, detail: String },
+    #[error(
+        "{object}: neither the `name`/`version` labels nor the object name tell the release and revision"
+    )]
+    NoIdentity { object: String },
+}
+
+/// The shape shared by Secrets and ConfigMaps as far as helm-guard cares. Secret data stays base64
+/// text here so that a bad value is an error about the payload, not about the whole object.
+#[derive(Debug, Deserialize)]
+struct RawObject {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: RawMeta,
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    data: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+/// One stored release revision, as read from its Kubernetes object.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub id: RecordId,
+    pub object_name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// The Secret `type` (None for ConfigMaps).
+    pub secret_type: Option<String>,
+    /// Whether the `name`/`version` labels agree with the object name.
+    pub identity_agrees: bool,
+    /// `data.release` exactly as stored in the object (for a Secret: the API's base64).
+    pub payload: Option<String>,
+}
+
+impl Record {
+    /// Reads a record from a Kubernetes object. `Ok(None)`: the object is not a release record.
+    pub fn from_object(object: &Value, fallback_kind: Option<&str>) -> Result<Option<Record>, RecordError> {
+        let raw = RawObject::deserialize(object).map_err(|e| RecordError::Malformed {
+            object: describe(object),
+            detail: e.to_string(),
+        })?;
+        let kind = raw.kind.as_deref().or(fallback_kind).unwrap_or_default();
+        let labels = raw.metadata.labels.unwrap_or_default();
+        let name = raw.metadata.name.unwrap_or_default();
+        let driver = match kind {
+            "Secret" if raw.type_.as_deref() == Some(SECRET_TYPE) => Driver::Secret,
+            "ConfigMap"
+                if labels.get(LABEL_OWNER).map(String::as_str) == Some("helm")
+                    && name.starts_with(NAME_PREFIX) =>
+            {
+                Driver::ConfigMap
+            }
+            _ => return Ok(None),
+        };
+        let from_name = parse_object_name(&name);
+        let from_labels = labels
+            .get(LABEL_NAME)
+            .zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
+        let identity_agrees =
+            matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
+        let (release, revision) = match (from_labels, from_name) {
+            (Some((release, revision)), _) => (release.clone(), revision),
+            (None, Some((release, revision))) => (release.to_owned(), revision),
+            (None, None) => {
+                return Err(RecordError::NoIdentity {
+                    object: format!("{kind} {}/{name}", raw.metadata.namespace.unwrap_or_default()),
+                });
+            }
+        };
+        Ok(Some(Record {
+            id: RecordId {
+                key: ReleaseKey {
+                    driver,
+                    namespace: raw.metadata.namespace.unwrap_or_default(),
+                    release,
+                },
+                revision,
+            },
+            object_name: name,
+            labels,
+            annotations: raw.metadata.annotations.unwrap_or_default(),
+            secret_type: raw.type_,
+            identity_agrees,
+            payload: raw.data.and_then(|mut data| data.remove("release")),
+        }))
+    }
+
+    /// The `status` label, when it is one of Helm's statuses.
+    pub fn status_label(&self) -> Option<Status> {
+        self.labels.get(LABEL_STATUS)?.parse().ok()
+    }
+
+    /// When Helm last wrote the record, from `modifiedAt`, else `createdAt` (Unix seconds).
+    pub fn changed_at_label(&self) -> Option<i64> {
+        [LABEL_MODIFIED_AT, LABEL_CREATED_AT]
+            .iter()
+            .find_map(|key| self.labels.get(*key)?.parse().ok())
+    }
+
+    /// Decodes the payload to the release JSON bytes.
+    pub fn decode_json(&self, limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
+        let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
+        match self.id.key.driver {
+            Driver::Secret => codec::decode_secret_payload(payload.as_bytes(), limits),
+            Driver::ConfigMap => codec::decode_helm_payload(payload.as_bytes(), limits),
+        }
+    }
+
+    pub fn decode(&self, limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
+        ReleasePayload::from_json(&self.decode_json(limits)?)
+    }
+
+    /// `Kind namespace/name`, for messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {}/{}",
+            self.id.key.driver.kind(),
+            self.id.key.namespace,
+            self.object_name
+        )
+    }
+}
+
+/// `Kind namespace/name` of any JSON object, for messages about objects that do not parse.
+pub fn describe(object: &Value) -> String {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned()
+    };
+    format!(
+        "{} {}/{}",
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn object_names_split_into_release_and_revision() {
+        assert_eq!(parse_object_name("sh.helm.release.v1.web.v3"), Some(("web", 3)));
+        assert_eq!(
+            parse_object_name("sh.helm.release.v1.my.app.v12"),
+            Some(("my.app", 12))
+        );
+        assert_eq!(parse_object_name("sh.helm.release.v1.web.v"), None);
+        assert_eq!(parse_object_name("sh.helm.release.v1..v1"), None);
+        assert_eq!(parse_object_name("sh.helm.release.v1.web.v-1"), None);
+        assert_eq!(parse_object_name("other.web.v1"), None);
+    }
+
+    #[test]
+    fn secrets_of_other_types_and_unlabelled_configmaps_are_not_records() {
+        let opaque =
+            json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "sh.helm.release.v1.a.v1"}});
+        assert!(Record::from_object(&opaque, None).unwrap().is_none());
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "sh.helm.release.v1.a.v1"}});
+        assert!(Record::from_object(&cm, None).unwrap().is_none());
+    }
+
+    #[test]
+    fn labels_win_over_the_object_name_and_disagreement_is_noted() {
+        let secret = json!({
+            "kind": "Secret", "type": SECRET_TYPE,
+            "metadata": {"name": "sh.helm.release.v1.web.v3", "namespace": "demo",
+                         "labels": {"owner": "helm", "name": "web", "version": "2"}}
+        });
+        let record = Record::from_object(&secret, None).unwrap().unwrap();
+        assert_eq!(record.id.revision, 2);
+        assert!(!record.identity_agrees);
+    }
+
+    #[test]
+    fn a_record_with_no_identity_is_an_error_naming_it() {
+        let secret =
+            json!({"kind": "Secret", "type": SECRET_TYPE, "metadata": {"name": "x", "namespace": "n"}});
+        let error = Record::from_object(&secret, None).unwrap_err();
+        assert!(error.to_string().contains("Secret n/x"), "{error}");
+    }
+}

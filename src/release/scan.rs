@@ -1,0 +1,157 @@
+//! From a set of stored records to one report per release: what `scan` prints.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
+use super::history::{Classification, PayloadStatus, ReleaseState, RevisionFacts, classify};
+use super::objects::{InputError, parse_objects};
+use super::record::{Driver, Record, RecordError, ReleaseKey};
+use super::summary::Summary;
+
+/// A record with its payload decoded, or the reason it does not decode.
+#[derive(Debug)]
+pub struct DecodedRecord {
+    pub record: Record,
+    pub payload: Result<ReleasePayload, DecodeError>,
+}
+
+impl DecodedRecord {
+    pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
+        let payload = record.decode(limits);
+        DecodedRecord { record, payload }
+    }
+
+    pub fn facts(&self) -> RevisionFacts {
+        let payload = match &self.payload {
+            Ok(payload) => PayloadStatus::Decoded(payload.info.status),
+            Err(_) => PayloadStatus::Undecodable,
+        };
+        let payload_time = self
+            .payload
+            .as_ref()
+            .ok()
+            .and_then(ReleasePayload::last_deployed_unix);
+        RevisionFacts {
+            revision: self.record.id.revision,
+            payload,
+            label: self.record.status_label(),
+            changed_at: self.record.changed_at_label().or(payload_time),
+        }
+    }
+
+    pub fn summary(&self) -> Option<Summary> {
+        self.payload
+            .as_ref()
+            .ok()
+            .map(|payload| Summary::new(&self.record, payload))
+    }
+}
+
+/// What could not be read while collecting records; none of it stops the scan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    pub object: String,
+    pub error: String,
+}
+
+/// Reads every release record among the objects of a dump, decoding each payload.
+pub fn collect_records(objects: &[Value], limits: DecodeLimits) -> (Vec<DecodedRecord>, Vec<Problem>) {
+    let mut records = Vec::new();
+    let mut problems = Vec::new();
+    for object in objects {
+        match Record::from_object(object, None) {
+            Ok(Some(record)) => {
+                let decoded = DecodedRecord::new(record, limits);
+                if let Err(error) = &decoded.payload {
+                    problems.push(Problem {
+                        object: decoded.record.describe(),
+                        error: error.to_string(),
+                    });
+                }
+                records.push(decoded);
+            }
+            Ok(None) => {}
+            Err(error @ (RecordError::Malformed { .. } | RecordError::NoIdentity { .. })) => {
+                problems.push(Problem {
+                    object: super::record::describe(object),
+                    error: error.to_string(),
+                })
+            }
+        }
+    }
+    (records, problems)
+}
+
+/// Parses dump text (JSON or YAML) and collects its records.
+pub fn records_from_text(
+    text: &[u8],
+    limits: DecodeLimits,
+) -> Result<(Vec<DecodedRecord>, Vec<Problem>), InputError> {
+    Ok(collect_records(&parse_objects(text)?, limits))
+}
+
+/// One line of `scan`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReleaseReport {
+    pub namespace: String,
+    pub release: String,
+    pub driver: Driver,
+    pub state: ReleaseState,
+    pub revision: Option<u32>,
+    pub status: Option<super::status::Status>,
+    pub stuck: bool,
+    pub deployed_revisions: Vec<u32>,
+    pub chart: Option<String>,
+    pub app_version: Option<String>,
+    pub anomalies: Vec<String>,
+    pub hint: String,
+    pub records: usize,
+}
+
+impl ReleaseReport {
+    pub fn is_broken(&self) -> bool {
+        !self.state.is_ok() || !self.anomalies.is_empty()
+    }
+}
+
+/// Groups records by release and classifies each release. `now` is Unix seconds.
+pub fn report(records: &[DecodedRecord], now: i64, stuck_after_secs: i64) -> Vec<ReleaseReport> {
+    let mut by_release: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
+    for record in records {
+        by_release.entry(&record.record.id.key).or_default().push(record);
+    }
+    by_release
+        .into_iter()
+        .map(|(key, records)| {
+            let facts: Vec<RevisionFacts> = records.iter().map(|r| r.facts()).collect();
+            let classification = classify(&facts, now, stuck_after_secs);
+            release_report(key, &records, &classification)
+        })
+        .collect()
+}
+
+fn release_report(key: &ReleaseKey, records: &[&DecodedRecord], c: &Classification) -> ReleaseReport {
+    let latest = records
+        .iter()
+        .filter(|r| r.payload.is_ok())
+        .find(|r| Some(r.record.id.revision) == c.revision)
+        .and_then(|r| r.summary());
+    ReleaseReport {
+        namespace: key.namespace.clone(),
+        release: key.release.clone(),
+        driver: key.driver,
+        state: c.state,
+        revision: c.revision,
+        status: c.status,
+        stuck: c.stuck,
+        deployed_revisions: c.deployed.clone(),
+        chart: latest.as_ref().and_then(Summary::chart_ref),
+        app_version: latest.and_then(|s| s.app_version),
+        anomalies: c.anomalies.iter().map(|a| a.as_str().to_owned()).collect(),
+        hint: c.hint(&key.release),
+        records: records.len(),
+    }
+}

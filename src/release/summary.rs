@@ -1,0 +1,62 @@
+//! A readable summary of one decoded record.
+
+use serde::Serialize;
+
+use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
+use super::record::{Driver, Record};
+use super::status::Status;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub driver: Driver,
+    pub namespace: String,
+    pub release: String,
+    pub revision: u32,
+    pub status: Status,
+    /// The `status` label when it disagrees with the payload (what Helm reads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_label: Option<String>,
+    pub chart: Option<String>,
+    pub chart_version: Option<String>,
+    pub app_version: Option<String>,
+    pub first_deployed: Option<String>,
+    pub last_deployed: Option<String>,
+    pub description: Option<String>,
+}
+
+impl Summary {
+    pub fn new(record: &Record, payload: &ReleasePayload) -> Summary {
+        let chart = payload.chart_metadata();
+        let label = record.labels.get(super::record::LABEL_STATUS);
+        Summary {
+            driver: record.id.key.driver,
+            namespace: record.id.key.namespace.clone(),
+            release: record.id.key.release.clone(),
+            revision: record.id.revision,
+            status: payload.info.status,
+            status_label: label
+                .filter(|l| l.as_str() != payload.info.status.as_str())
+                .cloned(),
+            chart: chart.map(|c| c.name.clone()),
+            chart_version: chart.map(|c| c.version.clone()),
+            app_version: chart.and_then(|c| c.app_version.clone()),
+            first_deployed: payload.info.first_deployed.clone(),
+            last_deployed: payload.info.last_deployed.clone(),
+            description: payload.info.description.clone(),
+        }
+    }
+
+    pub fn decode(record: &Record, limits: DecodeLimits) -> Result<(Summary, ReleasePayload), DecodeError> {
+        let payload = record.decode(limits)?;
+        Ok((Summary::new(record, &payload), payload))
+    }
+
+    /// `demo-0.1.0`, as `helm ls` prints a chart.
+    pub fn chart_ref(&self) -> Option<String> {
+        Some(format!(
+            "{}-{}",
+            self.chart.as_deref()?,
+            self.chart_version.as_deref()?
+        ))
+    }
+}

@@ -1,0 +1,126 @@
+//! Helpers shared by the integration tests: real fixtures, and real records re-encoded with
+//! another status or revision.
+#![allow(dead_code)] // each test binary uses its own subset of these helpers
+
+use std::path::{Path, PathBuf};
+
+use helm_guard::release::codec::{
+    DecodeLimits, decode_helm_payload, decode_secret_payload, encode_helm_payload, encode_secret_payload,
+};
+use serde_json::{Value, json};
+
+pub fn fixture_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(relative)
+}
+
+pub fn fixture(relative: &str) -> Value {
+    let text = std::fs::read(fixture_path(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"));
+    serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// Every AdmissionReview fixture, in the order the API server sent them within each scenario.
+pub fn admission_fixtures() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for scenario in std::fs::read_dir(fixture_path("admission")).unwrap() {
+        let scenario = scenario.unwrap().path();
+        if scenario.is_dir() {
+            for file in std::fs::read_dir(&scenario).unwrap() {
+                files.push(file.unwrap().path());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The release record inside a review: `object` for CREATE/UPDATE, `oldObject` for DELETE.
+pub fn record_from_review(relative: &str, side: &str) -> Value {
+    let review = fixture(relative);
+    let object = review["request"][side].clone();
+    assert!(object.is_object(), "{relative} has no {side}");
+    strip_server_fields(object)
+}
+
+fn strip_server_fields(mut object: Value) -> Value {
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    object
+}
+
+/// The record's release JSON.
+pub fn release_json(record: &Value) -> Value {
+    let stored = record["data"]["release"].as_str().unwrap().as_bytes();
+    let bytes = if record["kind"] == "Secret" {
+        decode_secret_payload(stored, DecodeLimits::default()).unwrap()
+    } else {
+        decode_helm_payload(stored, DecodeLimits::default()).unwrap()
+    };
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Replaces the record's payload with `release` encoded as Helm does.
+pub fn with_release_json(mut record: Value, release: &Value) -> Value {
+    let json = serde_json::to_vec(release).unwrap();
+    let encoded = if record["kind"] == "Secret" {
+        encode_secret_payload(&json)
+    } else {
+        encode_helm_payload(&json)
+    };
+    record["data"]["release"] = Value::String(String::from_utf8(encoded).unwrap());
+    record
+}
+
+/// A real record re-encoded as another revision with another status (payload and label agree).
+pub fn rewrite(record: &Value, revision: u32, status: &str) -> Value {
+    let mut release = release_json(record);
+    release["version"] = json!(revision);
+    release["info"]["status"] = json!(status);
+    let name = release["name"].as_str().unwrap().to_owned();
+    let mut out = with_release_json(record.clone(), &release);
+    out["metadata"]["name"] = json!(format!("sh.helm.release.v1.{name}.v{revision}"));
+    out["metadata"]["labels"]["version"] = json!(revision.to_string());
+    out["metadata"]["labels"]["status"] = json!(status);
+    if let Some(meta) = out["metadata"].as_object_mut() {
+        meta.remove("uid");
+        meta.remove("resourceVersion");
+    }
+    out
+}
+
+/// A `kubectl get -o json` style List.
+pub fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+}
+
+/// A real Helm 4 Secret record of release `web` in namespace `demo` (revision 3, deployed).
+pub fn helm4_secret() -> Value {
+    record_from_review(
+        "admission/01-helm4-install-upgrade/006-validate-update-secret-sh.helm.release.v1.web.v3.json",
+        "object",
+    )
+}
+
+/// A real Helm 3 ConfigMap record of release `api` in namespace `cm` (revision 2, deployed).
+pub fn helm3_configmap() -> Value {
+    record_from_review(
+        "admission/07-configmap-driver-install-upgrade/019-validate-update-configmap-sh.helm.release.v1.api.v2.json",
+        "object",
+    )
+}
+
+/// A history of `web` in `demo` built from a real record: one record per (revision, status).
+pub fn history(base: &Value, revisions: &[(u32, &str)]) -> Vec<Value> {
+    revisions
+        .iter()
+        .map(|(revision, status)| rewrite(base, *revision, status))
+        .collect()
+}
+
+pub fn write_temp(dir: &tempfile::TempDir, name: &str, value: &Value) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
+    path
+}
