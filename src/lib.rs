@@ -6,5 +6,9 @@
 //! - [`release`]: the record model and payload codec, and the history classifier. Pure.
 //! - [`cli`]: the subcommands, and [`release::scan`] for `scan`'s report.
 
+pub mod admission;
 pub mod cli;
+pub mod cluster;
+pub mod policy;
 pub mod release;
+pub mod server;

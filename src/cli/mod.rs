@@ -1,10 +1,12 @@
 //! The command line: one file per subcommand; each returns the process exit code.
 
+pub mod certs;
 mod inspect;
 mod scan;
+mod serve;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -25,10 +27,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the admission webhook.
+    Serve(Box<serve::ServeArgs>),
     /// Decode Helm release records (a Secret, ConfigMap, or a List of them) and summarise them.
     Inspect(inspect::InspectArgs),
     /// Classify every release in a dump and report the broken ones.
     Scan(scan::ScanArgs),
+    /// Make a CA and a serving certificate for the webhook Service.
+    Certs(certs::CertsArgs),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -63,6 +69,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let code = match cli.command {
         Command::Inspect(args) => inspect::run(&args)?,
         Command::Scan(args) => scan::run(&args)?,
+        Command::Serve(args) => serve::run(&args)?,
+        Command::Certs(args) => certs::run(&args)?,
     };
     Ok(ExitCode::from(code))
 }
@@ -82,8 +90,4 @@ pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
 /// A `--now` override (RFC 3339) for reproducible reports, else the clock; Unix seconds.
 pub fn now_secs(now: Option<&jiff::Timestamp>) -> i64 {
     now.copied().unwrap_or_else(jiff::Timestamp::now).as_second()
-}
-
-pub fn default_input() -> PathBuf {
-    PathBuf::from("-")
 }

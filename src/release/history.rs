@@ -94,6 +94,14 @@ impl History {
         self.revisions.len()
     }
 
+    /// This history with one more revision (or a revision's status replaced).
+    pub fn with(&self, revision: u32, status: Status) -> History {
+        let mut revisions = self.without(revision).revisions;
+        let at = revisions.partition_point(|(r, _)| *r < revision);
+        revisions.insert(at, (revision, status));
+        History { revisions }
+    }
+
     /// This history without one revision: what Helm would see after deleting it.
     pub fn without(&self, revision: u32) -> History {
         History {

@@ -139,6 +139,52 @@ struct RawMeta {
     annotations: Option<BTreeMap<String, String>>,
 }
 
+impl RawObject {
+    fn read(object: &Value) -> Result<RawObject, RecordError> {
+        RawObject::deserialize(object).map_err(|e| RecordError::Malformed {
+            object: describe(object),
+            detail: e.to_string(),
+        })
+    }
+
+    fn into_record(self, driver: Driver) -> Result<Record, RecordError> {
+        let labels = self.metadata.labels.unwrap_or_default();
+        let name = self.metadata.name.unwrap_or_default();
+        let namespace = self.metadata.namespace.unwrap_or_default();
+        let from_name = parse_object_name(&name);
+        let from_labels = labels
+            .get(LABEL_NAME)
+            .zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
+        let identity_agrees =
+            matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
+        let (release, revision) = match (from_labels, from_name) {
+            (Some((release, revision)), _) => (release.clone(), revision),
+            (None, Some((release, revision))) => (release.to_owned(), revision),
+            (None, None) => {
+                return Err(RecordError::NoIdentity {
+                    object: format!("{} {namespace}/{name}", driver.kind()),
+                });
+            }
+        };
+        Ok(Record {
+            id: RecordId {
+                key: ReleaseKey {
+                    driver,
+                    namespace,
+                    release,
+                },
+                revision,
+            },
+            object_name: name,
+            labels,
+            annotations: self.metadata.annotations.unwrap_or_default(),
+            secret_type: self.type_,
+            identity_agrees,
+            payload: self.data.and_then(|mut data| data.remove("release")),
+        })
+    }
+}
+
 /// One stored release revision, as read from its Kubernetes object.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -157,54 +203,27 @@ pub struct Record {
 impl Record {
     /// Reads a record from a Kubernetes object. `Ok(None)`: the object is not a release record.
     pub fn from_object(object: &Value, fallback_kind: Option<&str>) -> Result<Option<Record>, RecordError> {
-        let raw = RawObject::deserialize(object).map_err(|e| RecordError::Malformed {
-            object: describe(object),
-            detail: e.to_string(),
-        })?;
+        let raw = RawObject::read(object)?;
         let kind = raw.kind.as_deref().or(fallback_kind).unwrap_or_default();
-        let labels = raw.metadata.labels.unwrap_or_default();
-        let name = raw.metadata.name.unwrap_or_default();
+        let labels = raw.metadata.labels.as_ref();
+        let name = raw.metadata.name.as_deref().unwrap_or_default();
         let driver = match kind {
             "Secret" if raw.type_.as_deref() == Some(SECRET_TYPE) => Driver::Secret,
             "ConfigMap"
-                if labels.get(LABEL_OWNER).map(String::as_str) == Some("helm")
+                if labels.and_then(|l| l.get(LABEL_OWNER)).map(String::as_str) == Some("helm")
                     && name.starts_with(NAME_PREFIX) =>
             {
                 Driver::ConfigMap
             }
             _ => return Ok(None),
         };
-        let from_name = parse_object_name(&name);
-        let from_labels = labels
-            .get(LABEL_NAME)
-            .zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
-        let identity_agrees =
-            matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
-        let (release, revision) = match (from_labels, from_name) {
-            (Some((release, revision)), _) => (release.clone(), revision),
-            (None, Some((release, revision))) => (release.to_owned(), revision),
-            (None, None) => {
-                return Err(RecordError::NoIdentity {
-                    object: format!("{kind} {}/{name}", raw.metadata.namespace.unwrap_or_default()),
-                });
-            }
-        };
-        Ok(Some(Record {
-            id: RecordId {
-                key: ReleaseKey {
-                    driver,
-                    namespace: raw.metadata.namespace.unwrap_or_default(),
-                    release,
-                },
-                revision,
-            },
-            object_name: name,
-            labels,
-            annotations: raw.metadata.annotations.unwrap_or_default(),
-            secret_type: raw.type_,
-            identity_agrees,
-            payload: raw.data.and_then(|mut data| data.remove("release")),
-        }))
+        raw.into_record(driver).map(Some)
+    }
+
+    /// Reads an object as a record of the given driver without asking whether it still looks like
+    /// one: the new side of an UPDATE that may have removed the very labels that say so.
+    pub fn from_object_as(object: &Value, driver: Driver) -> Result<Record, RecordError> {
+        RawObject::read(object)?.into_record(driver)
     }
 
     /// The `status` label, when it is one of Helm's statuses.

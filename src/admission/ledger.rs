@@ -1,0 +1,130 @@
+//! The record of each decision: audit annotations for the API server's audit log, and one
+//! structured log line (target `helm_guard::ledger`) so that the logs form a ledger of every
+//! release change.
+
+use std::collections::HashMap;
+
+use crate::policy::{Decision, Mode, Reason};
+use crate::release::Status;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+
+/// One decision, as logged and as annotated.
+#[derive(Debug, Clone)]
+pub struct LedgerEntry {
+    pub webhook: &'static str,
+    pub uid: String,
+    pub operation: String,
+    pub requester: String,
+    pub namespace: String,
+    pub object: String,
+    pub dry_run: bool,
+    /// `namespace/name` of the release, when the object belongs to one.
+    pub release: Option<String>,
+    pub revision: Option<u32>,
+    pub status: Option<Status>,
+    /// e.g. `pending-upgrade -> deployed`, `deployed -> (deleted)`.
+    pub transition: Option<String>,
+    pub chart: Option<String>,
+    pub decision: &'static str,
+    pub reason: Reason,
+    pub mode: Mode,
+    pub message: Option<String>,
+    /// The break-glass reason, or the exempt identity.
+    pub detail: Option<String>,
+    /// Mutations only: the release state and what the pod will do.
+    pub release_state: Option<String>,
+    pub action: Option<String>,
+}
+
+impl LedgerEntry {
+    pub fn new(webhook: super::Webhook, request: &AdmissionRequest<DynamicObject>) -> LedgerEntry {
+        LedgerEntry {
+            webhook: webhook.as_str(),
+            uid: request.uid.clone(),
+            operation: format!("{:?}", request.operation).to_uppercase(),
+            requester: request.user_info.username.clone().unwrap_or_default(),
+            namespace: request.namespace.clone().unwrap_or_default(),
+            object: request.name.clone(),
+            dry_run: request.dry_run,
+            release: None,
+            revision: None,
+            status: None,
+            transition: None,
+            chart: None,
+            decision: Decision::Allowed.as_str(),
+            reason: Reason::NotAReleaseRecord,
+            mode: Mode::Enforce,
+            message: None,
+            detail: None,
+            release_state: None,
+            action: None,
+        }
+    }
+
+    /// The `auditAnnotations` of the response; the API server prefixes each key with the webhook
+    /// name.
+    pub fn audit_annotations(&self) -> HashMap<String, String> {
+        let mut annotations = HashMap::from([
+            ("decision".to_owned(), self.decision.to_owned()),
+            ("reason".to_owned(), self.reason.as_str().to_owned()),
+        ]);
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                annotations.insert(key.to_owned(), value);
+            }
+        };
+        put("release", self.release.clone());
+        put("revision", self.revision.map(|r| r.to_string()));
+        put("status", self.status.map(|s| s.to_string()));
+        put(
+            "mode",
+            (self.mode != Mode::Enforce).then(|| self.mode.to_string()),
+        );
+        put("release-state", self.release_state.clone());
+        put("action", self.action.clone());
+        match self.reason {
+            Reason::BreakGlass => put("break-glass-reason", self.detail.clone()),
+            Reason::Exempt => put("exempt-identity", self.detail.clone()),
+            _ => {}
+        }
+        annotations
+    }
+
+    /// Writes the ledger line.
+    pub fn emit(&self) {
+        macro_rules! ledger_event {
+            ($level:expr) => {
+                tracing::event!(
+                    target: "helm_guard::ledger",
+                    $level,
+                    webhook = self.webhook,
+                    uid = %self.uid,
+                    operation = %self.operation,
+                    requester = %self.requester,
+                    namespace = %self.namespace,
+                    object = %self.object,
+                    dry_run = self.dry_run,
+                    release = self.release.as_deref(),
+                    revision = self.revision,
+                    status = self.status.map(Status::as_str),
+                    transition = self.transition.as_deref(),
+                    chart = self.chart.as_deref(),
+                    decision = self.decision,
+                    reason = self.reason.as_str(),
+                    mode = self.mode.as_str(),
+                    detail = self.detail.as_deref(),
+                    release_state = self.release_state.as_deref(),
+                    action = self.action.as_deref(),
+                    message = self.message.as_deref(),
+                    "admission decision"
+                )
+            };
+        }
+        if self.decision == Decision::Allowed.as_str() {
+            ledger_event!(tracing::Level::INFO);
+        } else {
+            ledger_event!(tracing::Level::WARN);
+        }
+    }
+}

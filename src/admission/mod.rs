@@ -1,0 +1,63 @@
+//! AdmissionReview in, AdmissionResponse out.
+//!
+//! [`review::parse`] reads the API server's request, [`Admission::review`] sends it to
+//! [`validating`] or [`mutating`], and [`ledger`] turns the outcome into audit annotations and one
+//! structured log line. [`review::encode`] writes the answer.
+
+pub mod ledger;
+pub mod mutating;
+pub mod review;
+pub mod validating;
+
+use std::sync::Arc;
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+
+use crate::cluster::ReleaseIndex;
+use crate::policy::PolicyConfig;
+use crate::release::DecodeLimits;
+pub use ledger::LedgerEntry;
+
+/// Which webhook a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Webhook {
+    Validate,
+    Mutate,
+}
+
+impl Webhook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Validate => "validate",
+            Webhook::Mutate => "mutate",
+        }
+    }
+}
+
+/// Everything a verdict needs besides the request.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pub index: Arc<ReleaseIndex>,
+    pub config: PolicyConfig,
+    pub limits: DecodeLimits,
+}
+
+/// A request's answer and its ledger entry.
+#[derive(Debug)]
+pub struct Reviewed {
+    pub response: AdmissionResponse,
+    pub entry: LedgerEntry,
+}
+
+impl Admission {
+    /// Decides one request; logs the decision as one ledger line.
+    pub fn review(&self, webhook: Webhook, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+        let reviewed = match webhook {
+            Webhook::Validate => validating::validate(self, request),
+            Webhook::Mutate => mutating::mutate(self, request),
+        };
+        reviewed.entry.emit();
+        reviewed
+    }
+}

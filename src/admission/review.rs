@@ -1,0 +1,104 @@
+//! Reading an AdmissionReview and writing the answer.
+
+use base64::Engine as _;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use serde_json::Value;
+
+const API_VERSION: &str = "admission.k8s.io/v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("the body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error(
+        "expected kind AdmissionReview, apiVersion {API_VERSION}; got kind {kind:?}, apiVersion {api_version:?}"
+    )]
+    WrongType { kind: String, api_version: String },
+    #[error("the AdmissionReview has no `request`")]
+    NoRequest,
+    #[error("the AdmissionReview request is malformed: {0}")]
+    Malformed(serde_json::Error),
+}
+
+/// Parses an AdmissionReview v1 request.
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+    let value: Value = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
+    let field = |name: &str| {
+        value
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (kind, api_version) = (field("kind"), field("apiVersion"));
+    if kind != "AdmissionReview" || api_version != API_VERSION {
+        return Err(ReviewError::WrongType { kind, api_version });
+    }
+    if value.get("request").is_none_or(Value::is_null) {
+        return Err(ReviewError::NoRequest);
+    }
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(value).map_err(ReviewError::Malformed)?;
+    review.try_into().map_err(|_| ReviewError::NoRequest)
+}
+
+/// Serialises the answer as an AdmissionReview v1.
+///
+/// kube-core serialises `patch` (a `Vec<u8>`) as an array of numbers
+/// (kube-rs/kube#1781); the API server wants a base64 string, as Go encodes `[]byte`.
+pub fn encode(response: AdmissionResponse) -> Vec<u8> {
+    let patch = response.patch.clone();
+    let mut review = match serde_json::to_value(response.into_review()) {
+        Ok(review) => review,
+        // Serialising plain strings, maps and numbers cannot fail; answer with an error if it did.
+        Err(error) => return encode(AdmissionResponse::invalid(error)),
+    };
+    if let (Some(patch), Some(slot)) = (patch, review.pointer_mut("/response/patch")) {
+        *slot = Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+    }
+    serde_json::to_vec(&review).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_patch_goes_out_as_base64() {
+        let request = parse(include_bytes!(
+            "../../tests/fixtures/admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json"
+        ))
+        .unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::json!([{"op": "add", "path": "/metadata/x", "value": 1}]))
+                .unwrap();
+        let response = AdmissionResponse::from(&request).with_patch(patch).unwrap();
+        let out: Value = serde_json::from_slice(&encode(response)).unwrap();
+        assert_eq!(out["apiVersion"], API_VERSION);
+        assert_eq!(out["kind"], "AdmissionReview");
+        assert_eq!(out["response"]["uid"], "b855f6a6-76d1-49df-a766-8c751477c71d");
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(out["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(decoded, br#"[{"op":"add","path":"/metadata/x","value":1}]"#);
+    }
+
+    #[test]
+    fn bad_bodies_are_told_apart() {
+        assert!(matches!(parse(b"nope"), Err(ReviewError::NotJson(_))));
+        assert!(matches!(
+            parse(br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1beta1","request":{}}"#),
+            Err(ReviewError::WrongType { .. })
+        ));
+        assert!(matches!(
+            parse(br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}"#),
+            Err(ReviewError::NoRequest)
+        ));
+        assert!(matches!(
+            parse(br#"{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":1}}"#),
+            Err(ReviewError::Malformed(_))
+        ));
+    }
+}

@@ -1,0 +1,276 @@
+//! The validating webhook on release records: DELETE (D1–D9), UPDATE (U1–U5), CREATE (logged).
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use serde_json::Value;
+
+use super::{Admission, LedgerEntry, Reviewed, Webhook};
+use crate::cluster::IndexChange;
+use crate::policy::delete::{DeleteFacts, decide_delete};
+use crate::policy::mode::apply_mode;
+use crate::policy::update::{RecordSide, UpdateFacts, decide_update};
+use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::release::record::parse_object_name;
+use crate::release::scan::DecodedRecord;
+use crate::release::{Driver, History, Record, RecordId, ReleaseKey, ReleasePayload, Status};
+
+pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    let mut entry = LedgerEntry::new(Webhook::Validate, request);
+    let kind = request.kind.kind.as_str();
+    let driver = match (request.kind.group.as_str(), kind) {
+        ("", "Secret") => Some(Driver::Secret),
+        ("", "ConfigMap") => Some(Driver::ConfigMap),
+        _ => None,
+    };
+    let read =
+        |object: &Option<DynamicObject>| -> Option<Value> { serde_json::to_value(object.as_ref()?).ok() };
+    let old = read(&request.old_object);
+    let new = read(&request.object);
+    let as_record = |object: &Option<Value>| -> Option<Record> {
+        Record::from_object(object.as_ref()?, Some(kind)).ok().flatten()
+    };
+    let (old_record, new_record) = (as_record(&old), as_record(&new));
+
+    let outcome = match (driver, &request.operation) {
+        (Some(driver), Operation::Delete) => match old_record.or_else(|| record_from_name(request, driver)) {
+            Some(record) => delete(
+                admission,
+                request,
+                DecodedRecord::new(record, admission.limits),
+                &mut entry,
+            ),
+            None => not_a_record(&mut entry),
+        },
+        (Some(_), Operation::Update) => match (old_record, new.as_ref()) {
+            (Some(old_record), Some(new)) => {
+                let new_side = Record::from_object_as(new, old_record.id.key.driver).ok();
+                match new_side {
+                    Some(new_side) => update(
+                        admission,
+                        request,
+                        old_record,
+                        new_side,
+                        new_record.is_some(),
+                        &mut entry,
+                    ),
+                    None => not_a_record(&mut entry),
+                }
+            }
+            (None, _) => match new_record {
+                // The update turns an object into a record (a label added): Helm's business.
+                Some(record) => create(admission, request, record, &mut entry),
+                None => not_a_record(&mut entry),
+            },
+            (Some(_), None) => not_a_record(&mut entry),
+        },
+        (Some(_), Operation::Create) => match new_record {
+            Some(record) => create(admission, request, record, &mut entry),
+            None => not_a_record(&mut entry),
+        },
+        _ => not_a_record(&mut entry),
+    };
+    respond(request, outcome, entry)
+}
+
+/// The answer: verdict with mode applied, warnings and audit annotations.
+pub(super) fn respond(
+    request: &AdmissionRequest<DynamicObject>,
+    outcome: Outcome,
+    mut entry: LedgerEntry,
+) -> Reviewed {
+    entry.decision = outcome.decision.as_str();
+    entry.mode = outcome.mode;
+    let mut response = AdmissionResponse::from(request);
+    if let Some(message) = outcome.denial.clone().filter(|_| !outcome.allowed) {
+        response = response.deny(&message);
+        response.result = kube::core::Status::failure(&message, "Forbidden").with_code(403);
+        entry.message = Some(message);
+    } else if entry.message.is_none() {
+        entry.message = outcome.warnings.first().cloned();
+    }
+    if !outcome.warnings.is_empty() {
+        response.warnings = Some(outcome.warnings);
+    }
+    response.audit_annotations = entry.audit_annotations();
+    Reviewed { response, entry }
+}
+
+fn not_a_record(entry: &mut LedgerEntry) -> Outcome {
+    entry.reason = Reason::NotAReleaseRecord;
+    apply_mode(
+        &Verdict::allow(Reason::NotAReleaseRecord),
+        crate::policy::Mode::Enforce,
+    )
+}
+
+/// With no oldObject (API servers before 1.15), the object name still tells the record.
+fn record_from_name(request: &AdmissionRequest<DynamicObject>, driver: Driver) -> Option<Record> {
+    let (release, revision) = parse_object_name(&request.name)?;
+    let namespace = request.namespace.clone().unwrap_or_default();
+    Some(Record {
+        id: RecordId {
+            key: ReleaseKey {
+                driver,
+                namespace,
+                release: release.to_owned(),
+            },
+            revision,
+        },
+        object_name: request.name.clone(),
+        labels: Default::default(),
+        annotations: Default::default(),
+        secret_type: None,
+        identity_agrees: true,
+        payload: None,
+    })
+}
+
+fn requester(request: &AdmissionRequest<DynamicObject>) -> Requester<'_> {
+    Requester {
+        username: request.user_info.username.as_deref().unwrap_or_default(),
+        groups: request.user_info.groups.as_deref().unwrap_or_default(),
+    }
+}
+
+fn describe_record(entry: &mut LedgerEntry, id: &RecordId, payload: Option<&ReleasePayload>) {
+    entry.release = Some(id.key.to_string());
+    entry.revision = Some(id.revision);
+    entry.chart = payload
+        .and_then(ReleasePayload::chart_metadata)
+        .map(|chart| format!("{}-{}", chart.name, chart.version));
+}
+
+fn delete(
+    admission: &Admission,
+    request: &AdmissionRequest<DynamicObject>,
+    record: DecodedRecord,
+    entry: &mut LedgerEntry,
+) -> Outcome {
+    let id = &record.record.id;
+    describe_record(entry, id, record.payload.as_ref().ok());
+    // With the object at hand its payload says the status; with only a name, the index does.
+    let status = match (&record.payload, record.record.payload.is_some()) {
+        (Ok(payload), _) => Some(payload.info.status),
+        (Err(_), true) => None,
+        (Err(_), false) => History::new(&admission.index.history(&id.key)).status_of(id.revision),
+    };
+    entry.status = status;
+    entry.transition = Some(format!(
+        "{} -> (deleted)",
+        status.map_or("undecodable", Status::as_str)
+    ));
+    let namespace = admission.index.namespace(&id.key.namespace);
+    let mode = namespace.mode.unwrap_or(admission.config.default_mode);
+    let facts = DeleteFacts {
+        namespace: &id.key.namespace,
+        release: &id.key.release,
+        revision: id.revision,
+        status,
+        namespace_terminating: namespace.terminating,
+        requester: requester(request),
+        break_glass: break_glass_reason(&record.record.annotations),
+    };
+    let (verdict, outcome) = admission.index.decide(&id.key, |revisions| {
+        let verdict = decide_delete(&facts, &History::new(revisions), &admission.config);
+        let outcome = apply_mode(&verdict, mode);
+        let change = (outcome.allowed && !request.dry_run).then_some(IndexChange::Delete(id.revision));
+        ((verdict, outcome), change)
+    });
+    entry.reason = verdict.reason;
+    entry.detail = verdict.detail;
+    outcome
+}
+
+fn update(
+    admission: &Admission,
+    request: &AdmissionRequest<DynamicObject>,
+    old: Record,
+    new: Record,
+    new_is_record: bool,
+    entry: &mut LedgerEntry,
+) -> Outcome {
+    let (old, new) = (
+        DecodedRecord::new(old, admission.limits),
+        DecodedRecord::new(new, admission.limits),
+    );
+    let status = |r: &DecodedRecord| r.payload.as_ref().ok().map(|p| p.info.status);
+    describe_record(entry, &new.record.id, new.payload.as_ref().ok());
+    entry.status = status(&new);
+    let name = |s: Option<Status>| s.map_or("undecodable", Status::as_str);
+    entry.transition = Some(format!("{} -> {}", name(status(&old)), name(status(&new))));
+    fn side(r: &DecodedRecord) -> RecordSide<'_> {
+        RecordSide {
+            labels: &r.record.labels,
+            secret_type: r.record.secret_type.as_deref(),
+            payload_status: r.payload.as_ref().ok().map(|p| p.info.status),
+        }
+    }
+    let facts = UpdateFacts {
+        namespace: &old.record.id.key.namespace,
+        object_name: &old.record.object_name,
+        old: side(&old),
+        new: side(&new),
+        requester: requester(request),
+        break_glass: break_glass_reason(&new.record.annotations),
+    };
+    let mode = admission
+        .index
+        .namespace(&old.record.id.key.namespace)
+        .mode
+        .unwrap_or(admission.config.default_mode);
+    let verdict = decide_update(&facts, &admission.config);
+    let outcome = apply_mode(&verdict, mode);
+    if outcome.allowed && !request.dry_run {
+        if new_is_record && new.record.id == old.record.id {
+            admission.index.decide(&old.record.id.key, |_| {
+                ((), Some(IndexChange::Upsert(new.facts())))
+            });
+        } else {
+            // A forced identity change: the old record is gone from Helm's view.
+            admission.index.decide(&old.record.id.key, |_| {
+                ((), Some(IndexChange::Delete(old.record.id.revision)))
+            });
+            if new_is_record {
+                admission.index.decide(&new.record.id.key, |_| {
+                    ((), Some(IndexChange::Upsert(new.facts())))
+                });
+            }
+        }
+    }
+    entry.reason = verdict.reason;
+    entry.detail = verdict.detail;
+    outcome
+}
+
+fn create(
+    admission: &Admission,
+    request: &AdmissionRequest<DynamicObject>,
+    record: Record,
+    entry: &mut LedgerEntry,
+) -> Outcome {
+    let record = DecodedRecord::new(record, admission.limits);
+    describe_record(entry, &record.record.id, record.payload.as_ref().ok());
+    let status = record.payload.as_ref().ok().map(|p| p.info.status);
+    entry.status = status;
+    entry.transition = Some(format!(
+        "(new) -> {}",
+        status.map_or("undecodable", Status::as_str)
+    ));
+    let verdict = match &record.payload {
+        Ok(_) => Verdict::allow(Reason::HelmCreate),
+        Err(error) => Verdict::warn(
+            Reason::HelmCreate,
+            format!(
+                "helm-guard: the payload of {} does not decode ({error}); Helm will ignore this record",
+                record.record.describe()
+            ),
+        ),
+    };
+    if !request.dry_run {
+        admission.index.decide(&record.record.id.key, |_| {
+            ((), Some(IndexChange::Upsert(record.facts())))
+        });
+    }
+    entry.reason = verdict.reason;
+    apply_mode(&verdict, crate::policy::Mode::Enforce)
+}

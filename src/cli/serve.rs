@@ -1,0 +1,158 @@
+//! `helm-guard serve`: the admission webhook.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::ValueEnum;
+
+use super::{DecodeArgs, EXIT_OK};
+use crate::admission::Admission;
+use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
+use crate::policy::{Mode, PolicyConfig};
+use crate::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Json,
+    Text,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// HTTPS address the API server calls.
+    #[arg(long, env = "HELM_GUARD_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Serving certificate chain (PEM); reloaded when the file changes.
+    #[arg(long, env = "HELM_GUARD_TLS_CERT", required_unless_present = "dev_certs")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM); reloaded when the file changes.
+    #[arg(long, env = "HELM_GUARD_TLS_KEY", required_unless_present = "dev_certs")]
+    pub tls_key: Option<PathBuf>,
+    /// Development only: make a throwaway CA and a certificate for localhost in DIR (ca.crt,
+    /// tls.crt, tls.key) and serve with them.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub dev_certs: Option<PathBuf>,
+    /// What to do with a request the policy denies.
+    #[arg(long, env = "HELM_GUARD_MODE", value_enum, default_value_t)]
+    pub mode: Mode,
+    /// A user whose requests are always allowed (repeatable; comma-separated in the env var).
+    #[arg(long, env = "HELM_GUARD_EXEMPT_USERS", value_delimiter = ',')]
+    pub exempt_user: Vec<String>,
+    /// A group whose members' requests are always allowed (repeatable; comma-separated in the env var).
+    #[arg(long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
+    pub exempt_group: Vec<String>,
+    /// Serve verdicts from a dump (`kubectl get secrets,configmaps,namespaces -A -o json`) instead of a cluster.
+    #[arg(long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Plain-HTTP address for /metrics, /healthz and /readyz.
+    #[arg(long, env = "HELM_GUARD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
+    #[arg(long, env = "HELM_GUARD_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
+    /// Largest AdmissionReview body accepted.
+    #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// A pending revision unchanged for longer than this is stuck.
+    #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
+    pub stuck_after: Duration,
+    /// How often to check the certificate files for changes.
+    #[arg(long, env = "HELM_GUARD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub tls_reload_interval: Duration,
+    /// After SIGTERM, stay up (unready) this long so endpoints drop the pod first.
+    #[arg(long, env = "HELM_GUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Then give in-flight requests this long to finish.
+    #[arg(long, env = "HELM_GUARD_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
+    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve(args))?;
+    Ok(EXIT_OK)
+}
+
+async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
+        (Some(dir), _, _) => dev_certs(dir)?,
+        (None, Some(cert), Some(key)) => TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => anyhow::bail!("--tls-cert and --tls-key are required (or --dev-certs DIR for a local trial)"),
+    };
+    let Some(snapshot_path) = &args.snapshot else {
+        anyhow::bail!(
+            "no --snapshot given: pass --snapshot FILE (a dump of release records) to serve without a cluster"
+        );
+    };
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+    let loaded = snapshot::load(&index, snapshot_path, args.decode.limits())?;
+    for problem in &loaded.problems {
+        tracing::warn!(object = %problem.object, error = %problem.error, "snapshot record skipped by Helm");
+    }
+    tracing::info!(snapshot = %snapshot_path.display(), records = loaded.records, namespaces = loaded.namespaces, "snapshot loaded");
+
+    let admission = Admission {
+        index,
+        config: PolicyConfig {
+            default_mode: args.mode,
+            exempt_users: args.exempt_user.clone(),
+            exempt_groups: args.exempt_group.clone(),
+            stuck_after: args.stuck_after,
+        },
+        limits: args.decode.limits(),
+    };
+    let state = Arc::new(AppState::new(admission, Metrics::new(), args.max_body_bytes));
+    let settings = ServerSettings {
+        listen: args.listen,
+        metrics_listen: args.metrics_listen,
+        tls,
+        tls_reload_every: args.tls_reload_interval,
+        max_body_bytes: args.max_body_bytes,
+        shutdown_delay: args.shutdown_delay,
+        shutdown_grace: args.shutdown_grace,
+    };
+    let running = server::start(settings, state).await?;
+    server::termination().await;
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Reuses the certificates in `dir`, or makes them for localhost.
+fn dev_certs(dir: &std::path::Path) -> anyhow::Result<TlsFiles> {
+    let files = TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    };
+    if !files.cert.exists() || !files.key.exists() {
+        let names = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+        let bundle = super::certs::generate(&names, 30).context("making development certificates")?;
+        super::certs::write(&bundle, dir, true)?;
+        tracing::warn!(dir = %dir.display(), "made throwaway development certificates; trust {}/ca.crt", dir.display());
+    }
+    Ok(files)
+}

@@ -1,0 +1,430 @@
+//! DELETE of a record: rules D1–D9 of POLICY.md, first match wins.
+
+use super::config::{PolicyConfig, Requester};
+use super::verdict::{Reason, Verdict};
+use crate::release::{History, Status};
+
+/// What the request tells about the deletion.
+#[derive(Debug, Clone, Copy)]
+pub struct DeleteFacts<'a> {
+    pub namespace: &'a str,
+    pub release: &'a str,
+    pub revision: u32,
+    /// The record's status (payload if it decodes, else label); `None` when its payload does not
+    /// decode.
+    pub status: Option<Status>,
+    pub namespace_terminating: bool,
+    pub requester: Requester<'a>,
+    pub break_glass: Option<&'a str>,
+}
+
+/// Decides a deletion. `history` is the release as Helm sees it now, including this record.
+pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &PolicyConfig) -> Verdict {
+    let DeleteFacts {
+        namespace,
+        release,
+        revision,
+        ..
+    } = *facts;
+    // D1
+    if facts.namespace_terminating || PolicyConfig::is_teardown_requester(facts.requester) {
+        return Verdict::allow(Reason::NamespaceTeardown);
+    }
+    // D2
+    if let Some(reason) = facts.break_glass {
+        return Verdict::allow(Reason::BreakGlass).with_detail(reason);
+    }
+    if let Some(who) = config.exemption(facts.requester) {
+        return Verdict::allow(Reason::Exempt).with_detail(who);
+    }
+    // D3
+    let Some(status) = facts.status else {
+        return Verdict::warn(
+            Reason::UndecodableRecord,
+            format!(
+                "revision {revision} of {namespace}/{release} does not decode; Helm ignores it, deleting it changes nothing Helm sees"
+            ),
+        );
+    };
+    // The request carries the record itself: its status wins over what the index holds, and a
+    // record the index has not seen yet still counts.
+    let history = history.with(revision, status);
+    let Some((latest, latest_status)) = history.latest() else {
+        return Verdict::allow(Reason::HistoryPruning);
+    };
+    if revision != latest {
+        // D4
+        let only_deployed = status == Status::Deployed && history.deployed().count() == 1;
+        if only_deployed && !latest_status.is_uninstall() {
+            let fix = remedies(
+                namespace,
+                release,
+                Some(revision),
+                "first: a new deployed revision takes its place",
+            );
+            return Verdict::deny(
+                Reason::LastDeployedRevision,
+                format!(
+                    "helm-guard: revision {revision} of release {namespace}/{release} is its only deployed revision (the latest, revision {latest}, is {latest_status}); \
+                     deleting it would leave the release with nothing to roll back to. Instead: {fix}"
+                ),
+            );
+        }
+        // D5
+        return Verdict::allow(Reason::HistoryPruning);
+    }
+    // D6
+    if status.is_uninstall() {
+        return Verdict::allow(Reason::Uninstall);
+    }
+    let remaining = history.without(revision);
+    let after = aftermath(release, &remaining);
+    let rollback_target = remaining
+        .deployed()
+        .last()
+        .or_else(|| remaining.latest().map(|(r, _)| r));
+    let fix = remedies(namespace, release, rollback_target, "to go back");
+    let previous = history.previous().map(|(_, s)| s);
+    // D7
+    if (status.is_pending() || status == Status::Failed) && matches!(previous, None | Some(Status::Deployed))
+    {
+        return Verdict::warn(
+            Reason::StuckRevisionRecovery,
+            format!("helm-guard: deleting revision {revision} ({status}) of {namespace}/{release}; {after}"),
+        );
+    }
+    // D8
+    if status == Status::Deployed {
+        return Verdict::deny(
+            Reason::LatestDeployedRevision,
+            format!(
+                "helm-guard: revision {revision} is the latest, deployed revision of release {namespace}/{release}; {after}. Instead: {fix}"
+            ),
+        );
+    }
+    // D9
+    Verdict::deny(
+        Reason::WouldOrphanRelease,
+        format!(
+            "helm-guard: revision {revision} ({status}) is the latest revision of release {namespace}/{release}; {after}. Instead: {fix}"
+        ),
+    )
+}
+
+/// What Helm would see once the latest revision is gone.
+fn aftermath(release: &str, remaining: &History) -> String {
+    match remaining.latest() {
+        None => format!(
+            "no revision would be left: Helm would forget release {release} while its resources stay in the cluster"
+        ),
+        Some((revision, Status::Deployed)) => {
+            format!("revision {revision} would become the latest and it is deployed")
+        }
+        Some((revision, Status::Superseded)) if remaining.deployed().next().is_none() => format!(
+            "revision {revision} would become the latest and it is superseded, with nothing deployed; \
+             the K3s/RKE2 helm-install job would then fail with `cannot re-use a name that is still in use`"
+        ),
+        Some((revision, status)) => format!("revision {revision} would become the latest and it is {status}"),
+    }
+}
+
+/// The ways out that leave Helm's history intact.
+fn remedies(namespace: &str, release: &str, rollback_to: Option<u32>, rollback_why: &str) -> String {
+    let rollback = rollback_to
+        .map(|r| format!("`helm rollback {release} {r} -n {namespace}` {rollback_why}, "))
+        .unwrap_or_default();
+    format!(
+        "`helm uninstall {release} -n {namespace}` to remove the release, {rollback}\
+         or annotate the record with {}=<reason> to force the deletion",
+        super::BREAK_GLASS_ANNOTATION
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::history::{PayloadStatus, RevisionFacts};
+    use Status::*;
+
+    fn history(revisions: &[(u32, Status)]) -> History {
+        let facts: Vec<RevisionFacts> = revisions
+            .iter()
+            .map(|&(revision, status)| RevisionFacts {
+                revision,
+                payload: PayloadStatus::Decoded(status),
+                label: Some(status),
+                changed_at: None,
+            })
+            .collect();
+        History::new(&facts)
+    }
+
+    const ADMIN: Requester<'static> = Requester {
+        username: "admin",
+        groups: &[],
+    };
+
+    fn facts(revision: u32, status: Option<Status>) -> DeleteFacts<'static> {
+        DeleteFacts {
+            namespace: "demo",
+            release: "web",
+            revision,
+            status,
+            namespace_terminating: false,
+            requester: ADMIN,
+            break_glass: None,
+        }
+    }
+
+    fn decide(revision: u32, status: Option<Status>, revisions: &[(u32, Status)]) -> Verdict {
+        decide_delete(
+            &facts(revision, status),
+            &history(revisions),
+            &PolicyConfig::default(),
+        )
+    }
+
+    /// (rule, revision deleted, its status, the history, allowed, reason)
+    type Row = (&'static str, u32, Option<Status>, &'static [(u32, Status)], bool, Reason);
+
+    /// One row per rule of POLICY.md, in its order.
+    #[test]
+    fn the_rules_of_policy_md() {
+        let table: [Row; 14] = [
+            (
+                "D3 undecodable",
+                3,
+                None,
+                &[(2, Superseded), (3, Deployed)],
+                true,
+                Reason::UndecodableRecord,
+            ),
+            (
+                "D4 only deployed, not latest",
+                3,
+                Some(Deployed),
+                &[(3, Deployed), (4, Failed)],
+                false,
+                Reason::LastDeployedRevision,
+            ),
+            (
+                "D4 does not hold while uninstalling",
+                3,
+                Some(Deployed),
+                &[(3, Deployed), (4, Uninstalling)],
+                true,
+                Reason::HistoryPruning,
+            ),
+            (
+                "D4 does not hold after uninstall",
+                3,
+                Some(Deployed),
+                &[(3, Deployed), (4, Uninstalled)],
+                true,
+                Reason::HistoryPruning,
+            ),
+            (
+                "D5 oldest superseded",
+                1,
+                Some(Superseded),
+                &[(1, Superseded), (2, Superseded), (3, Deployed)],
+                true,
+                Reason::HistoryPruning,
+            ),
+            (
+                "D5 one of two deployed",
+                1,
+                Some(Deployed),
+                &[(1, Deployed), (2, Deployed)],
+                true,
+                Reason::HistoryPruning,
+            ),
+            (
+                "D6 uninstalling",
+                2,
+                Some(Uninstalling),
+                &[(1, Superseded), (2, Uninstalling)],
+                true,
+                Reason::Uninstall,
+            ),
+            (
+                "D6 uninstalled",
+                1,
+                Some(Uninstalled),
+                &[(1, Uninstalled)],
+                true,
+                Reason::Uninstall,
+            ),
+            (
+                "D7 pending over deployed",
+                2,
+                Some(PendingUpgrade),
+                &[(1, Deployed), (2, PendingUpgrade)],
+                true,
+                Reason::StuckRevisionRecovery,
+            ),
+            (
+                "D7 failed with nothing before",
+                1,
+                Some(Failed),
+                &[(1, Failed)],
+                true,
+                Reason::StuckRevisionRecovery,
+            ),
+            (
+                "D8 latest deployed",
+                3,
+                Some(Deployed),
+                &[(2, Superseded), (3, Deployed)],
+                false,
+                Reason::LatestDeployedRevision,
+            ),
+            (
+                "D9 latest superseded",
+                1,
+                Some(Superseded),
+                &[(1, Superseded)],
+                false,
+                Reason::WouldOrphanRelease,
+            ),
+            (
+                "D9 failed over superseded",
+                4,
+                Some(Failed),
+                &[(3, Superseded), (4, Failed)],
+                false,
+                Reason::WouldOrphanRelease,
+            ),
+            (
+                "D9 unknown",
+                2,
+                Some(Unknown),
+                &[(1, Deployed), (2, Unknown)],
+                false,
+                Reason::WouldOrphanRelease,
+            ),
+        ];
+        for (rule, revision, status, revisions, allowed, reason) in table {
+            let verdict = decide(revision, status, revisions);
+            assert_eq!(
+                (verdict.allowed, verdict.reason),
+                (allowed, reason),
+                "{rule}: {verdict:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn d1_namespace_teardown_comes_first() {
+        let mut terminating = facts(3, Some(Deployed));
+        terminating.namespace_terminating = true;
+        let latest_deployed = history(&[(3, Deployed)]);
+        let verdict = decide_delete(&terminating, &latest_deployed, &PolicyConfig::default());
+        assert_eq!(
+            (verdict.allowed, verdict.reason),
+            (true, Reason::NamespaceTeardown)
+        );
+        for user in [
+            "system:serviceaccount:kube-system:namespace-controller",
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+        ] {
+            let mut gc = facts(3, Some(Deployed));
+            gc.requester = Requester {
+                username: user,
+                groups: &[],
+            };
+            assert_eq!(
+                decide_delete(&gc, &latest_deployed, &PolicyConfig::default()).reason,
+                Reason::NamespaceTeardown
+            );
+        }
+    }
+
+    #[test]
+    fn d2_break_glass_and_exemptions_carry_their_detail() {
+        let latest_deployed = history(&[(3, Deployed)]);
+        let mut glass = facts(3, Some(Deployed));
+        glass.break_glass = Some("INC-1234 restore from backup");
+        let verdict = decide_delete(&glass, &latest_deployed, &PolicyConfig::default());
+        assert_eq!((verdict.allowed, verdict.reason), (true, Reason::BreakGlass));
+        assert_eq!(verdict.detail.as_deref(), Some("INC-1234 restore from backup"));
+
+        let groups = ["platform-admins".to_owned()];
+        let mut member = facts(3, Some(Deployed));
+        member.requester = Requester {
+            username: "alice",
+            groups: &groups,
+        };
+        let config = PolicyConfig {
+            exempt_groups: vec!["platform-admins".into()],
+            ..PolicyConfig::default()
+        };
+        let verdict = decide_delete(&member, &latest_deployed, &config);
+        assert_eq!(
+            (verdict.reason, verdict.detail.as_deref()),
+            (Reason::Exempt, Some("group:platform-admins"))
+        );
+        let config = PolicyConfig {
+            exempt_users: vec!["alice".into()],
+            ..PolicyConfig::default()
+        };
+        assert_eq!(
+            decide_delete(&member, &latest_deployed, &config)
+                .detail
+                .as_deref(),
+            Some("user:alice")
+        );
+    }
+
+    #[test]
+    fn a_denial_says_which_revision_what_breaks_and_what_to_do() {
+        let verdict = decide(3, Some(Deployed), &[(2, Superseded), (3, Deployed)]);
+        let message = verdict.message.unwrap();
+        for needle in [
+            "revision 3",
+            "demo/web",
+            "revision 2 would become the latest and it is superseded",
+            "cannot re-use a name that is still in use",
+            "helm uninstall web -n demo",
+            "helm rollback web 2 -n demo",
+            "helm-guard.io/allow-delete",
+        ] {
+            assert!(message.contains(needle), "{needle:?} missing from {message}");
+        }
+    }
+
+    #[test]
+    fn the_only_deployed_revision_points_to_a_rollback_to_itself() {
+        let message = decide(3, Some(Deployed), &[(3, Deployed), (4, Failed)])
+            .message
+            .unwrap();
+        assert!(
+            message.contains("`helm rollback web 3 -n demo` first"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_last_revision_of_a_release_names_what_is_lost() {
+        let message = decide(1, Some(Superseded), &[(1, Superseded)]).message.unwrap();
+        assert!(message.contains("no revision would be left"), "{message}");
+    }
+
+    #[test]
+    fn stuck_recovery_warns_what_becomes_latest() {
+        let warning = decide(2, Some(PendingUpgrade), &[(1, Deployed), (2, PendingUpgrade)])
+            .message
+            .unwrap();
+        assert!(
+            warning.contains("revision 1 would become the latest and it is deployed"),
+            "{warning}"
+        );
+    }
+
+    #[test]
+    fn a_record_the_index_has_not_seen_yet_still_counts() {
+        // The index lags the request: the record being deleted is added to the history.
+        let verdict = decide(3, Some(Deployed), &[(2, Superseded)]);
+        assert_eq!(verdict.reason, Reason::LatestDeployedRevision);
+    }
+}

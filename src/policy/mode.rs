@@ -1,0 +1,151 @@
+//! enforce / warn / audit: what becomes of a verdict.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::verdict::Verdict;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Mode {
+    /// Deny what the policy denies.
+    #[default]
+    Enforce,
+    /// Allow, and send the would-be denial to the client as a warning and to the audit log.
+    Warn,
+    /// Allow, and record the would-be denial in the audit log and the guard's log only.
+    Audit,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Warn => "warn",
+            Mode::Audit => "audit",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "enforce" => Ok(Mode::Enforce),
+            "warn" => Ok(Mode::Warn),
+            "audit" => Ok(Mode::Audit),
+            other => Err(format!("`{other}` is not a mode (enforce, warn, audit)")),
+        }
+    }
+}
+
+/// The `decision` audit annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    Denied,
+    /// Would have been denied; let through by warn or audit mode.
+    Warned,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::Warned => "warned",
+        }
+    }
+}
+
+/// A verdict with the mode applied: what goes back to the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub allowed: bool,
+    pub decision: Decision,
+    pub mode: Mode,
+    /// The denial message (enforce) or nothing.
+    pub denial: Option<String>,
+    /// Admission warnings for the client.
+    pub warnings: Vec<String>,
+}
+
+pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
+    let message = verdict.message.clone();
+    match (verdict.allowed, mode) {
+        (true, _) => Outcome {
+            allowed: true,
+            decision: Decision::Allowed,
+            mode,
+            denial: None,
+            warnings: message.into_iter().collect(),
+        },
+        (false, Mode::Enforce) => Outcome {
+            allowed: false,
+            decision: Decision::Denied,
+            mode,
+            denial: message,
+            warnings: Vec::new(),
+        },
+        (false, Mode::Warn) => Outcome {
+            allowed: true,
+            decision: Decision::Warned,
+            mode,
+            denial: None,
+            warnings: message
+                .map(|m| format!("helm-guard (warn mode) would deny: {m}"))
+                .into_iter()
+                .collect(),
+        },
+        (false, Mode::Audit) => Outcome {
+            allowed: true,
+            decision: Decision::Warned,
+            mode,
+            denial: None,
+            warnings: Vec::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::verdict::Reason;
+
+    #[test]
+    fn a_denial_under_each_mode() {
+        let deny = Verdict::deny(Reason::LatestDeployedRevision, "no");
+        let enforce = apply_mode(&deny, Mode::Enforce);
+        assert_eq!(
+            (enforce.allowed, enforce.decision, enforce.denial.as_deref()),
+            (false, Decision::Denied, Some("no"))
+        );
+        let warn = apply_mode(&deny, Mode::Warn);
+        assert_eq!((warn.allowed, warn.decision), (true, Decision::Warned));
+        assert_eq!(
+            warn.warnings,
+            vec!["helm-guard (warn mode) would deny: no".to_owned()]
+        );
+        let audit = apply_mode(&deny, Mode::Audit);
+        assert_eq!(
+            (audit.allowed, audit.decision, audit.warnings.len()),
+            (true, Decision::Warned, 0)
+        );
+    }
+
+    #[test]
+    fn an_allowance_with_a_warning_keeps_it_in_every_mode() {
+        let warn = Verdict::warn(Reason::StuckRevisionRecovery, "revision 1 becomes the latest");
+        for mode in [Mode::Enforce, Mode::Warn, Mode::Audit] {
+            let outcome = apply_mode(&warn, mode);
+            assert_eq!((outcome.allowed, outcome.decision), (true, Decision::Allowed));
+            assert_eq!(outcome.warnings, vec!["revision 1 becomes the latest".to_owned()]);
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The helm-install pod mutation of POLICY.md "Mutating".
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::release::{Classification, Driver, ReleaseState};
+
+pub const CHART_LABEL: &str = "helmcharts.helm.cattle.io/chart";
+pub const STATE_ANNOTATION: &str = "helm-guard.io/release-state";
+pub const REVISION_ANNOTATION: &str = "helm-guard.io/release-revision";
+pub const ACTION_ANNOTATION: &str = "helm-guard.io/action";
+pub const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
+
+/// The first argument the helm-controller gives the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodCommand {
+    Install,
+    Delete,
+}
+
+/// A pod the K3s/RKE2 helm-controller made to install or delete a chart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelmInstallPod {
+    /// Index of the container that runs klipper-helm.
+    pub container: usize,
+    pub release: String,
+    pub namespace: String,
+    pub driver: Driver,
+    pub command: PodCommand,
+}
+
+impl HelmInstallPod {
+    /// Recognises a helm-install pod: the chart label, a container with env `NAME` and first
+    /// argument `install` or `delete`. `None` for any other pod, or a driver Helm would refuse.
+    pub fn from_pod(pod: &Value, request_namespace: &str) -> Option<HelmInstallPod> {
+        pod.pointer("/metadata/labels")?.get(CHART_LABEL)?;
+        let containers = pod.pointer("/spec/containers")?.as_array()?;
+        containers.iter().enumerate().find_map(|(index, container)| {
+            let command = match container.pointer("/args/0")?.as_str()? {
+                "install" => PodCommand::Install,
+                "delete" => PodCommand::Delete,
+                _ => return None,
+            };
+            let env = |name: &str| -> Option<&str> {
+                container
+                    .get("env")?
+                    .as_array()?
+                    .iter()
+                    .find(|e| e["name"] == name)?
+                    .get("value")?
+                    .as_str()
+            };
+            let release = env("NAME").filter(|n| !n.is_empty())?;
+            let namespace = env("TARGET_NAMESPACE")
+                .filter(|n| !n.is_empty())
+                .or_else(|| pod.pointer("/metadata/namespace")?.as_str())
+                .unwrap_or(request_namespace);
+            Some(HelmInstallPod {
+                container: index,
+                release: release.to_owned(),
+                namespace: namespace.to_owned(),
+                driver: Driver::from_helm_driver(env("HELM_DRIVER").unwrap_or_default())?,
+                command,
+            })
+        })
+    }
+}
+
+/// Whether helm-guard already annotated this pod (a reinvocation, or a pod made from a mutated
+/// template): it is not patched twice.
+pub fn already_annotated(pod: &Value) -> bool {
+    pod.pointer("/metadata/annotations")
+        .and_then(|a| a.get(STATE_ANNOTATION))
+        .is_some()
+}
+
+/// What to do to the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPlan {
+    pub annotations: BTreeMap<String, String>,
+    /// Replace the first argument `install` with `upgrade`.
+    pub rewrite_to_upgrade: bool,
+    pub action: &'static str,
+}
+
+/// Plans the mutation from the release's classification.
+pub fn plan(pod: &HelmInstallPod, release: &Classification) -> PodPlan {
+    let rewrite_to_upgrade =
+        release.state == ReleaseState::OrphanedSuperseded && pod.command == PodCommand::Install;
+    // What klipper-helm's entry script does with each state (PROBLEM.md), after the rewrite.
+    let action = match (pod.command, release.state) {
+        (PodCommand::Delete, _) => "delete",
+        (PodCommand::Install, _) if rewrite_to_upgrade => "upgrade",
+        (PodCommand::Install, ReleaseState::Healthy) => "upgrade",
+        (
+            PodCommand::Install,
+            ReleaseState::PendingInstall | ReleaseState::PendingUpgrade | ReleaseState::PendingRollback,
+        ) => "reset-pending-and-retry",
+        (PodCommand::Install, ReleaseState::Failed) => "reinstall",
+        (PodCommand::Install, _) => "install",
+    };
+    let mut annotations = BTreeMap::from([
+        (STATE_ANNOTATION.to_owned(), release.state.as_str().to_owned()),
+        (ACTION_ANNOTATION.to_owned(), action.to_owned()),
+    ]);
+    if let Some(revision) = release.revision {
+        annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_string());
+    }
+    if rewrite_to_upgrade {
+        annotations.insert(REWRITTEN_ANNOTATION.to_owned(), "install".to_owned());
+    }
+    PodPlan {
+        annotations,
+        rewrite_to_upgrade,
+        action,
+    }
+}
+
+/// The pod with the plan applied.
+pub fn apply(pod: &Value, target: &HelmInstallPod, plan: &PodPlan) -> Value {
+    let mut pod = pod.clone();
+    if !pod["metadata"]["annotations"].is_object() {
+        pod["metadata"]["annotations"] = Value::Object(Default::default());
+    }
+    for (key, value) in &plan.annotations {
+        pod["metadata"]["annotations"][key] = Value::String(value.clone());
+    }
+    if plan.rewrite_to_upgrade {
+        pod["spec"]["containers"][target.container]["args"][0] = Value::String("upgrade".to_owned());
+    }
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::Status;
+    use crate::release::history::{PayloadStatus, RevisionFacts, classify};
+    use serde_json::json;
+
+    fn pod(first_arg: &str, env: Value) -> Value {
+        json!({
+            "metadata": {"namespace": "kube-system", "labels": {CHART_LABEL: "web"}},
+            "spec": {"containers": [
+                {"name": "sidecar", "args": ["serve"]},
+                {"name": "helm", "args": [first_arg, "--namespace", "demo"], "env": env}
+            ]}
+        })
+    }
+
+    fn state(revisions: &[(u32, Status)]) -> Classification {
+        let facts: Vec<RevisionFacts> = revisions
+            .iter()
+            .map(|&(revision, s)| RevisionFacts {
+                revision,
+                payload: PayloadStatus::Decoded(s),
+                label: Some(s),
+                changed_at: None,
+            })
+            .collect();
+        classify(&facts, 0, 900)
+    }
+
+    #[test]
+    fn recognises_release_namespace_and_driver_from_env() {
+        let env = json!([{"name": "NAME", "value": "web"}, {"name": "TARGET_NAMESPACE", "value": "demo"}, {"name": "HELM_DRIVER", "value": "configmaps"}]);
+        let found = HelmInstallPod::from_pod(&pod("install", env), "kube-system").unwrap();
+        assert_eq!(
+            (found.container, found.release.as_str(), found.namespace.as_str()),
+            (1, "web", "demo")
+        );
+        assert_eq!(
+            (found.driver, found.command),
+            (Driver::ConfigMap, PodCommand::Install)
+        );
+
+        let defaults =
+            HelmInstallPod::from_pod(&pod("delete", json!([{"name": "NAME", "value": "web"}])), "x").unwrap();
+        assert_eq!(
+            (defaults.namespace.as_str(), defaults.driver, defaults.command),
+            ("kube-system", Driver::Secret, PodCommand::Delete)
+        );
+    }
+
+    #[test]
+    fn other_pods_are_not_helm_install_pods() {
+        let env = json!([{"name": "NAME", "value": "web"}]);
+        assert!(HelmInstallPod::from_pod(&pod("upgrade", env.clone()), "x").is_none());
+        assert!(HelmInstallPod::from_pod(&pod("install", json!([])), "x").is_none());
+        let mut unlabelled = pod("install", env.clone());
+        unlabelled["metadata"]["labels"] = json!({});
+        assert!(HelmInstallPod::from_pod(&unlabelled, "x").is_none());
+        let weird_driver = json!([{"name": "NAME", "value": "web"}, {"name": "HELM_DRIVER", "value": "sql"}]);
+        assert!(HelmInstallPod::from_pod(&pod("install", weird_driver), "x").is_none());
+    }
+
+    #[test]
+    fn only_an_orphaned_superseded_install_is_rewritten() {
+        let target =
+            HelmInstallPod::from_pod(&pod("install", json!([{"name": "NAME", "value": "web"}])), "demo")
+                .unwrap();
+        type Row = (&'static [(u32, Status)], bool, &'static str);
+        let table: [Row; 5] = [
+            (
+                &[(1, Status::Superseded), (2, Status::Superseded)],
+                true,
+                "upgrade",
+            ),
+            (&[(2, Status::Deployed)], false, "upgrade"),
+            (&[(2, Status::Deployed), (3, Status::Failed)], false, "reinstall"),
+            (&[(1, Status::PendingInstall)], false, "reset-pending-and-retry"),
+            (&[], false, "install"),
+        ];
+        for (revisions, rewrite, action) in table {
+            let plan = plan(&target, &state(revisions));
+            assert_eq!(
+                (plan.rewrite_to_upgrade, plan.action),
+                (rewrite, action),
+                "{revisions:?}"
+            );
+            assert_eq!(plan.annotations.contains_key(REWRITTEN_ANNOTATION), rewrite);
+        }
+        let delete = HelmInstallPod {
+            command: PodCommand::Delete,
+            ..target
+        };
+        assert!(!plan(&delete, &state(&[(1, Status::Superseded)])).rewrite_to_upgrade);
+    }
+
+    #[test]
+    fn applying_the_plan_rewrites_only_the_helm_container() {
+        let original = pod("install", json!([{"name": "NAME", "value": "web"}]));
+        let target = HelmInstallPod::from_pod(&original, "demo").unwrap();
+        let plan = plan(&target, &state(&[(1, Status::Superseded)]));
+        let mutated = apply(&original, &target, &plan);
+        assert_eq!(
+            mutated["spec"]["containers"][1]["args"],
+            json!(["upgrade", "--namespace", "demo"])
+        );
+        assert_eq!(mutated["spec"]["containers"][0]["args"], json!(["serve"]));
+        assert_eq!(
+            mutated["metadata"]["annotations"][STATE_ANNOTATION],
+            "orphaned-superseded"
+        );
+        assert_eq!(mutated["metadata"]["annotations"][REVISION_ANNOTATION], "1");
+        assert!(already_annotated(&mutated) && !already_annotated(&original));
+    }
+}

@@ -1,0 +1,134 @@
+//! A rule's verdict and the reason codes of POLICY.md.
+
+use std::fmt;
+
+/// The reason codes of POLICY.md, plus the codes for requests no rule is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    NamespaceTeardown,
+    BreakGlass,
+    Exempt,
+    UndecodableRecord,
+    LastDeployedRevision,
+    HistoryPruning,
+    Uninstall,
+    StuckRevisionRecovery,
+    LatestDeployedRevision,
+    WouldOrphanRelease,
+    IdentityLabelChange,
+    StatusLabelMismatch,
+    PayloadCorruption,
+    HelmUpdate,
+    HelmCreate,
+    NotAReleaseRecord,
+    /// A pod that is not a helm-install pod.
+    NotAHelmInstallPod,
+    /// A helm-install pod admitted unchanged because the release state cannot be seen.
+    ReleaseStateUnavailable,
+    /// A helm-install pod annotated (and perhaps rewritten).
+    ReleaseStateAnnotated,
+    /// A helm-install pod that already carries helm-guard's annotations.
+    AlreadyAnnotated,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 20] = [
+        Reason::NamespaceTeardown,
+        Reason::BreakGlass,
+        Reason::Exempt,
+        Reason::UndecodableRecord,
+        Reason::LastDeployedRevision,
+        Reason::HistoryPruning,
+        Reason::Uninstall,
+        Reason::StuckRevisionRecovery,
+        Reason::LatestDeployedRevision,
+        Reason::WouldOrphanRelease,
+        Reason::IdentityLabelChange,
+        Reason::StatusLabelMismatch,
+        Reason::PayloadCorruption,
+        Reason::HelmUpdate,
+        Reason::HelmCreate,
+        Reason::NotAReleaseRecord,
+        Reason::NotAHelmInstallPod,
+        Reason::ReleaseStateUnavailable,
+        Reason::ReleaseStateAnnotated,
+        Reason::AlreadyAnnotated,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NamespaceTeardown => "namespace-teardown",
+            Reason::BreakGlass => "break-glass",
+            Reason::Exempt => "exempt",
+            Reason::UndecodableRecord => "undecodable-record",
+            Reason::LastDeployedRevision => "last-deployed-revision",
+            Reason::HistoryPruning => "history-pruning",
+            Reason::Uninstall => "uninstall",
+            Reason::StuckRevisionRecovery => "stuck-revision-recovery",
+            Reason::LatestDeployedRevision => "latest-deployed-revision",
+            Reason::WouldOrphanRelease => "would-orphan-release",
+            Reason::IdentityLabelChange => "identity-label-change",
+            Reason::StatusLabelMismatch => "status-label-mismatch",
+            Reason::PayloadCorruption => "payload-corruption",
+            Reason::HelmUpdate => "helm-update",
+            Reason::HelmCreate => "helm-create",
+            Reason::NotAReleaseRecord => "not-a-release-record",
+            Reason::NotAHelmInstallPod => "not-a-helm-install-pod",
+            Reason::ReleaseStateUnavailable => "release-state-unavailable",
+            Reason::ReleaseStateAnnotated => "release-state-annotated",
+            Reason::AlreadyAnnotated => "already-annotated",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a rule says, before the mode is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub reason: Reason,
+    /// For a denial: what, why, and what to do instead. For an allowance: a warning, if any.
+    pub message: Option<String>,
+    /// Free text that goes to the audit annotations (the break-glass reason, the exempt identity).
+    pub detail: Option<String>,
+}
+
+impl Verdict {
+    pub fn allow(reason: Reason) -> Verdict {
+        Verdict {
+            allowed: true,
+            reason,
+            message: None,
+            detail: None,
+        }
+    }
+
+    pub fn warn(reason: Reason, warning: impl Into<String>) -> Verdict {
+        Verdict {
+            allowed: true,
+            reason,
+            message: Some(warning.into()),
+            detail: None,
+        }
+    }
+
+    pub fn deny(reason: Reason, message: impl Into<String>) -> Verdict {
+        Verdict {
+            allowed: false,
+            reason,
+            message: Some(message.into()),
+            detail: None,
+        }
+    }
+
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Verdict {
+        self.detail = Some(detail.into());
+        self
+    }
+}

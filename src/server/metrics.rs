@@ -1,0 +1,164 @@
+//! Prometheus metrics (prometheus-client), served on `/metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::cluster::ReleaseIndex;
+use crate::release::ReleaseState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub webhook: &'static str,
+    pub operation: String,
+    pub decision: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub webhook: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectedLabels {
+    pub webhook: &'static str,
+    pub error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    latency: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    rejected: Family<RejectedLabels, Counter>,
+    tls_reloads: Family<ResultLabels, Counter>,
+    releases: Family<StateLabels, Gauge>,
+    revisions: Gauge,
+    pub watch_restarts: Counter,
+    seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::with_prefix("helm_guard");
+        let decisions = Family::default();
+        registry.register(
+            "admission_decisions",
+            "Admission decisions by webhook, operation, decision and reason",
+            decisions.clone(),
+        );
+        let latency = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "admission_duration_seconds",
+            "Time to decide one admission request",
+            latency.clone(),
+        );
+        let rejected = Family::default();
+        registry.register(
+            "admission_rejected_requests",
+            "Requests answered with an HTTP error (bad JSON, too large, ...)",
+            rejected.clone(),
+        );
+        let tls_reloads = Family::default();
+        registry.register(
+            "tls_reloads",
+            "Certificate reloads by result",
+            tls_reloads.clone(),
+        );
+        let releases = Family::default();
+        registry.register("releases", "Releases in the index by state", releases.clone());
+        let revisions = Gauge::default();
+        registry.register(
+            "revisions_indexed",
+            "Release revisions held in the index",
+            revisions.clone(),
+        );
+        let watch_restarts = Counter::default();
+        registry.register(
+            "watch_restarts",
+            "Times a watch failed and re-listed",
+            watch_restarts.clone(),
+        );
+        let seconds_since_sync = Gauge::default();
+        registry.register(
+            "seconds_since_last_sync",
+            "Seconds since the index last heard from its source",
+            seconds_since_sync.clone(),
+        );
+        Arc::new(Metrics {
+            registry,
+            decisions,
+            latency,
+            rejected,
+            tls_reloads,
+            releases,
+            revisions,
+            watch_restarts,
+            seconds_since_sync,
+        })
+    }
+
+    pub fn decision(&self, labels: DecisionLabels, took: Duration) {
+        self.latency
+            .get_or_create(&WebhookLabels {
+                webhook: labels.webhook,
+            })
+            .observe(took.as_secs_f64());
+        self.decisions.get_or_create(&labels).inc();
+    }
+
+    pub fn rejected(&self, webhook: &'static str, error: &'static str) {
+        self.rejected
+            .get_or_create(&RejectedLabels { webhook, error })
+            .inc();
+    }
+
+    pub fn tls_reload(&self, ok: bool) {
+        self.tls_reloads
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "error" },
+            })
+            .inc();
+    }
+
+    /// Renders the metrics, refreshing the index gauges first.
+    pub fn render(&self, index: &ReleaseIndex, stuck_after_secs: i64, seconds_since_sync: f64) -> String {
+        let now = jiff::Timestamp::now().as_second();
+        let classified = index.classify_all(now, stuck_after_secs);
+        for state in ReleaseState::ALL {
+            let count = classified.iter().filter(|(_, c)| c.state == state).count();
+            self.releases
+                .get_or_create(&StateLabels {
+                    state: state.as_str(),
+                })
+                .set(count as i64);
+        }
+        self.revisions.set(index.revision_count() as i64);
+        self.seconds_since_sync.set(seconds_since_sync);
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,167 @@
+//! The HTTPS server the API server calls, and the plain-HTTP metrics and health listener.
+//!
+//! [`start`] binds both listeners and returns a [`Running`] server; [`routes`] holds the
+//! handlers, [`tls`] the certificate and its reload, [`metrics`] the Prometheus registry.
+
+pub mod metrics;
+pub mod routes;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum_server::Handle;
+use tokio::task::JoinHandle;
+
+use crate::admission::Admission;
+pub use metrics::Metrics;
+pub use tls::TlsFiles;
+
+/// Listener settings.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub metrics_listen: SocketAddr,
+    pub tls: TlsFiles,
+    /// How often the certificate files are checked for changes.
+    pub tls_reload_every: Duration,
+    /// Largest request body accepted; larger gets 413.
+    pub max_body_bytes: usize,
+    /// After SIGTERM: how long to stay up unready, so endpoints drop this pod before it stops.
+    pub shutdown_delay: Duration,
+    /// After that: how long in-flight requests may take to finish.
+    pub shutdown_grace: Duration,
+}
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    pub admission: Admission,
+    pub metrics: Arc<Metrics>,
+    pub max_body_bytes: usize,
+    shutting_down: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(admission: Admission, metrics: Arc<Metrics>, max_body_bytes: usize) -> AppState {
+        AppState {
+            admission,
+            metrics,
+            max_body_bytes,
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// Ready: the index has a complete view and the server is not shutting down.
+    pub fn is_ready(&self) -> bool {
+        self.admission.index.is_ready() && !self.shutting_down.load(Ordering::Acquire)
+    }
+}
+
+/// A started server.
+#[derive(Debug)]
+pub struct Running {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub state: Arc<AppState>,
+    settings: ServerSettings,
+    handle: Handle<SocketAddr>,
+    metrics_shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Binds the HTTPS and metrics listeners and starts serving.
+pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Result<Running> {
+    let tls_config = tls::load(&settings.tls)?;
+    let handle: Handle<SocketAddr> = Handle::new();
+    let mut tasks = Vec::new();
+
+    let server = axum_server::bind_rustls(settings.listen, tls_config.clone()).handle(handle.clone());
+    let app = routes::webhook_router(state.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(error) = server.serve(app.into_make_service()).await {
+            tracing::error!(%error, "HTTPS server stopped");
+        }
+    }));
+    let addr = handle
+        .listening()
+        .await
+        .with_context(|| format!("binding {}", settings.listen))?;
+
+    tasks.push(tokio::spawn(tls::reload_on_change(
+        settings.tls.clone(),
+        tls_config,
+        settings.tls_reload_every,
+        state.metrics.clone(),
+    )));
+
+    let metrics_listener = tokio::net::TcpListener::bind(settings.metrics_listen)
+        .await
+        .with_context(|| format!("binding the metrics listener {}", settings.metrics_listen))?;
+    let metrics_addr = metrics_listener.local_addr()?;
+    let (metrics_shutdown, mut stop) = tokio::sync::watch::channel(false);
+    let metrics_app = routes::metrics_router(state.clone());
+    tasks.push(tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        };
+        if let Err(error) = axum::serve(metrics_listener, metrics_app)
+            .with_graceful_shutdown(stopped)
+            .await
+        {
+            tracing::error!(%error, "metrics server stopped");
+        }
+    }));
+    tracing::info!(%addr, %metrics_addr, "serving");
+    Ok(Running {
+        addr,
+        metrics_addr,
+        state,
+        settings,
+        handle,
+        metrics_shutdown,
+        tasks,
+    })
+}
+
+impl Running {
+    /// Stops being ready, waits `shutdown_delay`, lets in-flight requests finish (up to
+    /// `shutdown_grace`), then stops.
+    pub async fn shutdown(self) {
+        self.state.shutting_down.store(true, Ordering::Release);
+        tracing::info!(delay = ?self.settings.shutdown_delay, "shutting down: no longer ready");
+        tokio::time::sleep(self.settings.shutdown_delay).await;
+        self.handle.graceful_shutdown(Some(self.settings.shutdown_grace));
+        let _ = self.metrics_shutdown.send(true);
+        let mut tasks = self.tasks.into_iter();
+        // The first two tasks are the servers; the reloader never ends and is aborted.
+        if let Some(https) = tasks.next() {
+            let _ = https.await;
+        }
+        for task in tasks {
+            task.abort();
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn termination() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,131 @@
+//! HTTP routes: the two webhooks, health, readiness and metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+
+use super::AppState;
+use super::metrics::DecisionLabels;
+use crate::admission::{Webhook, review};
+
+/// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
+/// either port.
+pub fn webhook_router(state: Arc<AppState>) -> Router {
+    let webhooks = Router::new()
+        .route("/validate", post(validate))
+        .route("/mutate", post(mutate))
+        .with_state(state.clone());
+    webhooks.merge(metrics_router(state))
+}
+
+/// Health, readiness and metrics on plain HTTP.
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn validate(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    admit(state, Webhook::Validate, body).await
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    admit(state, Webhook::Mutate, body).await
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": message.into(), "code": status.as_u16()})),
+    )
+        .into_response()
+}
+
+async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
+    let started = Instant::now();
+    let bytes = match to_bytes(body, state.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            state.metrics.rejected(webhook.as_str(), "too-large");
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request body is larger than {} bytes (--max-body-bytes)",
+                    state.max_body_bytes
+                ),
+            );
+        }
+    };
+    // Decoding a multi-MiB payload is CPU work: keep it off the async workers so one large or
+    // hostile request does not stall the others.
+    let worker = state.clone();
+    let decided = tokio::task::spawn_blocking(move || {
+        let request = review::parse(&bytes)?;
+        Ok::<_, review::ReviewError>(worker.admission.review(webhook, &request))
+    })
+    .await;
+    match decided {
+        Ok(Ok(reviewed)) => {
+            state.metrics.decision(
+                DecisionLabels {
+                    webhook: webhook.as_str(),
+                    operation: reviewed.entry.operation.clone(),
+                    decision: reviewed.entry.decision,
+                    reason: reviewed.entry.reason.as_str(),
+                },
+                started.elapsed(),
+            );
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                review::encode(reviewed.response),
+            )
+                .into_response()
+        }
+        Ok(Err(bad)) => {
+            state.metrics.rejected(webhook.as_str(), "bad-request");
+            tracing::warn!(webhook = webhook.as_str(), error = %bad, "rejected a request that is not an AdmissionReview v1");
+            error(StatusCode::BAD_REQUEST, bad.to_string())
+        }
+        Err(panic) => {
+            state.metrics.rejected(webhook.as_str(), "internal");
+            tracing::error!(webhook = webhook.as_str(), error = %panic, "deciding a request failed");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "helm-guard failed to decide this request",
+            )
+        }
+    }
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.is_ready() {
+        "ready".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let admission = &state.admission;
+    let since_sync = admission.index.since_sync().map_or(f64::NAN, |d| d.as_secs_f64());
+    let text = state
+        .metrics
+        .render(&admission.index, admission.config.stuck_after_secs(), since_sync);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
