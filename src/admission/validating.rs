@@ -32,7 +32,12 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
     let (old_record, new_record) = (as_record(&old), as_record(&new));
 
     let outcome = match (driver, &request.operation) {
-        (Some(driver), Operation::Delete) => match old_record.or_else(|| record_from_name(request, driver)) {
+        // Without an oldObject (API servers before 1.15) the object name still tells the record.
+        (Some(driver), Operation::Delete) => match if old.is_some() {
+            old_record
+        } else {
+            record_from_name(request, driver)
+        } {
             Some(record) => delete(
                 admission,
                 request,
@@ -103,7 +108,7 @@ fn not_a_record(entry: &mut LedgerEntry) -> Outcome {
     )
 }
 
-/// With no oldObject (API servers before 1.15), the object name still tells the record.
+/// A record known only by its object name; its status comes from the index.
 fn record_from_name(request: &AdmissionRequest<DynamicObject>, driver: Driver) -> Option<Record> {
     let (release, revision) = parse_object_name(&request.name)?;
     let namespace = request.namespace.clone().unwrap_or_default();

@@ -185,7 +185,14 @@ mod tests {
     }
 
     /// (rule, revision deleted, its status, the history, allowed, reason)
-    type Row = (&'static str, u32, Option<Status>, &'static [(u32, Status)], bool, Reason);
+    type Row = (
+        &'static str,
+        u32,
+        Option<Status>,
+        &'static [(u32, Status)],
+        bool,
+        Reason,
+    );
 
     /// One row per rule of POLICY.md, in its order.
     #[test]

@@ -75,7 +75,7 @@ pub struct Running {
 
 /// Binds the HTTPS and metrics listeners and starts serving.
 pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Result<Running> {
-    let tls_config = tls::load(&settings.tls)?;
+    let (tls_config, loaded_pem) = tls::load(&settings.tls)?;
     let handle: Handle<SocketAddr> = Handle::new();
     let mut tasks = Vec::new();
 
@@ -94,6 +94,7 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
     tasks.push(tokio::spawn(tls::reload_on_change(
         settings.tls.clone(),
         tls_config,
+        loaded_pem,
         settings.tls_reload_every,
         state.metrics.clone(),
     )));

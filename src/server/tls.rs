@@ -46,11 +46,21 @@ fn read(files: &TlsFiles) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
     Ok((cert, key))
 }
 
+/// The files as last loaded, to tell a change from the same content read again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedPem {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
 /// Loads the files once; an error here stops the server from starting.
-pub fn load(files: &TlsFiles) -> anyhow::Result<RustlsConfig> {
+pub fn load(files: &TlsFiles) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
     let (cert, key) = read(files)?;
     let config = server_config(&cert, &key).with_context(|| describe(files))?;
-    Ok(RustlsConfig::from_config(Arc::new(config)))
+    Ok((
+        RustlsConfig::from_config(Arc::new(config)),
+        LoadedPem { cert, key },
+    ))
 }
 
 fn describe(files: &TlsFiles) -> String {
@@ -60,26 +70,31 @@ fn describe(files: &TlsFiles) -> String {
 /// Polls the files and swaps the configuration when they change. A half-written pair (the
 /// certificate updated, the key not yet) fails to load and is retried on the next poll while the
 /// old certificate keeps serving.
-pub async fn reload_on_change(files: TlsFiles, config: RustlsConfig, every: Duration, metrics: Arc<Metrics>) {
-    let mut current = read(&files).ok();
+pub async fn reload_on_change(
+    files: TlsFiles,
+    config: RustlsConfig,
+    mut current: LoadedPem,
+    every: Duration,
+    metrics: Arc<Metrics>,
+) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         let fresh = match read(&files) {
-            Ok(fresh) => fresh,
+            Ok((cert, key)) => LoadedPem { cert, key },
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "TLS files unreadable; keeping the current certificate");
                 continue;
             }
         };
-        if current.as_ref() == Some(&fresh) {
+        if current == fresh {
             continue;
         }
-        match server_config(&fresh.0, &fresh.1) {
+        match server_config(&fresh.cert, &fresh.key) {
             Ok(new_config) => {
                 config.reload_from_config(Arc::new(new_config));
-                current = Some(fresh);
+                current = fresh;
                 metrics.tls_reload(true);
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
             }
@@ -88,5 +103,16 @@ pub async fn reload_on_change(files: TlsFiles, config: RustlsConfig, every: Dura
                 tracing::warn!(error = %format!("{error:#}"), "new TLS files do not load; keeping the current certificate");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn garbage_pem_is_an_error() {
+        let bad = b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
+        let result = super::server_config(bad, b"");
+        assert!(result.is_err());
+        assert!(format!("{:#}", result.unwrap_err()).contains("reading the certificate PEM"));
     }
 }

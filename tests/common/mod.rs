@@ -2,6 +2,8 @@
 //! another status or revision.
 #![allow(dead_code)] // each test binary uses its own subset of these helpers
 
+pub mod guard;
+
 use std::path::{Path, PathBuf};
 
 use helm_guard::release::codec::{
@@ -123,4 +125,64 @@ pub fn write_temp(dir: &tempfile::TempDir, name: &str, value: &Value) -> PathBuf
     let path = dir.path().join(name);
     std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
     path
+}
+
+/// A real AdmissionReview used as a template, with its uid replaced so each request is distinct.
+fn template(relative: &str) -> Value {
+    let mut review = fixture(relative);
+    review["request"]["uid"] = json!(format!("test-{}", next_uid()));
+    review
+}
+
+fn next_uid() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+const DELETE_TEMPLATE: &str =
+    "admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json";
+const UPDATE_TEMPLATE: &str =
+    "admission/01-helm4-install-upgrade/002-validate-update-secret-sh.helm.release.v1.web.v1.json";
+const CONFIGMAP_UPDATE_TEMPLATE: &str = "admission/07-configmap-driver-install-upgrade/016-validate-update-configmap-sh.helm.release.v1.api.v1.json";
+
+fn point_at(review: &mut Value, object: &Value) {
+    review["request"]["name"] = object["metadata"]["name"].clone();
+    review["request"]["namespace"] = object["metadata"]["namespace"].clone();
+}
+
+/// The real DELETE request the API server sent, carrying another record.
+pub fn delete_review(old_object: &Value) -> Value {
+    let mut review = template(DELETE_TEMPLATE);
+    point_at(&mut review, old_object);
+    review["request"]["oldObject"] = old_object.clone();
+    review
+}
+
+/// The real UPDATE request the API server sent (Secret or ConfigMap), carrying other objects.
+pub fn update_review(old_object: &Value, new_object: &Value) -> Value {
+    let mut review = template(if old_object["kind"] == "ConfigMap" {
+        CONFIGMAP_UPDATE_TEMPLATE
+    } else {
+        UPDATE_TEMPLATE
+    });
+    point_at(&mut review, old_object);
+    review["request"]["oldObject"] = old_object.clone();
+    review["request"]["object"] = new_object.clone();
+    review
+}
+
+/// A fixture request, as sent (fresh uid).
+pub fn review(relative: &str) -> Value {
+    template(relative)
+}
+
+pub fn as_user(mut review: Value, username: &str, groups: &[&str]) -> Value {
+    review["request"]["userInfo"] = json!({"username": username, "groups": groups});
+    review
+}
+
+pub fn dry_run(mut review: Value) -> Value {
+    review["request"]["dryRun"] = json!(true);
+    review
 }

@@ -1,0 +1,239 @@
+//! An in-process helm-guard on an ephemeral port with a throwaway CA, and a real HTTPS client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use helm_guard::admission::Admission;
+use helm_guard::cli::certs::{CertBundle, generate, write};
+use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
+use helm_guard::policy::{Mode, PolicyConfig};
+use helm_guard::release::DecodeLimits;
+use helm_guard::server::{self, AppState, Metrics, Running, ServerSettings, TlsFiles};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio_rustls::rustls;
+
+pub struct Options {
+    pub snapshot: Vec<Value>,
+    pub mode: Mode,
+    pub exempt_users: Vec<String>,
+    pub exempt_groups: Vec<String>,
+    pub ready: bool,
+    pub max_body_bytes: usize,
+    pub tls_reload_every: Duration,
+    pub shutdown_delay: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            snapshot: Vec::new(),
+            mode: Mode::Enforce,
+            exempt_users: Vec::new(),
+            exempt_groups: Vec::new(),
+            ready: true,
+            max_body_bytes: 8 * 1024 * 1024,
+            tls_reload_every: Duration::from_secs(3600),
+            shutdown_delay: Duration::ZERO,
+        }
+    }
+}
+
+pub struct Guard {
+    pub running: Option<Running>,
+    pub client: HttpsClient,
+    pub dir: tempfile::TempDir,
+    pub index: Arc<ReleaseIndex>,
+}
+
+pub fn localhost_bundle() -> CertBundle {
+    generate(&["localhost".to_owned(), "127.0.0.1".to_owned()], 1).unwrap()
+}
+
+impl Guard {
+    pub async fn start(options: Options) -> Guard {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = localhost_bundle();
+        write(&bundle, &dir.path().join("certs"), true).unwrap();
+        let snapshot_path = dir.path().join("snapshot.json");
+        std::fs::write(
+            &snapshot_path,
+            serde_json::to_vec(&super::list(options.snapshot)).unwrap(),
+        )
+        .unwrap();
+
+        let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+        snapshot::load(&index, &snapshot_path, DecodeLimits::default()).unwrap();
+        index.set_ready(options.ready);
+        let admission = Admission {
+            index: index.clone(),
+            config: PolicyConfig {
+                default_mode: options.mode,
+                exempt_users: options.exempt_users,
+                exempt_groups: options.exempt_groups,
+                ..PolicyConfig::default()
+            },
+            limits: DecodeLimits::default(),
+        };
+        let state = Arc::new(AppState::new(admission, Metrics::new(), options.max_body_bytes));
+        let settings = ServerSettings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_listen: "127.0.0.1:0".parse().unwrap(),
+            tls: TlsFiles {
+                cert: dir.path().join("certs/tls.crt"),
+                key: dir.path().join("certs/tls.key"),
+            },
+            tls_reload_every: options.tls_reload_every,
+            max_body_bytes: options.max_body_bytes,
+            shutdown_delay: options.shutdown_delay,
+            shutdown_grace: Duration::from_secs(5),
+        };
+        let running = server::start(settings, state).await.unwrap();
+        let client = HttpsClient::new(running.addr, &bundle.ca_pem);
+        Guard {
+            running: Some(running),
+            client,
+            dir,
+            index,
+        }
+    }
+
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().unwrap()
+    }
+
+    /// Posts an AdmissionReview and returns its `response`, checking the envelope.
+    pub async fn review(&self, path: &str, review: &Value) -> Value {
+        let (status, body) = self.client.post(path, serde_json::to_vec(review).unwrap()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(answer["kind"], "AdmissionReview");
+        let response = answer["response"].clone();
+        assert_eq!(
+            response["uid"], review["request"]["uid"],
+            "the response carries the request's uid"
+        );
+        response
+    }
+
+    pub async fn validate(&self, review: &Value) -> Value {
+        self.review("/validate?timeout=5s", review).await
+    }
+
+    pub async fn metrics_get(&self, path: &str) -> (u16, String) {
+        let addr = self.running().metrics_addr;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = hyper::Request::get(path)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// A TLS client that trusts one CA.
+#[derive(Clone)]
+pub struct HttpsClient {
+    pub addr: SocketAddr,
+    pub config: Arc<rustls::ClientConfig>,
+}
+
+pub fn client_config(ca_pem: &str, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+pub type Connection = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+impl HttpsClient {
+    pub fn new(addr: SocketAddr, ca_pem: &str) -> HttpsClient {
+        HttpsClient {
+            addr,
+            config: client_config(ca_pem, &[b"http/1.1"]),
+        }
+    }
+
+    pub async fn tls(&self) -> std::io::Result<Connection> {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(name, tcp)
+            .await
+    }
+
+    /// A new HTTP/1.1 connection.
+    pub async fn connect(&self) -> SendRequest<Full<Bytes>> {
+        let tls = self.tls().await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    pub async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        let mut sender = self.connect().await;
+        send(&mut sender, "POST", path, body).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Vec<u8>) {
+        let mut sender = self.connect().await;
+        send(&mut sender, "GET", path, Vec::new()).await
+    }
+}
+
+pub async fn send(
+    sender: &mut SendRequest<Full<Bytes>>,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, Vec<u8>) {
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.into_body().collect().await.unwrap().to_bytes().to_vec(),
+    )
+}
+
+/// The certificate the server presented on a connection.
+pub fn peer_certificate(connection: &Connection) -> Vec<u8> {
+    connection.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+pub fn pem_to_der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+}

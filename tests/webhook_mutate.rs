@@ -1,0 +1,169 @@
+//! The mutating webhook on the real helm-install pod the job controller created (fixture 17).
+
+mod common;
+
+use base64::Engine as _;
+use common::guard::{Guard, Options};
+use common::*;
+use serde_json::{Value, json};
+
+const POD: &str = "admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json";
+
+async fn mutate(guard: &Guard, review: &Value) -> (Value, Option<Value>) {
+    let response = guard.review("/mutate?timeout=5s", review).await;
+    assert_eq!(response["allowed"], true, "a pod is never denied");
+    let patched = response.get("patch").map(|patch| {
+        assert_eq!(response["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(patch.as_str().expect("patch is a base64 string"))
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let mut pod = review["request"]["object"].clone();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        pod
+    });
+    (response, patched)
+}
+
+fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
+    history(&helm4_secret(), revisions)
+}
+
+#[tokio::test]
+async fn an_orphaned_superseded_release_gets_upgrade_instead_of_install() {
+    let guard = Guard::start(Options {
+        snapshot: web(&[(1, "superseded"), (2, "superseded")]),
+        ..Options::default()
+    })
+    .await;
+    let (response, pod) = mutate(&guard, &review(POD)).await;
+    let pod = pod.expect("patched");
+    let args = &pod["spec"]["containers"][0]["args"];
+    assert_eq!(
+        args,
+        &json!([
+            "upgrade",
+            "--namespace",
+            "demo",
+            "--set-string",
+            "controller.metrics.serviceMonitor.additionalLabels.foo=bar2"
+        ])
+    );
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["helm-guard.io/release-state"], "orphaned-superseded");
+    assert_eq!(annotations["helm-guard.io/release-revision"], "2");
+    assert_eq!(annotations["helm-guard.io/action"], "upgrade");
+    assert_eq!(annotations["helm-guard.io/rewritten-from"], "install");
+    assert_eq!(
+        annotations["helmcharts.helm.cattle.io/configHash"], "SHA256=6B0E1D2F",
+        "existing annotations kept"
+    );
+    assert_eq!(response["auditAnnotations"]["release"], "demo/web");
+    assert_eq!(
+        response["auditAnnotations"]["release-state"],
+        "orphaned-superseded"
+    );
+
+    // Idempotent: the mutated pod, sent again, is left alone.
+    let mut again = review(POD);
+    again["request"]["object"] = pod;
+    let (response, repatched) = mutate(&guard, &again).await;
+    assert!(repatched.is_none(), "{response}");
+    assert_eq!(response["auditAnnotations"]["reason"], "already-annotated");
+}
+
+#[tokio::test]
+async fn other_states_are_annotated_and_keep_install() {
+    type Row = (&'static [(u32, &'static str)], &'static str, &'static str);
+    let table: [Row; 4] = [
+        (&[(2, "superseded"), (3, "deployed")], "healthy", "upgrade"),
+        (&[(3, "deployed"), (4, "failed")], "failed", "reinstall"),
+        (
+            &[(1, "pending-install")],
+            "pending-install",
+            "reset-pending-and-retry",
+        ),
+        (&[], "absent", "install"),
+    ];
+    for (revisions, state, action) in table {
+        let guard = Guard::start(Options {
+            snapshot: web(revisions),
+            ..Options::default()
+        })
+        .await;
+        let (_, pod) = mutate(&guard, &review(POD)).await;
+        let pod = pod.expect("annotated");
+        assert_eq!(pod["spec"]["containers"][0]["args"][0], "install", "{state}");
+        assert_eq!(
+            pod["metadata"]["annotations"]["helm-guard.io/release-state"],
+            state
+        );
+        assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], action);
+        assert!(
+            pod["metadata"]["annotations"]
+                .get("helm-guard.io/rewritten-from")
+                .is_none()
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_driver_and_namespace_come_from_the_pod_env() {
+    // The same release name under the configmap driver is a different release.
+    let guard = Guard::start(Options {
+        snapshot: web(&[(1, "superseded")]),
+        ..Options::default()
+    })
+    .await;
+    let mut configmap_pod = review(POD);
+    let env = configmap_pod["request"]["object"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap();
+    for var in env.iter_mut() {
+        if var["name"] == "HELM_DRIVER" {
+            var["value"] = json!("configmap");
+        }
+    }
+    let (_, pod) = mutate(&guard, &configmap_pod).await;
+    assert_eq!(
+        pod.unwrap()["metadata"]["annotations"]["helm-guard.io/release-state"],
+        "absent"
+    );
+}
+
+#[tokio::test]
+async fn without_a_view_of_the_release_the_pod_is_admitted_unchanged() {
+    let guard = Guard::start(Options {
+        snapshot: web(&[(1, "superseded")]),
+        ready: false,
+        ..Options::default()
+    })
+    .await;
+    let (response, pod) = mutate(&guard, &review(POD)).await;
+    assert!(pod.is_none());
+    assert_eq!(
+        response["auditAnnotations"]["reason"],
+        "release-state-unavailable"
+    );
+}
+
+#[tokio::test]
+async fn other_pods_pass_untouched() {
+    let guard = Guard::start(Options {
+        snapshot: web(&[(1, "superseded")]),
+        ..Options::default()
+    })
+    .await;
+    let mut plain = review(POD);
+    plain["request"]["object"]["metadata"]["labels"] = json!({"app": "nginx"});
+    let (response, pod) = mutate(&guard, &plain).await;
+    assert!(pod.is_none());
+    assert_eq!(response["auditAnnotations"]["reason"], "not-a-helm-install-pod");
+
+    let mut delete_job = review(POD);
+    delete_job["request"]["object"]["spec"]["containers"][0]["args"] = json!(["delete"]);
+    let (_, pod) = mutate(&guard, &delete_job).await;
+    let pod = pod.expect("a delete pod is annotated");
+    assert_eq!(pod["spec"]["containers"][0]["args"], json!(["delete"]));
+    assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], "delete");
+}

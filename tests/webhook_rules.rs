@@ -1,0 +1,423 @@
+//! Every rule of POLICY.md through the real HTTPS path, on real records re-encoded into the
+//! histories each rule is about.
+
+mod common;
+
+use common::guard::{Guard, Options};
+use common::*;
+use helm_guard::policy::Mode;
+use serde_json::{Value, json};
+
+fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
+    history(&helm4_secret(), revisions)
+}
+
+async fn guard_with(records: Vec<Value>) -> Guard {
+    Guard::start(Options {
+        snapshot: records,
+        ..Options::default()
+    })
+    .await
+}
+
+fn reason(response: &Value) -> &str {
+    response["auditAnnotations"]["reason"].as_str().unwrap()
+}
+
+fn namespace(name: &str, labels: Value, terminating: bool) -> Value {
+    let mut ns =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+    if terminating {
+        ns["metadata"]["deletionTimestamp"] = json!("2026-11-29T16:00:00Z");
+        ns["status"] = json!({"phase": "Terminating"});
+    }
+    ns
+}
+
+#[tokio::test]
+async fn d1_namespace_teardown_is_allowed() {
+    let mut records = web(&[(2, "superseded"), (3, "deployed")]);
+    records.push(namespace("demo", json!({}), true));
+    let guard = guard_with(records.clone()).await;
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "namespace-teardown")
+    );
+
+    let guard = guard_with(web(&[(2, "superseded"), (3, "deployed")])).await;
+    let by_controller = as_user(
+        delete_review(&records[1]),
+        "system:serviceaccount:kube-system:namespace-controller",
+        &["system:serviceaccounts"],
+    );
+    let response = guard.validate(&by_controller).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "namespace-teardown")
+    );
+}
+
+#[tokio::test]
+async fn d2_break_glass_and_exemptions() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let mut forced = records[1].clone();
+    forced["metadata"]["annotations"] =
+        json!({"helm-guard.io/allow-delete": "INC-42: restoring from backup"});
+    let guard = guard_with(records.clone()).await;
+    let response = guard.validate(&delete_review(&forced)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "break-glass")
+    );
+    assert_eq!(
+        response["auditAnnotations"]["break-glass-reason"],
+        "INC-42: restoring from backup"
+    );
+
+    let mut empty_reason = records[1].clone();
+    empty_reason["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "  "});
+    let guard = guard_with(records.clone()).await;
+    assert_eq!(
+        guard.validate(&delete_review(&empty_reason)).await["allowed"],
+        false,
+        "an empty reason is no reason"
+    );
+
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        exempt_users: vec!["backup-operator".into()],
+        exempt_groups: vec!["platform:admins".into()],
+        ..Options::default()
+    })
+    .await;
+    let by_user = guard
+        .validate(&as_user(delete_review(&records[1]), "backup-operator", &[]))
+        .await;
+    assert_eq!(
+        (reason(&by_user), &by_user["auditAnnotations"]["exempt-identity"]),
+        ("exempt", &json!("user:backup-operator"))
+    );
+    let by_group = guard
+        .validate(&as_user(
+            delete_review(&records[1]),
+            "alice",
+            &["platform:admins"],
+        ))
+        .await;
+    assert_eq!(
+        (
+            reason(&by_group),
+            &by_group["auditAnnotations"]["exempt-identity"]
+        ),
+        ("exempt", &json!("group:platform:admins"))
+    );
+}
+
+#[tokio::test]
+async fn d3_an_undecodable_record_may_go_with_a_warning() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let mut corrupt = records[1].clone();
+    corrupt["data"]["release"] = json!("bm90IGhlbG0ncyBiYXNlNjQ=");
+    let guard = guard_with(records).await;
+    let response = guard.validate(&delete_review(&corrupt)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "undecodable-record")
+    );
+    assert!(
+        response["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("does not decode")
+    );
+}
+
+#[tokio::test]
+async fn d4_to_d9_on_real_records() {
+    // (history, revision deleted, allowed, reason)
+    type Row = (&'static [(u32, &'static str)], u32, bool, &'static str);
+    let table: [Row; 9] = [
+        (
+            &[(3, "deployed"), (4, "failed")],
+            3,
+            false,
+            "last-deployed-revision",
+        ),
+        (
+            &[(1, "superseded"), (2, "superseded"), (3, "deployed")],
+            1,
+            true,
+            "history-pruning",
+        ),
+        (&[(1, "superseded"), (2, "uninstalling")], 2, true, "uninstall"),
+        (&[(1, "uninstalled")], 1, true, "uninstall"),
+        (
+            &[(1, "deployed"), (2, "pending-upgrade")],
+            2,
+            true,
+            "stuck-revision-recovery",
+        ),
+        (&[(1, "pending-install")], 1, true, "stuck-revision-recovery"),
+        (
+            &[(2, "superseded"), (3, "deployed")],
+            3,
+            false,
+            "latest-deployed-revision",
+        ),
+        (&[(1, "superseded")], 1, false, "would-orphan-release"),
+        (
+            &[(3, "superseded"), (4, "failed")],
+            4,
+            false,
+            "would-orphan-release",
+        ),
+    ];
+    for (revisions, deleted, allowed, expected) in table {
+        let records = web(revisions);
+        let target = records
+            .iter()
+            .find(|r| r["metadata"]["labels"]["version"] == deleted.to_string())
+            .unwrap();
+        let guard = guard_with(records.clone()).await;
+        let response = guard.validate(&delete_review(target)).await;
+        assert_eq!(
+            (response["allowed"].as_bool(), reason(&response)),
+            (Some(allowed), expected),
+            "{revisions:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn d9_the_orphan_of_the_shipped_snapshot_cannot_lose_its_last_record() {
+    let snapshot = fixture("snapshot/cluster-snapshot.json");
+    let items = snapshot["items"].as_array().unwrap().clone();
+    let app = items
+        .iter()
+        .find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1")
+        .unwrap()
+        .clone();
+    let guard = guard_with(items).await;
+    let response = guard.validate(&delete_review(&app)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(false), "would-orphan-release")
+    );
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no revision would be left")
+    );
+}
+
+#[tokio::test]
+async fn u1_to_u5_on_real_records() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let old = records[1].clone();
+    let guard = guard_with(records.clone()).await;
+
+    let mut no_owner = old.clone();
+    no_owner["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("owner");
+    let response = guard.validate(&update_review(&old, &no_owner)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(false), "identity-label-change")
+    );
+
+    let mut forced = no_owner.clone();
+    forced["metadata"]["annotations"] =
+        json!({"helm-guard.io/allow-delete": "moving to the configmap driver"});
+    let response = guard.validate(&update_review(&old, &forced)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "break-glass")
+    );
+
+    let mut other_type = old.clone();
+    other_type["type"] = json!("Opaque");
+    let response = guard.validate(&update_review(&old, &other_type)).await;
+    assert_eq!(reason(&response), "identity-label-change");
+
+    let superseded = records[0].clone();
+    let mut relabelled = superseded.clone();
+    relabelled["metadata"]["labels"]["status"] = json!("deployed");
+    let response = guard.validate(&update_review(&superseded, &relabelled)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(false), "status-label-mismatch")
+    );
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("helm rollback")
+    );
+
+    let mut corrupted = old.clone();
+    corrupted["data"]["release"] = json!("AAAA");
+    let response = guard.validate(&update_review(&old, &corrupted)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(false), "payload-corruption")
+    );
+
+    let superseding = rewrite(&old, 3, "superseded");
+    let response = guard.validate(&update_review(&old, &superseding)).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "helm-update")
+    );
+    assert_eq!(response["auditAnnotations"]["status"], "superseded");
+}
+
+#[tokio::test]
+async fn warn_and_audit_modes_allow_and_say_so() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let warn = Guard::start(Options {
+        snapshot: records.clone(),
+        mode: Mode::Warn,
+        ..Options::default()
+    })
+    .await;
+    let response = warn.validate(&delete_review(&records[1])).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["auditAnnotations"]["decision"], "warned");
+    assert_eq!(response["auditAnnotations"]["mode"], "warn");
+    assert_eq!(reason(&response), "latest-deployed-revision");
+    let warning = response["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("helm-guard (warn mode) would deny:") && warning.contains("revision 3"),
+        "{warning}"
+    );
+
+    let audit = Guard::start(Options {
+        snapshot: records.clone(),
+        mode: Mode::Audit,
+        ..Options::default()
+    })
+    .await;
+    let response = audit.validate(&delete_review(&records[1])).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["auditAnnotations"]["decision"], "warned");
+    assert_eq!(response["auditAnnotations"]["mode"], "audit");
+    assert!(
+        response.get("warnings").is_none(),
+        "audit mode tells only the audit log: {response}"
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_label_overrides_the_global_mode() {
+    let mut records = web(&[(2, "superseded"), (3, "deployed")]);
+    records.push(namespace("demo", json!({"helm-guard.io/mode": "warn"}), false));
+    let guard = guard_with(records.clone()).await;
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(
+        (
+            response["allowed"].as_bool(),
+            &response["auditAnnotations"]["decision"]
+        ),
+        (Some(true), &json!("warned"))
+    );
+
+    records.pop();
+    records.push(namespace("demo", json!({"helm-guard.io/mode": "enforce"}), false));
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        mode: Mode::Audit,
+        ..Options::default()
+    })
+    .await;
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(
+        (
+            response["allowed"].as_bool(),
+            &response["auditAnnotations"]["decision"]
+        ),
+        (Some(false), &json!("denied"))
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_gets_the_real_verdict_and_changes_nothing() {
+    let records = web(&[(2, "superseded"), (3, "deployed"), (4, "failed")]);
+    let guard = guard_with(records.clone()).await;
+    // Deleting the failed latest is a stuck-revision recovery; as a dry run it must not hide it.
+    let response = guard.validate(&dry_run(delete_review(&records[2]))).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "stuck-revision-recovery")
+    );
+    // Had the dry run hidden revision 4, revision 3 would now be the latest (D8); it is not.
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(reason(&response), "last-deployed-revision");
+    // For real this time: revision 4 goes, and revision 3 becomes the latest, deployed.
+    assert_eq!(guard.validate(&delete_review(&records[2])).await["allowed"], true);
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(reason(&response), "latest-deployed-revision");
+}
+
+#[tokio::test]
+async fn a_collection_delete_is_decided_record_by_record() {
+    // `kubectl delete secret -l owner=helm,name=web` reaches the webhook as one DELETE per
+    // object, oldest first: the history is pruned until the latest deployed revision.
+    let records = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    let guard = guard_with(records.clone()).await;
+    let mut verdicts = Vec::new();
+    for record in &records {
+        let response = guard.validate(&delete_review(record)).await;
+        verdicts.push((
+            response["allowed"].as_bool().unwrap(),
+            reason(&response).to_owned(),
+        ));
+    }
+    assert_eq!(
+        verdicts,
+        vec![
+            (true, "history-pruning".to_owned()),
+            (true, "history-pruning".to_owned()),
+            (false, "latest-deployed-revision".to_owned())
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_concurrent_deletions_never_together_orphan_a_release() {
+    // Either deletion alone is pruning (another deployed revision remains); both together would
+    // leave a failed latest with nothing deployed.
+    for round in 0..20 {
+        let records = web(&[(1, "deployed"), (2, "deployed"), (3, "failed")]);
+        let guard = guard_with(records.clone()).await;
+        let (one, two) = (delete_review(&records[0]), delete_review(&records[1]));
+        let (first, second) = tokio::join!(guard.validate(&one), guard.validate(&two));
+        let allowed = [&first, &second].iter().filter(|r| r["allowed"] == true).count();
+        assert_eq!(allowed, 1, "round {round}: {first} {second}");
+        let denied = if first["allowed"] == true { &second } else { &first };
+        assert_eq!(reason(denied), "last-deployed-revision");
+    }
+}
+
+#[tokio::test]
+async fn creates_are_logged_and_allowed_even_when_they_do_not_decode() {
+    let guard = guard_with(Vec::new()).await;
+    let mut create = review(
+        "admission/05-helm3-install-upgrade/007-validate-create-secret-sh.helm.release.v1.cache.v1.json",
+    );
+    create["request"]["object"]["data"]["release"] = json!("AAAA");
+    let response = guard.validate(&create).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), reason(&response)),
+        (Some(true), "helm-create")
+    );
+    assert!(
+        response["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("Helm will ignore this record")
+    );
+}

@@ -1,0 +1,296 @@
+//! The HTTPS server itself: bad input, TLS (ALPN, reload), health, metrics and shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::guard::{
+    Guard, HttpsClient, Options, client_config, localhost_bundle, peer_certificate, pem_to_der, send,
+};
+use common::*;
+use serde_json::{Value, json};
+
+fn error_body(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| panic!("not a JSON error: {}", String::from_utf8_lossy(body)))
+}
+
+#[tokio::test]
+async fn bad_bodies_get_clear_http_errors() {
+    let guard = Guard::start(Options {
+        max_body_bytes: 64 * 1024,
+        ..Options::default()
+    })
+    .await;
+
+    let (status, body) = guard.client.post("/validate", b"{not json".to_vec()).await;
+    assert_eq!(status, 400);
+    assert!(error_body(&body)["error"].as_str().unwrap().contains("not JSON"));
+
+    let v1beta1 = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1", "request": {}});
+    let (status, body) = guard
+        .client
+        .post("/validate", serde_json::to_vec(&v1beta1).unwrap())
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error_body(&body)["error"]
+            .as_str()
+            .unwrap()
+            .contains("admission.k8s.io/v1")
+    );
+
+    let mut no_uid = review(
+        "admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json",
+    );
+    no_uid["request"]["operation"] = json!("EXPLODE");
+    let (status, _) = guard
+        .client
+        .post("/mutate", serde_json::to_vec(&no_uid).unwrap())
+        .await;
+    assert_eq!(status, 400);
+
+    // A real request is larger than the 64 KiB limit set here once padded.
+    let mut huge = review(
+        "admission/05-helm3-install-upgrade/007-validate-create-secret-sh.helm.release.v1.cache.v1.json",
+    );
+    huge["request"]["object"]["metadata"]["annotations"] = json!({"padding": "x".repeat(100 * 1024)});
+    let (status, body) = guard
+        .client
+        .post("/validate", serde_json::to_vec(&huge).unwrap())
+        .await;
+    assert_eq!(status, 413);
+    assert!(
+        error_body(&body)["error"]
+            .as_str()
+            .unwrap()
+            .contains("larger than 65536 bytes")
+    );
+
+    let (status, _) = guard.client.get("/validate").await;
+    assert_eq!(status, 405);
+
+    // The server is still fine.
+    let (status, _) = guard.client.get("/healthz").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn objects_that_are_not_release_records_are_allowed_as_such() {
+    let guard = Guard::start(Options::default()).await;
+    let mut opaque = review(
+        "admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json",
+    );
+    opaque["request"]["oldObject"]["type"] = json!("Opaque");
+    let response = guard.validate(&opaque).await;
+    assert_eq!(
+        (
+            response["allowed"].as_bool(),
+            &response["auditAnnotations"]["reason"]
+        ),
+        (Some(true), &json!("not-a-release-record"))
+    );
+
+    let mut deployment =
+        review("admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json");
+    deployment["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+    let response = guard.validate(&deployment).await;
+    assert_eq!(response["auditAnnotations"]["reason"], "not-a-release-record");
+}
+
+#[tokio::test]
+async fn http2_is_offered_by_alpn() {
+    let guard = Guard::start(Options::default()).await;
+    let bundle_ca = std::fs::read_to_string(guard.dir.path().join("certs/ca.crt")).unwrap();
+    let client = HttpsClient {
+        addr: guard.running().addr,
+        config: client_config(&bundle_ca, &[b"h2", b"http/1.1"]),
+    };
+    let tls = client.tls().await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let request = hyper::Request::get("https://localhost/healthz")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+}
+
+/// Lays out certificates as Kubernetes mounts a Secret: files behind a `..data` symlink that is
+/// swapped to update them.
+fn mount(dir: &std::path::Path, version: &str, bundle: &helm_guard::cli::certs::CertBundle) {
+    let data = dir.join(version);
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("tls.crt"), &bundle.cert_pem).unwrap();
+    std::fs::write(data.join("tls.key"), &bundle.key_pem).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    for file in ["tls.crt", "tls.key"] {
+        let link = dir.join(file);
+        if !link.exists() {
+            std::os::unix::fs::symlink(format!("..data/{file}"), link).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_swapped_certificate_is_served_to_new_connections_and_open_ones_keep_working() {
+    let guard = Guard::start(Options {
+        tls_reload_every: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await;
+    // Re-point the server's files at a Secret-style mount: first the original pair...
+    let certs = guard.dir.path().join("certs");
+    let original = helm_guard::cli::certs::CertBundle {
+        ca_pem: std::fs::read_to_string(certs.join("ca.crt")).unwrap(),
+        cert_pem: std::fs::read_to_string(certs.join("tls.crt")).unwrap(),
+        key_pem: std::fs::read_to_string(certs.join("tls.key")).unwrap(),
+    };
+    let mounted = tempfile::tempdir().unwrap();
+    mount(mounted.path(), "v1", &original);
+    std::fs::remove_file(certs.join("tls.crt")).unwrap();
+    std::fs::remove_file(certs.join("tls.key")).unwrap();
+    std::os::unix::fs::symlink(mounted.path().join("tls.crt"), certs.join("tls.crt")).unwrap();
+    std::os::unix::fs::symlink(mounted.path().join("tls.key"), certs.join("tls.key")).unwrap();
+
+    let old_client = guard.client.clone();
+    let mut open = old_client.connect().await;
+    let (status, _) = send(&mut open, "GET", "/healthz", Vec::new()).await;
+    assert_eq!(status, 200);
+
+    // ...then the swap to a certificate from another CA.
+    let rotated = localhost_bundle();
+    mount(mounted.path(), "v2", &rotated);
+    let new_client = HttpsClient::new(guard.running().addr, &rotated.ca_pem);
+    let mut served = None;
+    for _ in 0..200 {
+        if let Ok(tls) = new_client.tls().await {
+            served = Some(peer_certificate(&tls));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        served.expect("the new certificate is served within 5 s"),
+        pem_to_der(&rotated.cert_pem)
+    );
+    assert!(
+        old_client.tls().await.is_err(),
+        "new handshakes no longer get the old certificate"
+    );
+
+    // The connection opened before the swap still works.
+    let (status, body) = send(&mut open, "GET", "/readyz", Vec::new()).await;
+    assert_eq!((status, body.as_slice()), (200, &b"ready"[..]));
+    let (_, metrics) = guard.metrics_get("/metrics").await;
+    assert!(
+        metrics.contains("helm_guard_tls_reloads_total{result=\"success\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_broken_certificate_update_keeps_the_old_one() {
+    let guard = Guard::start(Options {
+        tls_reload_every: Duration::from_millis(50),
+        ..Options::default()
+    })
+    .await;
+    let certs = guard.dir.path().join("certs");
+    std::fs::write(
+        certs.join("tls.crt"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let mut failed = false;
+    for _ in 0..200 {
+        let (_, metrics) = guard.metrics_get("/metrics").await;
+        if metrics.contains("helm_guard_tls_reloads_total{result=\"error\"}") {
+            failed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        failed,
+        "the bad files were seen and refused: {}",
+        guard.metrics_get("/metrics").await.1
+    );
+    let (status, _) = guard.client.get("/healthz").await;
+    assert_eq!(status, 200, "the old certificate still serves");
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let guard = Guard::start(Options {
+        snapshot: history(&helm4_secret(), &[(1, "superseded")]),
+        ..Options::default()
+    })
+    .await;
+    assert_eq!(guard.metrics_get("/healthz").await.0, 200);
+    assert_eq!(guard.metrics_get("/readyz").await, (200, "ready".to_owned()));
+    let records = history(&helm4_secret(), &[(1, "superseded")]);
+    guard.validate(&delete_review(&records[0])).await;
+    let (status, metrics) = guard.metrics_get("/metrics").await;
+    assert_eq!(status, 200);
+    for needle in [
+        "helm_guard_admission_decisions_total{webhook=\"validate\",operation=\"DELETE\",decision=\"denied\",reason=\"would-orphan-release\"} 1",
+        "helm_guard_releases{state=\"orphaned-superseded\"} 1",
+        "helm_guard_revisions_indexed 1",
+        "helm_guard_admission_duration_seconds_count{webhook=\"validate\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
+    }
+    // The HTTPS port answers the same probes.
+    assert_eq!(guard.client.get("/readyz").await.0, 200);
+
+    let unready = Guard::start(Options {
+        ready: false,
+        ..Options::default()
+    })
+    .await;
+    assert_eq!(unready.metrics_get("/readyz").await.0, 503);
+}
+
+#[tokio::test]
+async fn shutdown_stops_being_ready_then_stops() {
+    let mut guard = Guard::start(Options {
+        shutdown_delay: Duration::from_millis(500),
+        ..Options::default()
+    })
+    .await;
+    let running = guard.running.take().unwrap();
+    let (addr, metrics_addr) = (running.addr, running.metrics_addr);
+    let stopping = tokio::spawn(running.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut unready = false;
+    for _ in 0..20 {
+        let (status, _) = guard.client.get("/readyz").await;
+        if status == 503 {
+            unready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(unready, "not ready while draining");
+    assert_eq!(
+        guard.client.get("/healthz").await.0,
+        200,
+        "still serving while draining"
+    );
+    stopping.await.unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "HTTPS listener closed"
+    );
+    let _ = metrics_addr;
+}
