@@ -177,7 +177,7 @@ async fn d4_to_d9_on_real_records() {
         let records = web(revisions);
         let target = records
             .iter()
-            .find(|r| r["metadata"]["labels"]["version"] == deleted.to_string())
+            .find(|r| r["metadata"]["labels"]["version"].as_str() == Some(deleted.to_string().as_str()))
             .unwrap();
         let guard = guard_with(records.clone()).await;
         let response = guard.validate(&delete_review(target)).await;
