@@ -14,9 +14,10 @@ use std::sync::Arc;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
-use crate::cluster::ReleaseIndex;
+use crate::cluster::{PayloadFetcher, ReleaseIndex};
 use crate::policy::PolicyConfig;
-use crate::release::DecodeLimits;
+use crate::release::history::PayloadStatus;
+use crate::release::{DecodeLimits, RecordId, ReleaseKey};
 pub use ledger::LedgerEntry;
 
 /// Which webhook a request came to.
@@ -41,6 +42,8 @@ pub struct Admission {
     pub index: Arc<ReleaseIndex>,
     pub config: PolicyConfig,
     pub limits: DecodeLimits,
+    /// Live source only: reads a payload the index does not hold.
+    pub fetcher: Option<Arc<dyn PayloadFetcher>>,
 }
 
 /// A request's answer and its ledger entry.
@@ -59,5 +62,23 @@ impl Admission {
         };
         reviewed.entry.emit();
         reviewed
+    }
+
+    /// A metadata-only index knows a revision's status from its label; where the label is missing
+    /// or not a status, one GET of the payload tells it. Helm always writes the label, so this is
+    /// the exception (a hand edit), not the rule.
+    fn fill_missing_statuses(&self, key: &ReleaseKey) {
+        let Some(fetcher) = &self.fetcher else { return };
+        for facts in self.index.history(key) {
+            if facts.payload == PayloadStatus::NotLoaded && facts.label.is_none() {
+                let id = RecordId {
+                    key: key.clone(),
+                    revision: facts.revision,
+                };
+                if let Some(fetched) = fetcher.fetch(&id) {
+                    self.index.upsert(&id, fetched);
+                }
+            }
+        }
     }
 }

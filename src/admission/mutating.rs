@@ -38,6 +38,7 @@ pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) 
                     namespace: target.namespace.clone(),
                     release: target.release.clone(),
                 };
+                admission.fill_missing_statuses(&key);
                 let now = jiff::Timestamp::now().as_second();
                 let state = classify(
                     &admission.index.history(&key),

@@ -175,6 +175,7 @@ fn delete(
         requester: requester(request),
         break_glass: break_glass_reason(&record.record.annotations),
     };
+    admission.fill_missing_statuses(&id.key);
     let (verdict, outcome) = admission.index.decide(&id.key, |revisions| {
         let verdict = decide_delete(&facts, &History::new(revisions), &admission.config);
         let outcome = apply_mode(&verdict, mode);

@@ -4,13 +4,28 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, now_secs, read_input};
-use crate::release::scan::{ReleaseReport, records_from_text, report};
+use crate::cluster::live::{ClusterArgs, connect, list_records};
+use crate::release::scan::{
+    DecodedRecord, Problem, ReleaseReport, collect_records, records_from_text, report,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
-    /// A dump from `kubectl get secrets,configmaps -A -l owner=helm -o json` (JSON or YAML; `-` for stdin).
-    #[arg(long, value_name = "DUMP")]
-    pub from_file: PathBuf,
+    /// A dump from `kubectl get secrets,configmaps -A -l owner=helm -o json` (JSON or YAML; `-` for
+    /// stdin). Without it, the cluster is scanned.
+    #[arg(long, value_name = "DUMP", conflicts_with_all = ["namespace", "kubeconfig", "context"])]
+    pub from_file: Option<PathBuf>,
+    /// Scan every namespace (the default).
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+    /// Scan one namespace of the cluster.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Scan one release (by name).
+    #[arg(long)]
+    pub release: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
     /// A pending revision unchanged for longer than this is stuck.
@@ -24,13 +39,30 @@ pub struct ScanArgs {
 }
 
 pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
-    let text = read_input(&args.from_file)?;
-    let (records, problems) = match records_from_text(&text, args.decode.limits()) {
+    let limits = args.decode.limits();
+    let (source, found) = match &args.from_file {
+        Some(path) => {
+            let text = read_input(path)?;
+            (
+                path.display().to_string(),
+                records_from_text(&text, limits).map_err(anyhow::Error::from),
+            )
+        }
+        None => ("the cluster".to_owned(), scan_cluster(args)),
+    };
+    let (records, problems) = match found {
         Ok(found) => found,
         Err(error) => {
-            eprintln!("error: {}: {error}", args.from_file.display());
+            eprintln!("error: {source}: {error:#}");
             return Ok(EXIT_BAD_INPUT);
         }
+    };
+    let records: Vec<DecodedRecord> = match &args.release {
+        Some(release) => records
+            .into_iter()
+            .filter(|r| &r.record.id.key.release == release)
+            .collect(),
+        None => records,
     };
     for problem in &problems {
         eprintln!(
@@ -39,9 +71,13 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         );
     }
     if records.is_empty() {
+        if args.from_file.is_none() {
+            // An empty cluster (or namespace) is a fine answer, not bad input.
+            eprintln!("no Helm release records found in {source}");
+            return Ok(EXIT_OK);
+        }
         eprintln!(
-            "error: {}: no Helm release records found (expected the output of `kubectl get secrets,configmaps -A -l owner=helm -o json`)",
-            args.from_file.display()
+            "error: {source}: no Helm release records found (expected the output of `kubectl get secrets,configmaps -A -l owner=helm -o json`)"
         );
         return Ok(EXIT_BAD_INPUT);
     }
@@ -53,6 +89,18 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     } else {
         EXIT_OK
     })
+}
+
+/// Lists the records of the cluster (or one namespace) with their payloads.
+fn scan_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<DecodedRecord>, Vec<Problem>)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let objects = runtime.block_on(async {
+        let client = connect(&args.cluster).await?;
+        list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await
+    })?;
+    Ok(collect_records(&objects, args.decode.limits()))
 }
 
 /// Prints reports as a table with a summary line, or as a JSON array.

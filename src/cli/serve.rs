@@ -10,7 +10,8 @@ use clap::ValueEnum;
 
 use super::{DecodeArgs, EXIT_OK};
 use crate::admission::Admission;
-use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
+use crate::cluster::live::{self, ApiPayloadFetcher, ClusterArgs};
+use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
 
@@ -46,8 +47,13 @@ pub struct ServeArgs {
     #[arg(long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
     pub exempt_group: Vec<String>,
     /// Serve verdicts from a dump (`kubectl get secrets,configmaps,namespaces -A -o json`) instead of a cluster.
-    #[arg(long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE")]
+    #[arg(long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
     pub snapshot: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// How long an approved deletion stays hidden from verdicts while the watch has not confirmed it.
+    #[arg(long, env = "HELM_GUARD_TOMBSTONE_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub tombstone_ttl: Duration,
     /// Plain-HTTP address for /metrics, /healthz and /readyz.
     #[arg(long, env = "HELM_GUARD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
@@ -104,18 +110,11 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         },
         _ => anyhow::bail!("--tls-cert and --tls-key are required (or --dev-certs DIR for a local trial)"),
     };
-    let Some(snapshot_path) = &args.snapshot else {
-        anyhow::bail!(
-            "no --snapshot given: pass --snapshot FILE (a dump of release records) to serve without a cluster"
-        );
+    let metrics = Metrics::new();
+    let (index, fetcher) = match &args.snapshot {
+        Some(path) => (load_snapshot(path, args)?, None),
+        None => watch_cluster(args, &metrics).await?,
     };
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
-    let loaded = snapshot::load(&index, snapshot_path, args.decode.limits())?;
-    for problem in &loaded.problems {
-        tracing::warn!(object = %problem.object, error = %problem.error, "snapshot record skipped by Helm");
-    }
-    tracing::info!(snapshot = %snapshot_path.display(), records = loaded.records, namespaces = loaded.namespaces, "snapshot loaded");
-
     let admission = Admission {
         index,
         config: PolicyConfig {
@@ -125,8 +124,9 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             stuck_after: args.stuck_after,
         },
         limits: args.decode.limits(),
+        fetcher,
     };
-    let state = Arc::new(AppState::new(admission, Metrics::new(), args.max_body_bytes));
+    let state = Arc::new(AppState::new(admission, metrics, args.max_body_bytes));
     let settings = ServerSettings {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
@@ -140,6 +140,40 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     server::termination().await;
     running.shutdown().await;
     Ok(())
+}
+
+fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc<ReleaseIndex>> {
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+    let loaded = snapshot::load(&index, path, args.decode.limits())?;
+    for problem in &loaded.problems {
+        tracing::warn!(object = %problem.object, error = %problem.error, "snapshot record skipped by Helm");
+    }
+    tracing::info!(snapshot = %path.display(), records = loaded.records, namespaces = loaded.namespaces, "snapshot loaded");
+    Ok(index)
+}
+
+type LiveSource = (Arc<ReleaseIndex>, Option<Arc<dyn PayloadFetcher>>);
+
+/// Connects to the cluster and starts the watchers; ready once their initial lists are done.
+async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<LiveSource> {
+    let client = live::connect(&args.cluster).await.context(
+        "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
+    )?;
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live {
+        tombstone_ttl: args.tombstone_ttl,
+    }));
+    tokio::spawn(live::run(
+        client.clone(),
+        index.clone(),
+        metrics.watch_restarts.clone(),
+    ));
+    let fetcher = ApiPayloadFetcher {
+        client,
+        runtime: tokio::runtime::Handle::current(),
+        limits: args.decode.limits(),
+        timeout: Duration::from_secs(3),
+    };
+    Ok((index, Some(Arc::new(fetcher))))
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

@@ -102,6 +102,32 @@ pub fn parse_object_name(name: &str) -> Option<(&str, u32)> {
     Some((release, revision.parse().ok()?))
 }
 
+/// A record's identity from its metadata: the `name`/`version` labels, else the object name; and
+/// whether the two agree.
+pub fn identify(
+    driver: Driver,
+    namespace: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Option<(RecordId, bool)> {
+    let from_name = parse_object_name(name);
+    let from_labels = labels
+        .get(LABEL_NAME)
+        .zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
+    let agrees = matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
+    let (release, revision) = match (from_labels, from_name) {
+        (Some((release, revision)), _) => (release.clone(), revision),
+        (None, Some((release, revision))) => (release.to_owned(), revision),
+        (None, None) => return None,
+    };
+    let key = ReleaseKey {
+        driver,
+        namespace: namespace.to_owned(),
+        release,
+    };
+    Some((RecordId { key, revision }, agrees))
+}
+
 /// Why an object that looks like a record cannot be read as one.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -151,30 +177,12 @@ impl RawObject {
         let labels = self.metadata.labels.unwrap_or_default();
         let name = self.metadata.name.unwrap_or_default();
         let namespace = self.metadata.namespace.unwrap_or_default();
-        let from_name = parse_object_name(&name);
-        let from_labels = labels
-            .get(LABEL_NAME)
-            .zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
-        let identity_agrees =
-            matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
-        let (release, revision) = match (from_labels, from_name) {
-            (Some((release, revision)), _) => (release.clone(), revision),
-            (None, Some((release, revision))) => (release.to_owned(), revision),
-            (None, None) => {
-                return Err(RecordError::NoIdentity {
-                    object: format!("{} {namespace}/{name}", driver.kind()),
-                });
-            }
-        };
+        let (id, identity_agrees) =
+            identify(driver, &namespace, &name, &labels).ok_or_else(|| RecordError::NoIdentity {
+                object: format!("{} {namespace}/{name}", driver.kind()),
+            })?;
         Ok(Record {
-            id: RecordId {
-                key: ReleaseKey {
-                    driver,
-                    namespace,
-                    release,
-                },
-                revision,
-            },
+            id,
             object_name: name,
             labels,
             annotations: self.metadata.annotations.unwrap_or_default(),

@@ -78,6 +78,7 @@ impl Guard {
                 ..PolicyConfig::default()
             },
             limits: DecodeLimits::default(),
+            fetcher: None,
         };
         let state = Arc::new(AppState::new(admission, Metrics::new(), options.max_body_bytes));
         let settings = ServerSettings {

@@ -1,0 +1,71 @@
+//! Memory of the release index at scale.
+//!
+//!     cargo run --release --example index_memory [REVISIONS]
+//!
+//! Loads REVISIONS (default 100,000) revisions, 10 per release as Helm's default --history-max
+//! keeps them, through the same path the watchers use, and reports the resident set size.
+//! Results: BENCHMARKS.md.
+
+use std::time::Duration;
+
+use helm_guard::cluster::{ReleaseIndex, SourceKind};
+use helm_guard::release::history::{PayloadStatus, RevisionFacts};
+use helm_guard::release::{Driver, RecordId, ReleaseKey, Status};
+
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+fn main() {
+    let revisions: u32 = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    let before = rss_bytes();
+    let index = ReleaseIndex::new(SourceKind::Live {
+        tombstone_ttl: Duration::from_secs(30),
+    });
+    let per_release = 10;
+    for n in 0..revisions {
+        let release = n / per_release;
+        let revision = n % per_release + 1;
+        let key = ReleaseKey {
+            driver: if release % 5 == 0 {
+                Driver::ConfigMap
+            } else {
+                Driver::Secret
+            },
+            namespace: format!("team-{:04}", release % 2_000),
+            release: format!("service-{release:06}"),
+        };
+        let status = if revision == per_release {
+            Status::Deployed
+        } else {
+            Status::Superseded
+        };
+        let facts = RevisionFacts {
+            revision,
+            payload: PayloadStatus::NotLoaded,
+            label: Some(status),
+            changed_at: Some(1_795_968_000 + i64::from(n)),
+        };
+        index.upsert(&RecordId { key, revision }, facts);
+    }
+    index.set_ready(true);
+    let after = rss_bytes();
+    let classified = index.classify_all(1_795_968_000, 900);
+    println!("revisions indexed:        {}", index.revision_count());
+    println!("releases:                 {}", classified.len());
+    println!("process RSS before:       {:.1} MiB", before as f64 / 1048576.0);
+    println!("process RSS after:        {:.1} MiB", after as f64 / 1048576.0);
+    println!(
+        "index bytes per revision: {:.0}",
+        (after.saturating_sub(before)) as f64 / f64::from(revisions)
+    );
+}

@@ -1,0 +1,148 @@
+//! Turning watcher events into index updates. Separate from the watchers themselves so that tests
+//! can feed events by hand and compare with the snapshot source.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::watcher::Event;
+
+use super::index::{NamespaceInfo, ReleaseIndex};
+use super::snapshot::namespace_info;
+use crate::release::history::{PayloadStatus, RevisionFacts};
+use crate::release::record::{LABEL_OWNER, NAME_PREFIX, identify};
+use crate::release::{Driver, RecordId};
+
+/// What a record's metadata tells without its payload: the status label stands in.
+pub fn facts_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<(RecordId, RevisionFacts)> {
+    let empty = BTreeMap::new();
+    let labels = meta.labels.as_ref().unwrap_or(&empty);
+    let name = meta.name.as_deref()?;
+    // The Secret watch selects on type=helm.sh/release.v1; ConfigMaps have no type, so the name
+    // and the owner label must say it.
+    if driver == Driver::ConfigMap
+        && (labels.get(LABEL_OWNER).map(String::as_str) != Some("helm") || !name.starts_with(NAME_PREFIX))
+    {
+        return None;
+    }
+    let (id, _) = identify(
+        driver,
+        meta.namespace.as_deref().unwrap_or_default(),
+        name,
+        labels,
+    )?;
+    let label = |key: &str| labels.get(key);
+    let facts = RevisionFacts {
+        revision: id.revision,
+        payload: PayloadStatus::NotLoaded,
+        label: label(crate::release::record::LABEL_STATUS).and_then(|s| s.parse().ok()),
+        changed_at: [
+            crate::release::record::LABEL_MODIFIED_AT,
+            crate::release::record::LABEL_CREATED_AT,
+        ]
+        .iter()
+        .find_map(|key| label(key)?.parse().ok()),
+    };
+    Some((id, facts))
+}
+
+/// What a Namespace's metadata tells.
+pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
+    let labels = meta
+        .labels
+        .as_ref()
+        .map(|l| serde_json::to_value(l).unwrap_or_default());
+    Some((
+        meta.name.clone()?,
+        namespace_info(labels.as_ref(), meta.deletion_timestamp.is_some()),
+    ))
+}
+
+/// Applies one watcher's events for release records of one driver.
+#[derive(Debug)]
+pub struct RecordFeed {
+    driver: Driver,
+    /// Records of a (re-)list in progress, swapped in whole at `InitDone`.
+    relist: Option<Vec<(RecordId, RevisionFacts)>>,
+}
+
+impl RecordFeed {
+    pub fn new(driver: Driver) -> RecordFeed {
+        RecordFeed { driver, relist: None }
+    }
+
+    /// Applies one event; true when it completed a list.
+    pub fn apply<M: kube::Resource>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool {
+        index.mark_synced();
+        match event {
+            Event::Init => {
+                self.relist = Some(Vec::new());
+                false
+            }
+            Event::InitApply(object) => {
+                if let (Some(relist), Some(found)) =
+                    (self.relist.as_mut(), facts_from_meta(self.driver, object.meta()))
+                {
+                    relist.push(found);
+                }
+                false
+            }
+            Event::InitDone => {
+                index.replace_records(&[self.driver], self.relist.take().unwrap_or_default());
+                true
+            }
+            Event::Apply(object) => {
+                if let Some((id, facts)) = facts_from_meta(self.driver, object.meta()) {
+                    index.upsert(&id, facts);
+                }
+                false
+            }
+            Event::Delete(object) => {
+                if let Some((id, _)) = facts_from_meta(self.driver, object.meta()) {
+                    index.remove(&id);
+                }
+                false
+            }
+        }
+    }
+}
+
+/// Applies the Namespace watcher's events.
+#[derive(Debug, Default)]
+pub struct NamespaceFeed {
+    relist: Option<Vec<(String, NamespaceInfo)>>,
+}
+
+impl NamespaceFeed {
+    pub fn apply<M: kube::Resource>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool {
+        match event {
+            Event::Init => {
+                self.relist = Some(Vec::new());
+                false
+            }
+            Event::InitApply(object) => {
+                if let (Some(relist), Some(found)) =
+                    (self.relist.as_mut(), namespace_from_meta(object.meta()))
+                {
+                    relist.push(found);
+                }
+                false
+            }
+            Event::InitDone => {
+                index.replace_namespaces(self.relist.take().unwrap_or_default());
+                true
+            }
+            Event::Apply(object) => {
+                if let Some((name, info)) = namespace_from_meta(object.meta()) {
+                    index.set_namespace(&name, info);
+                }
+                false
+            }
+            Event::Delete(object) => {
+                if let Some(name) = object.meta().name.as_deref() {
+                    index.remove_namespace(name);
+                }
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The live source without a cluster: the index fed with watcher events reaches the same state as
+//! the snapshot source for the same objects.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use helm_guard::cluster::feed::{NamespaceFeed, RecordFeed};
+use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
+use helm_guard::release::{DecodeLimits, Driver, History, ReleaseKey, ReleaseState, classify};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::PartialObjectMeta;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+/// What a metadata watch delivers for an object: its metadata and nothing else.
+fn meta<K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned>(
+    object: &Value,
+) -> PartialObjectMeta<K> {
+    serde_json::from_value(json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": object["metadata"],
+    }))
+    .unwrap()
+}
+
+fn snapshot_items() -> Vec<Value> {
+    fixture("snapshot/cluster-snapshot.json")["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn live_index() -> ReleaseIndex {
+    ReleaseIndex::new(SourceKind::Live {
+        tombstone_ttl: Duration::from_secs(30),
+    })
+}
+
+fn key(namespace: &str, release: &str) -> ReleaseKey {
+    ReleaseKey {
+        driver: Driver::Secret,
+        namespace: namespace.into(),
+        release: release.into(),
+    }
+}
+
+fn state(index: &ReleaseIndex, key: &ReleaseKey) -> (History, ReleaseState) {
+    let facts = index.history(key);
+    (History::new(&facts), classify(&facts, 0, 900).state)
+}
+
+#[test]
+fn an_initial_list_matches_the_snapshot_source() {
+    let items = snapshot_items();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_temp(&dir, "snapshot.json", &list(items.clone()));
+    let from_snapshot = ReleaseIndex::new(SourceKind::Snapshot);
+    snapshot::load(&from_snapshot, &path, DecodeLimits::default()).unwrap();
+
+    let from_watch = live_index();
+    let mut feed = RecordFeed::new(Driver::Secret);
+    assert!(!feed.apply(&from_watch, Event::<PartialObjectMeta<Secret>>::Init));
+    for item in &items {
+        assert!(!feed.apply(&from_watch, Event::InitApply(meta::<Secret>(item))));
+    }
+    assert!(
+        feed.apply(&from_watch, Event::<PartialObjectMeta<Secret>>::InitDone),
+        "InitDone completes the list"
+    );
+
+    assert_eq!(from_watch.revision_count(), from_snapshot.revision_count());
+    for (namespace, release) in [
+        ("demo", "web"),
+        ("orphan", "app"),
+        ("pending", "first"),
+        ("pending", "gone"),
+        ("pending", "rb"),
+        ("stuck", "job"),
+    ] {
+        let key = key(namespace, release);
+        assert_eq!(
+            state(&from_watch, &key),
+            state(&from_snapshot, &key),
+            "{namespace}/{release}"
+        );
+    }
+}
+
+#[test]
+fn apply_and_delete_events_keep_the_index_current() {
+    let items = snapshot_items();
+    let index = live_index();
+    let mut feed = RecordFeed::new(Driver::Secret);
+    feed.apply(&index, Event::<PartialObjectMeta<Secret>>::Init);
+    for item in &items {
+        feed.apply(&index, Event::InitApply(meta::<Secret>(item)));
+    }
+    feed.apply(&index, Event::<PartialObjectMeta<Secret>>::InitDone);
+
+    // orphan/app gets an upgrade: revision 2 created deployed.
+    let app_v1 = items
+        .iter()
+        .find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1")
+        .unwrap();
+    let app_v2 = rewrite(app_v1, 2, "deployed");
+    feed.apply(&index, Event::Apply(meta::<Secret>(&app_v2)));
+    assert_eq!(state(&index, &key("orphan", "app")).1, ReleaseState::Healthy);
+
+    // demo/web's failed revision 4 is deleted: revision 3 (deployed) is the latest.
+    let web_v4 = items
+        .iter()
+        .find(|i| i["metadata"]["name"] == "sh.helm.release.v1.web.v4")
+        .unwrap();
+    feed.apply(&index, Event::Delete(meta::<Secret>(web_v4)));
+    assert_eq!(state(&index, &key("demo", "web")).1, ReleaseState::Healthy);
+
+    // A re-list that no longer holds pending/rb drops it.
+    feed.apply(&index, Event::<PartialObjectMeta<Secret>>::Init);
+    for item in items.iter().filter(|i| i["metadata"]["labels"]["name"] != "rb") {
+        feed.apply(&index, Event::InitApply(meta::<Secret>(item)));
+    }
+    feed.apply(&index, Event::<PartialObjectMeta<Secret>>::InitDone);
+    assert!(index.history(&key("pending", "rb")).is_empty());
+    assert_eq!(
+        state(&index, &key("demo", "web")).1,
+        ReleaseState::Failed,
+        "the re-list is the truth"
+    );
+}
+
+#[test]
+fn a_configmap_watch_ignores_configmaps_that_are_not_records() {
+    let index = live_index();
+    let mut feed = RecordFeed::new(Driver::ConfigMap);
+    let record = helm3_configmap();
+    let stray = json!({"metadata": {"name": "settings", "namespace": "cm", "labels": {"owner": "helm"}}});
+    feed.apply(
+        &index,
+        Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&record)),
+    );
+    feed.apply(
+        &index,
+        Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&stray)),
+    );
+    assert_eq!(index.revision_count(), 1);
+    let key = ReleaseKey {
+        driver: Driver::ConfigMap,
+        namespace: "cm".into(),
+        release: "api".into(),
+    };
+    assert_eq!(state(&index, &key).1, ReleaseState::Healthy);
+}
+
+#[test]
+fn namespace_events_carry_the_mode_label_and_teardown() {
+    let index = live_index();
+    let mut feed = NamespaceFeed::default();
+    let labelled = json!({"metadata": {"name": "demo", "labels": {"helm-guard.io/mode": "audit"}}});
+    let going = json!({"metadata": {"name": "old", "deletionTimestamp": "2026-11-29T16:00:00Z"}});
+    feed.apply(&index, Event::<PartialObjectMeta<Namespace>>::Init);
+    feed.apply(&index, Event::InitApply(meta::<Namespace>(&labelled)));
+    assert!(feed.apply(&index, Event::<PartialObjectMeta<Namespace>>::InitDone));
+    assert_eq!(
+        index.namespace("demo").mode,
+        Some(helm_guard::policy::Mode::Audit)
+    );
+    feed.apply(&index, Event::Apply(meta::<Namespace>(&going)));
+    assert!(index.namespace("old").terminating);
+    feed.apply(&index, Event::Delete(meta::<Namespace>(&going)));
+    assert!(!index.namespace("old").terminating);
+}
