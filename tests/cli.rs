@@ -201,3 +201,83 @@ fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+#[test]
+fn audit_lists_the_webhook_decisions_of_a_real_audit_log() {
+    let log = "tests/fixtures/audit/kube-apiserver-audit.jsonl";
+    let output = helm_guard(&["audit", log, "-o", "json"]);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "denials found: {}",
+        stderr(&output)
+    );
+    let decisions: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        decisions.len(),
+        6,
+        "the authorizer's own decisions are not the webhook's"
+    );
+    let denied: Vec<(&str, &str, u64)> = decisions
+        .iter()
+        .filter(|d| d["decision"] == "denied")
+        .map(|d| {
+            (
+                d["verb"].as_str().unwrap(),
+                d["name"].as_str().unwrap(),
+                d["code"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        denied,
+        vec![
+            ("create", "sh.helm.release.v1.job.v5", 403),
+            ("delete", "sh.helm.release.v1.job.v4", 403)
+        ]
+    );
+    assert!(decisions.iter().all(|d| d["webhook"] == "validate.capture.local"));
+    assert_eq!(decisions[0]["annotations"]["record"], "sh.helm.release.v1.job.v4");
+
+    let text = stdout(&helm_guard(&["audit", log, "--denied"]));
+    assert!(
+        text.contains("2 decisions: 0 allowed, 2 denied, 0 warned"),
+        "{text}"
+    );
+    let none = helm_guard(&["audit", log, "--webhook", "records.helm-guard.io"]);
+    assert_eq!(none.status.code(), Some(0));
+    assert!(stdout(&none).contains("0 decisions"));
+}
+
+#[test]
+fn certs_writes_a_ca_and_a_serving_pair_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    let args = [
+        "certs",
+        "--out",
+        out.to_str().unwrap(),
+        "--service",
+        "helm-guard",
+        "--namespace",
+        "guard",
+    ];
+    let output = helm_guard(&args);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(stdout(&output).contains("helm-guard.guard.svc"));
+    for file in ["ca.crt", "tls.crt", "tls.key"] {
+        assert!(out.join(file).exists(), "{file}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(out.join("tls.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let again = helm_guard(&args);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(stderr(&again).contains("--force"));
+}

@@ -1,5 +1,6 @@
 //! The command line: one file per subcommand; each returns the process exit code.
 
+mod audit;
 pub mod certs;
 mod inspect;
 mod scan;
@@ -33,6 +34,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Classify every release in a dump and report the broken ones.
     Scan(scan::ScanArgs),
+    /// Review the guard's decisions in a kube-apiserver audit log.
+    Audit(audit::AuditArgs),
     /// Make a CA and a serving certificate for the webhook Service.
     Certs(certs::CertsArgs),
 }
@@ -71,6 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scan(args) => scan::run(&args)?,
         Command::Serve(args) => serve::run(&args)?,
         Command::Certs(args) => certs::run(&args)?,
+        Command::Audit(args) => audit::run(&args)?,
     };
     Ok(ExitCode::from(code))
 }

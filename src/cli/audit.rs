@@ -1,0 +1,194 @@
+//! `helm-guard audit`: the guard's decisions as the API server's audit log recorded them.
+//!
+//! The API server writes a webhook's auditAnnotations into each event's `annotations` as
+//! `<webhook name>/<key>`; this command gathers them per request.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::{EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output};
+
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// An audit log in JSON lines (the API server's --audit-log-path); `-` for standard input.
+    #[arg(default_value = "-")]
+    pub file: PathBuf,
+    /// Only this webhook's decisions (default: every webhook that annotated a `decision`).
+    #[arg(long)]
+    pub webhook: Option<String>,
+    /// Only denied (and warned) requests.
+    #[arg(long)]
+    pub denied: bool,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Event {
+    #[serde(default)]
+    stage: String,
+    #[serde(default)]
+    verb: String,
+    #[serde(default)]
+    user: EventUser,
+    #[serde(default)]
+    object_ref: EventObject,
+    #[serde(default)]
+    response_status: Option<EventStatus>,
+    #[serde(default)]
+    stage_timestamp: String,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct EventUser {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct EventObject {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct EventStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// One admission decision found in the log.
+#[derive(Debug, Serialize)]
+pub struct AuditedDecision {
+    pub time: String,
+    pub webhook: String,
+    pub verb: String,
+    pub user: String,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: Option<u16>,
+    pub decision: String,
+    /// Every other annotation of the webhook (reason, release, revision, status, ...).
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Reads the decisions out of an audit log; lines that are not audit events are counted, not fatal.
+pub fn read_decisions(
+    reader: impl BufRead,
+    webhook: Option<&str>,
+) -> anyhow::Result<(Vec<AuditedDecision>, usize)> {
+    let mut decisions = Vec::new();
+    let mut unreadable = 0;
+    for line in reader.lines() {
+        let line = line.context("reading the audit log")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(event) = serde_json::from_str::<Event>(&line) else {
+            unreadable += 1;
+            continue;
+        };
+        // The annotations are complete once the response is: skip the earlier stages.
+        if event.stage != "ResponseComplete" {
+            continue;
+        }
+        let webhooks: Vec<&str> = event
+            .annotations
+            .keys()
+            .filter_map(|key| key.strip_suffix("/decision"))
+            // The authorizer annotates `authorization.k8s.io/decision`; built-in plugins use
+            // Kubernetes' own domains. Webhooks are the rest.
+            .filter(|name| !name.ends_with(".k8s.io") && !name.ends_with(".kubernetes.io"))
+            .filter(|name| webhook.is_none_or(|w| w == *name))
+            .collect();
+        for name in webhooks {
+            let prefix = format!("{name}/");
+            let mut annotations: BTreeMap<String, String> = event
+                .annotations
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_owned(), v.clone())))
+                .collect();
+            let decision = annotations.remove("decision").unwrap_or_default();
+            decisions.push(AuditedDecision {
+                time: event.stage_timestamp.clone(),
+                webhook: name.to_owned(),
+                verb: event.verb.clone(),
+                user: event.user.username.clone(),
+                resource: event.object_ref.resource.clone(),
+                namespace: event.object_ref.namespace.clone(),
+                name: event.object_ref.name.clone(),
+                code: event.response_status.as_ref().map(|s| s.code),
+                decision,
+                annotations,
+            });
+        }
+    }
+    Ok((decisions, unreadable))
+}
+
+pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
+    let text = super::read_input(&args.file)?;
+    let (mut decisions, unreadable) = read_decisions(text.as_slice(), args.webhook.as_deref())?;
+    if unreadable > 0 {
+        eprintln!(
+            "warning: {unreadable} lines of {} are not audit events",
+            args.file.display()
+        );
+    }
+    if decisions.is_empty() && unreadable > 0 {
+        eprintln!(
+            "error: {}: no audit events with webhook decisions",
+            args.file.display()
+        );
+        return Ok(EXIT_BAD_INPUT);
+    }
+    if args.denied {
+        decisions.retain(|d| d.decision != "allowed");
+    }
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&decisions)?),
+        Output::Text => {
+            for d in &decisions {
+                let extra: Vec<String> = d.annotations.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!(
+                    "{}  {:<7} {:<6} {}/{} ({})  by {}  -> {} {}  {}",
+                    d.time,
+                    d.decision,
+                    d.verb,
+                    d.namespace,
+                    d.name,
+                    d.resource,
+                    d.user,
+                    d.code.map_or_else(|| "-".into(), |c| c.to_string()),
+                    d.webhook,
+                    extra.join(" ")
+                );
+            }
+            let count = |what: &str| decisions.iter().filter(|d| d.decision == what).count();
+            println!(
+                "\n{} decisions: {} allowed, {} denied, {} warned",
+                decisions.len(),
+                count("allowed"),
+                count("denied"),
+                count("warned")
+            );
+        }
+    }
+    Ok(if decisions.iter().any(|d| d.decision != "allowed") {
+        EXIT_FINDINGS
+    } else {
+        EXIT_OK
+    })
+}

@@ -1,0 +1,361 @@
+//! End-to-end against a real cluster. Opt-in: runs only with HELM_GUARD_E2E=1, against the cluster
+//! in KUBECONFIG; otherwise it says it is skipped and passes.
+//!
+//! The guard runs in this process; the API server must reach it at
+//! https://$HELM_GUARD_E2E_HOST:$HELM_GUARD_E2E_PORT (defaults 127.0.0.1 and 9443). With kind or
+//! k3d the API server runs in a container: set HELM_GUARD_E2E_HOST to the address of this machine
+//! on the Docker network (see README.md, "End-to-end tests").
+//!
+//! Everything it creates is scoped to one fresh namespace and two webhook configurations whose
+//! namespaceSelector matches only that namespace; they are removed at the end, webhooks first,
+//! also when a check fails.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use futures::FutureExt;
+use helm_guard::admission::Admission;
+use helm_guard::cluster::live::{self, ApiPayloadFetcher};
+use helm_guard::cluster::{ReleaseIndex, SourceKind};
+use helm_guard::policy::PolicyConfig;
+use helm_guard::release::DecodeLimits;
+use helm_guard::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+fn enabled() -> bool {
+    std::env::var("HELM_GUARD_E2E").as_deref() == Ok("1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_against_a_real_cluster() {
+    if !enabled() {
+        // Straight to stderr: the test harness captures println!, and this line should be seen.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "end_to_end_against_a_real_cluster: skipped (set HELM_GUARD_E2E=1 to run it against the cluster in KUBECONFIG)"
+        );
+        return;
+    }
+    let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
+    let suffix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        % 1_000_000;
+    let namespace = format!("helm-guard-e2e-{suffix}");
+    let host = std::env::var("HELM_GUARD_E2E_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let port: u16 = std::env::var("HELM_GUARD_E2E_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(9443);
+
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = helm_guard::cli::certs::generate(&[host.clone(), "localhost".into()], 1).unwrap();
+    helm_guard::cli::certs::write(&bundle, dir.path(), true).unwrap();
+
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live {
+        tombstone_ttl: Duration::from_secs(30),
+    }));
+    let metrics = Metrics::new();
+    tokio::spawn(live::run(
+        client.clone(),
+        index.clone(),
+        metrics.watch_restarts.clone(),
+    ));
+    let fetcher = ApiPayloadFetcher {
+        client: client.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        limits: DecodeLimits::default(),
+        timeout: Duration::from_secs(3),
+    };
+    let admission = Admission {
+        index: index.clone(),
+        config: PolicyConfig::default(),
+        limits: DecodeLimits::default(),
+        fetcher: Some(Arc::new(fetcher)),
+    };
+    let settings = ServerSettings {
+        listen: format!("0.0.0.0:{port}").parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        tls: TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        },
+        tls_reload_every: Duration::from_secs(60),
+        max_body_bytes: 8 << 20,
+        shutdown_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(5),
+    };
+    let running = server::start(settings, Arc::new(AppState::new(admission, metrics, 8 << 20)))
+        .await
+        .unwrap();
+    for _ in 0..300 {
+        if index.is_ready() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(index.is_ready(), "the watchers listed the cluster within 30 s");
+
+    let ca_bundle = bundle.ca_pem.clone();
+    let url = format!("https://{host}:{port}");
+    let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_bundle))
+        .catch_unwind()
+        .await;
+    cleanup(&client, &namespace, checks.is_ok()).await;
+    running.shutdown().await;
+    if let Err(panic) = checks {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Webhook configurations first (so nothing stays guarded by a guard that is gone), then the
+/// namespace.
+async fn cleanup(client: &Client, namespace: &str, namespace_checked: bool) {
+    let name = format!("helm-guard-e2e-{namespace}");
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
+    if !namespace_checked {
+        let _ = Api::<Namespace>::all(client.clone())
+            .delete(namespace, &DeleteParams::default())
+            .await;
+    }
+}
+
+fn in_namespace(mut object: Value, namespace: &str) -> Value {
+    let meta = object["metadata"].as_object_mut().unwrap();
+    for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields"] {
+        meta.remove(key);
+    }
+    meta.insert("namespace".into(), json!(namespace));
+    object
+}
+
+fn secret(object: Value) -> Secret {
+    serde_json::from_value(object).unwrap()
+}
+
+async fn run_checks(client: Client, namespace: String, url: String, ca_pem: String) {
+    let ns = namespace.as_str();
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let labelled = json!({"metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}});
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(labelled).unwrap())
+        .await
+        .unwrap();
+
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
+    let base = in_namespace(helm4_secret(), ns);
+    let web = history(&base, &[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    let mut cache = history(&base, &[(1, "superseded"), (2, "deployed")]);
+    for record in cache.iter_mut() {
+        let mut release = release_json(record);
+        release["name"] = json!("cache");
+        let renamed = with_release_json(record.clone(), &release);
+        let revision = renamed["metadata"]["labels"]["version"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        *record = renamed;
+        record["metadata"]["name"] = json!(format!("sh.helm.release.v1.cache.v{revision}"));
+        record["metadata"]["labels"]["name"] = json!("cache");
+    }
+    let mut orphan = history(&base, &[(1, "superseded")]).remove(0);
+    let mut release = release_json(&orphan);
+    release["name"] = json!("orphan");
+    orphan = with_release_json(orphan, &release);
+    orphan["metadata"]["name"] = json!("sh.helm.release.v1.orphan.v1");
+    orphan["metadata"]["labels"]["name"] = json!("orphan");
+    for record in web.iter().chain(cache.iter()).chain(std::iter::once(&orphan)) {
+        secrets
+            .create(&PostParams::default(), &secret(record.clone()))
+            .await
+            .unwrap();
+    }
+
+    register_webhooks(&client, ns, &url, &ca_pem).await;
+    // Wait until the API server calls the guard: a dry-run delete of the latest deployed revision
+    // gets refused.
+    let dry_run = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    let mut guarded = false;
+    for _ in 0..60 {
+        if secrets
+            .delete("sh.helm.release.v1.web.v3", &dry_run)
+            .await
+            .is_err()
+        {
+            guarded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(guarded, "the webhook took effect within 30 s");
+
+    // Deleting the latest deployed revision is refused, with the reason.
+    let refused = secrets
+        .delete("sh.helm.release.v1.web.v3", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        text.contains("latest, deployed revision") && text.contains("cannot re-use a name"),
+        "{text}"
+    );
+
+    // Deleting the oldest is allowed.
+    secrets
+        .delete("sh.helm.release.v1.web.v1", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // A collection delete is decided per record: revision 2 goes, revision 3 stays.
+    let selector = ListParams::default().labels("owner=helm,name=web");
+    let _ = secrets
+        .delete_collection(&DeleteParams::default(), &selector)
+        .await;
+    let left: Vec<String> = secrets
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    assert_eq!(left, vec!["sh.helm.release.v1.web.v3".to_owned()]);
+
+    // An uninstall-style purge: latest marked uninstalling, then every revision, oldest first.
+    let uninstalling = rewrite(&cache[1], 2, "uninstalling");
+    let mut current = secrets.get("sh.helm.release.v1.cache.v2").await.unwrap();
+    current.data = secret(uninstalling).data;
+    current
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("status".into(), "uninstalling".into());
+    secrets
+        .replace("sh.helm.release.v1.cache.v2", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // let the watch see the update
+    secrets
+        .delete("sh.helm.release.v1.cache.v1", &DeleteParams::default())
+        .await
+        .unwrap();
+    secrets
+        .delete("sh.helm.release.v1.cache.v2", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // A helm-install pod for the orphaned release comes back with `upgrade`.
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let mut pod = review("admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json")
+        ["request"]["object"]
+        .clone();
+    pod["metadata"] = json!({"name": "helm-install-orphan", "namespace": ns, "labels": {"helmcharts.helm.cattle.io/chart": "orphan"}});
+    let spec = pod["spec"].as_object_mut().unwrap();
+    for key in ["serviceAccountName", "serviceAccount", "volumes", "tolerations"] {
+        spec.remove(key);
+    }
+    spec.insert("restartPolicy".into(), json!("Never"));
+    let container = &mut pod["spec"]["containers"][0];
+    container.as_object_mut().unwrap().remove("volumeMounts");
+    for var in container["env"].as_array_mut().unwrap() {
+        match var["name"].as_str() {
+            Some("NAME") => var["value"] = json!("orphan"),
+            Some("TARGET_NAMESPACE") => var["value"] = json!(ns),
+            _ => {}
+        }
+    }
+    let created = pods
+        .create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
+        .await
+        .unwrap();
+    let annotations = created.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get("helm-guard.io/release-state").map(String::as_str),
+        Some("orphaned-superseded")
+    );
+    let args = created.spec.unwrap().containers[0].args.clone().unwrap();
+    assert_eq!(args[0], "upgrade");
+
+    // Deleting the whole namespace completes (the namespace controller's deletions are allowed).
+    namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+    let mut gone = false;
+    for _ in 0..240 {
+        if namespaces.get_opt(ns).await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(gone, "the namespace was deleted within 2 minutes");
+}
+
+async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: &str) {
+    use base64::Engine as _;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let name = format!("helm-guard-e2e-{namespace}");
+    let scope = json!({"matchLabels": {"helm-guard-e2e": namespace}});
+    let validating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "records.helm-guard.io",
+            "clientConfig": {"url": format!("{url}/validate"), "caBundle": ca_bundle},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                       "resources": ["secrets", "configmaps"], "scope": "Namespaced"}],
+            "namespaceSelector": scope,
+            "objectSelector": {"matchLabels": {"owner": "helm"}},
+            "sideEffects": "NoneOnDryRun",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5
+        }]
+    });
+    let mutating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "helm-install-pods.helm-guard.io",
+            "clientConfig": {"url": format!("{url}/mutate"), "caBundle": ca_bundle},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": scope,
+            "objectSelector": {"matchExpressions": [{"key": "helmcharts.helm.cattle.io/chart", "operator": "Exists"}]},
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "Never",
+            "timeoutSeconds": 5
+        }]
+    });
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(validating).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(mutating).unwrap())
+        .await
+        .unwrap();
+}
