@@ -60,7 +60,7 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &Policy
                 namespace,
                 release,
                 Some(revision),
-                "first: a new deployed revision takes its place",
+                "first (a new deployed revision then takes its place)",
             );
             return Verdict::deny(
                 Reason::LastDeployedRevision,
