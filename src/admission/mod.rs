@@ -64,6 +64,14 @@ impl Admission {
         reviewed
     }
 
+    /// The mode for a namespace: its `helm-guard.io/mode` label, else the global default.
+    fn mode_for(&self, namespace: &str) -> crate::policy::Mode {
+        self.index
+            .namespace(namespace)
+            .mode
+            .unwrap_or(self.config.default_mode)
+    }
+
     /// A metadata-only index knows a revision's status from its label; where the label is missing
     /// or not a status, one GET of the payload tells it. Helm always writes the label, so this is
     /// the exception (a hand edit), not the rule.

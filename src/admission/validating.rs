@@ -137,12 +137,21 @@ fn requester(request: &AdmissionRequest<DynamicObject>) -> Requester<'_> {
     }
 }
 
-fn describe_record(entry: &mut LedgerEntry, id: &RecordId, payload: Option<&ReleasePayload>) {
-    entry.release = Some(id.key.to_string());
-    entry.revision = Some(id.revision);
-    entry.chart = payload
+/// Fills the ledger entry with what the record says.
+fn describe_record(entry: &mut LedgerEntry, record: &DecodedRecord) {
+    entry.release = Some(record.record.id.key.to_string());
+    entry.revision = Some(record.record.id.revision);
+    entry.status = record.status();
+    entry.chart = record
+        .payload
+        .as_ref()
+        .ok()
         .and_then(ReleasePayload::chart_metadata)
         .map(|chart| format!("{}-{}", chart.name, chart.version));
+}
+
+fn status_text(status: Option<Status>) -> &'static str {
+    status.map_or("undecodable", Status::as_str)
 }
 
 fn delete(
@@ -152,20 +161,16 @@ fn delete(
     entry: &mut LedgerEntry,
 ) -> Outcome {
     let id = &record.record.id;
-    describe_record(entry, id, record.payload.as_ref().ok());
+    describe_record(entry, &record);
     // With the object at hand its payload says the status; with only a name, the index does.
-    let status = match (&record.payload, record.record.payload.is_some()) {
-        (Ok(payload), _) => Some(payload.info.status),
-        (Err(_), true) => None,
-        (Err(_), false) => History::new(&admission.index.history(&id.key)).status_of(id.revision),
+    let status = match record.record.payload {
+        Some(_) => record.status(),
+        None => History::new(&admission.index.history(&id.key)).status_of(id.revision),
     };
     entry.status = status;
-    entry.transition = Some(format!(
-        "{} -> (deleted)",
-        status.map_or("undecodable", Status::as_str)
-    ));
+    entry.transition = Some(format!("{} -> (deleted)", status_text(status)));
     let namespace = admission.index.namespace(&id.key.namespace);
-    let mode = namespace.mode.unwrap_or(admission.config.default_mode);
+    let mode = admission.mode_for(&id.key.namespace);
     let facts = DeleteFacts {
         namespace: &id.key.namespace,
         release: &id.key.release,
@@ -199,16 +204,17 @@ fn update(
         DecodedRecord::new(old, admission.limits),
         DecodedRecord::new(new, admission.limits),
     );
-    let status = |r: &DecodedRecord| r.payload.as_ref().ok().map(|p| p.info.status);
-    describe_record(entry, &new.record.id, new.payload.as_ref().ok());
-    entry.status = status(&new);
-    let name = |s: Option<Status>| s.map_or("undecodable", Status::as_str);
-    entry.transition = Some(format!("{} -> {}", name(status(&old)), name(status(&new))));
+    describe_record(entry, &new);
+    entry.transition = Some(format!(
+        "{} -> {}",
+        status_text(old.status()),
+        status_text(new.status())
+    ));
     fn side(r: &DecodedRecord) -> RecordSide<'_> {
         RecordSide {
             labels: &r.record.labels,
             secret_type: r.record.secret_type.as_deref(),
-            payload_status: r.payload.as_ref().ok().map(|p| p.info.status),
+            payload_status: r.status(),
         }
     }
     let facts = UpdateFacts {
@@ -219,28 +225,20 @@ fn update(
         requester: requester(request),
         break_glass: break_glass_reason(&new.record.annotations),
     };
-    let mode = admission
-        .index
-        .namespace(&old.record.id.key.namespace)
-        .mode
-        .unwrap_or(admission.config.default_mode);
+    let mode = admission.mode_for(&old.record.id.key.namespace);
     let verdict = decide_update(&facts, &admission.config);
     let outcome = apply_mode(&verdict, mode);
     if outcome.allowed && !request.dry_run {
-        if new_is_record && new.record.id == old.record.id {
-            admission.index.decide(&old.record.id.key, |_| {
-                ((), Some(IndexChange::Upsert(new.facts())))
-            });
-        } else {
+        if !new_is_record || new.record.id != old.record.id {
             // A forced identity change: the old record is gone from Helm's view.
-            admission.index.decide(&old.record.id.key, |_| {
-                ((), Some(IndexChange::Delete(old.record.id.revision)))
-            });
-            if new_is_record {
-                admission.index.decide(&new.record.id.key, |_| {
-                    ((), Some(IndexChange::Upsert(new.facts())))
-                });
-            }
+            admission
+                .index
+                .apply(&old.record.id.key, IndexChange::Delete(old.record.id.revision));
+        }
+        if new_is_record {
+            admission
+                .index
+                .apply(&new.record.id.key, IndexChange::Upsert(new.facts()));
         }
     }
     entry.reason = verdict.reason;
@@ -255,13 +253,8 @@ fn create(
     entry: &mut LedgerEntry,
 ) -> Outcome {
     let record = DecodedRecord::new(record, admission.limits);
-    describe_record(entry, &record.record.id, record.payload.as_ref().ok());
-    let status = record.payload.as_ref().ok().map(|p| p.info.status);
-    entry.status = status;
-    entry.transition = Some(format!(
-        "(new) -> {}",
-        status.map_or("undecodable", Status::as_str)
-    ));
+    describe_record(entry, &record);
+    entry.transition = Some(format!("(new) -> {}", status_text(record.status())));
     let verdict = match &record.payload {
         Ok(_) => Verdict::allow(Reason::HelmCreate),
         Err(error) => Verdict::warn(
@@ -273,9 +266,9 @@ fn create(
         ),
     };
     if !request.dry_run {
-        admission.index.decide(&record.record.id.key, |_| {
-            ((), Some(IndexChange::Upsert(record.facts())))
-        });
+        admission
+            .index
+            .apply(&record.record.id.key, IndexChange::Upsert(record.facts()));
     }
     entry.reason = verdict.reason;
     apply_mode(&verdict, crate::policy::Mode::Enforce)

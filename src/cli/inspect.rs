@@ -123,5 +123,8 @@ fn render(object: &str, s: &Summary) -> String {
     line("first deployed:", s.first_deployed.as_deref().unwrap_or("-"));
     line("last deployed:", s.last_deployed.as_deref().unwrap_or("-"));
     line("description:", s.description.as_deref().unwrap_or("-"));
+    if !s.identity_agrees {
+        line("identity:", "the name/version labels disagree with the object name (a hand edit?)");
+    }
     out
 }

@@ -247,6 +247,11 @@ impl ReleaseIndex {
         result
     }
 
+    /// Applies one approved change outside a verdict (CREATE and UPDATE need no history).
+    pub fn apply(&self, key: &ReleaseKey, change: IndexChange) {
+        self.decide(key, |_| ((), Some(change)));
+    }
+
     /// Every release with its classification (for metrics and readiness reports).
     pub fn classify_all(&self, now_unix: i64, stuck_after_secs: i64) -> Vec<(ReleaseKey, Classification)> {
         let now = Instant::now();

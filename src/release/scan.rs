@@ -42,6 +42,11 @@ impl DecodedRecord {
         }
     }
 
+    /// The payload's status, `None` when it does not decode.
+    pub fn status(&self) -> Option<super::status::Status> {
+        self.payload.as_ref().ok().map(|payload| payload.info.status)
+    }
+
     pub fn summary(&self) -> Option<Summary> {
         self.payload
             .as_ref()

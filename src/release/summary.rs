@@ -22,6 +22,8 @@ pub struct Summary {
     pub first_deployed: Option<String>,
     pub last_deployed: Option<String>,
     pub description: Option<String>,
+    /// The `name`/`version` labels agree with the object name (Helm's own records always do).
+    pub identity_agrees: bool,
 }
 
 impl Summary {
@@ -43,6 +45,7 @@ impl Summary {
             first_deployed: payload.info.first_deployed.clone(),
             last_deployed: payload.info.last_deployed.clone(),
             description: payload.info.description.clone(),
+            identity_agrees: record.identity_agrees,
         }
     }
 
