@@ -124,7 +124,10 @@ fn render(object: &str, s: &Summary) -> String {
     line("last deployed:", s.last_deployed.as_deref().unwrap_or("-"));
     line("description:", s.description.as_deref().unwrap_or("-"));
     if !s.identity_agrees {
-        line("identity:", "the name/version labels disagree with the object name (a hand edit?)");
+        line(
+            "identity:",
+            "the name/version labels disagree with the object name (a hand edit?)",
+        );
     }
     out
 }

@@ -46,7 +46,8 @@ pub struct ServeArgs {
     /// A group whose members' requests are always allowed (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
     pub exempt_group: Vec<String>,
-    /// Serve verdicts from a dump (`kubectl get secrets,configmaps,namespaces -A -o json`) instead of a cluster.
+    /// Serve verdicts from a dump instead of a cluster: the `scan --from-file` format; Namespace
+    /// objects in it, if any, give per-namespace modes and teardown.
     #[arg(long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
     pub snapshot: Option<PathBuf>,
     #[command(flatten)]

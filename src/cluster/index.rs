@@ -252,18 +252,23 @@ impl ReleaseIndex {
         self.decide(key, |_| ((), Some(change)));
     }
 
-    /// Every release with its classification (for metrics and readiness reports).
+    /// Every release with its classification (for metrics). The histories are copied under the
+    /// lock and classified after it is released, so a scrape does not hold up verdicts.
     pub fn classify_all(&self, now_unix: i64, stuck_after_secs: i64) -> Vec<(ReleaseKey, Classification)> {
         let now = Instant::now();
-        let state = self.lock();
-        state
-            .releases
-            .keys()
-            .map(|key| {
-                (
-                    key.clone(),
-                    classify(&state.visible(key, now), now_unix, stuck_after_secs),
-                )
+        let histories: Vec<(ReleaseKey, Vec<RevisionFacts>)> = {
+            let state = self.lock();
+            state
+                .releases
+                .keys()
+                .map(|key| (key.clone(), state.visible(key, now)))
+                .collect()
+        };
+        histories
+            .into_iter()
+            .map(|(key, facts)| {
+                let classification = classify(&facts, now_unix, stuck_after_secs);
+                (key, classification)
             })
             .collect()
     }
