@@ -2,9 +2,53 @@
 //! repairs the K3s/RKE2 helm-install jobs that such a deletion sends into a crash loop.
 //!
 //! # Where to start
-//! One admission request, from TLS accept to verdict:
-//! - [`release`]: the record model and payload codec, and the history classifier. Pure.
-//! - [`cli`]: the subcommands, and [`release::scan`] for `scan`'s report.
+//!
+//! Follow one admission request from TLS accept to verdict:
+//!
+//! 1. [`server`] accepts the connection (rustls, certificate reload in [`server::tls`]) and
+//!    [`server::routes`] reads the body, within its size limit.
+//! 2. [`admission::review`] parses the AdmissionReview; [`admission::validating`] or
+//!    [`admission::mutating`] gathers the facts: the record in the request, decoded by
+//!    [`release`], and the release's history from the [`cluster`] index.
+//! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U5),
+//!    [`policy::pod`] (the install-to-upgrade rewrite), [`policy::mode`] (enforce/warn/audit).
+//! 4. [`admission::ledger`] writes the audit annotations and the ledger log line, and the answer
+//!    goes back.
+//!
+//! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
+//! [`cluster::live`] (kube-rs metadata watchers). The command line is in [`cli`].
+//!
+//! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
+//!
+//! ```
+//! use helm_guard::policy::delete::{DeleteFacts, decide_delete};
+//! use helm_guard::policy::{PolicyConfig, Reason, Requester};
+//! use helm_guard::release::history::{PayloadStatus, RevisionFacts, classify};
+//! use helm_guard::release::{History, ReleaseState, Status};
+//!
+//! let revision = |revision, status| RevisionFacts {
+//!     revision,
+//!     payload: PayloadStatus::Decoded(status),
+//!     label: Some(status),
+//!     changed_at: None,
+//! };
+//! let facts = [revision(2, Status::Superseded), revision(3, Status::Deployed)];
+//! assert_eq!(classify(&facts, 0, 900).state, ReleaseState::Healthy);
+//!
+//! // Deleting revision 3 would leave revision 2, superseded, as the latest: refused.
+//! let delete = DeleteFacts {
+//!     namespace: "demo",
+//!     release: "web",
+//!     revision: 3,
+//!     status: Some(Status::Deployed),
+//!     namespace_terminating: false,
+//!     requester: Requester { username: "admin", groups: &[] },
+//!     break_glass: None,
+//! };
+//! let verdict = decide_delete(&delete, &History::new(&facts), &PolicyConfig::default());
+//! assert!(!verdict.allowed);
+//! assert_eq!(verdict.reason, Reason::LatestDeployedRevision);
+//! ```
 
 pub mod admission;
 pub mod cli;

@@ -81,7 +81,10 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
 
     let mut server = axum_server::bind_rustls(settings.listen, tls_config.clone()).handle(handle.clone());
     // A client that never finishes its headers must not hold a connection forever.
-    server.http_builder().http1().header_read_timeout(Duration::from_secs(10));
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(Duration::from_secs(10));
     let app = routes::webhook_router(state.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(error) = server.serve(app.into_make_service()).await {
