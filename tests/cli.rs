@@ -281,3 +281,85 @@ fn certs_writes_a_ca_and_a_serving_pair_and_refuses_to_overwrite() {
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("--force"));
 }
+
+#[test]
+fn inspect_decodes_every_record_in_the_fixtures() {
+    let mut records = 0;
+    for path in admission_fixtures()
+        .into_iter()
+        .chain([fixture_path("snapshot/cluster-snapshot.json")])
+    {
+        if path.to_string_lossy().contains("mutate-create-pod") {
+            continue;
+        }
+        let output = helm_guard(&["inspect", path.to_str().unwrap(), "-o", "json"]);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            stderr(&output)
+        );
+        let items: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        assert!(!items.is_empty());
+        for item in &items {
+            assert!(
+                item["status"].is_string() && item["revision"].is_u64() && item["chart"] == "demo",
+                "{item}"
+            );
+        }
+        records += items.len();
+    }
+    assert!(records >= 50, "{records}");
+}
+
+#[test]
+fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["serve", "--snapshot", SNAPSHOT, "--dev-certs"])
+        .arg(dir.path())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--shutdown-delay",
+            "0s",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving: Value = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
+        .find(|event| event["message"] == "serving")
+        .expect("a JSON `serving` log line");
+    let metrics_addr = serving["metrics_addr"].as_str().unwrap().to_owned();
+    let mut stream = std::net::TcpStream::connect(&metrics_addr).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("ready"),
+        "{answer}"
+    );
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("\"stopped\"")), "{rest:?}");
+}
