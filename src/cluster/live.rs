@@ -249,6 +249,8 @@ pub async fn list_records(
 
 /// Items of a typed list carry no `kind`; put it back so records are recognised as in a dump.
 fn with_kind(mut object: serde_json::Value, kind: &str) -> serde_json::Value {
-    object["kind"] = serde_json::Value::String(kind.to_owned());
+    if let Some(map) = object.as_object_mut() {
+        map.insert("kind".to_owned(), serde_json::Value::String(kind.to_owned()));
+    }
     object
 }

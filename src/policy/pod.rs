@@ -117,17 +117,24 @@ pub fn plan(pod: &HelmInstallPod, release: &Classification) -> PodPlan {
     }
 }
 
-/// The pod with the plan applied.
+/// The pod with the plan applied. Only the annotations and the first argument change.
 pub fn apply(pod: &Value, target: &HelmInstallPod, plan: &PodPlan) -> Value {
     let mut pod = pod.clone();
-    if !pod["metadata"]["annotations"].is_object() {
-        pod["metadata"]["annotations"] = Value::Object(Default::default());
+    if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata.entry("annotations").or_insert(Value::Null);
+        if !annotations.is_object() {
+            *annotations = Value::Object(Default::default());
+        }
+        if let Some(annotations) = annotations.as_object_mut() {
+            for (key, value) in &plan.annotations {
+                annotations.insert(key.clone(), Value::String(value.clone()));
+            }
+        }
     }
-    for (key, value) in &plan.annotations {
-        pod["metadata"]["annotations"][key] = Value::String(value.clone());
-    }
-    if plan.rewrite_to_upgrade {
-        pod["spec"]["containers"][target.container]["args"][0] = Value::String("upgrade".to_owned());
+    if plan.rewrite_to_upgrade
+        && let Some(first) = pod.pointer_mut(&format!("/spec/containers/{}/args/0", target.container))
+    {
+        *first = Value::String("upgrade".to_owned());
     }
     pod
 }
