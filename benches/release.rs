@@ -51,11 +51,7 @@ fn decode(c: &mut Criterion) {
 fn classify_history(c: &mut Criterion) {
     let facts: Vec<RevisionFacts> = (1..=100)
         .map(|revision| {
-            let status = if revision == 100 {
-                Status::Deployed
-            } else {
-                Status::Superseded
-            };
+            let status = if revision == 100 { Status::Deployed } else { Status::Superseded };
             RevisionFacts {
                 revision,
                 payload: PayloadStatus::Decoded(status),

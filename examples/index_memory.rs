@@ -14,41 +14,24 @@ use helm_guard::release::{Driver, RecordId, ReleaseKey, Status};
 
 fn rss_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
+    let pages: usize = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
     pages * 4096
 }
 
 fn main() {
-    let revisions: u32 = std::env::args()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(100_000);
+    let revisions: u32 = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let before = rss_bytes();
-    let index = ReleaseIndex::new(SourceKind::Live {
-        tombstone_ttl: Duration::from_secs(30),
-    });
+    let index = ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) });
     let per_release = 10;
     for n in 0..revisions {
         let release = n / per_release;
         let revision = n % per_release + 1;
         let key = ReleaseKey {
-            driver: if release % 5 == 0 {
-                Driver::ConfigMap
-            } else {
-                Driver::Secret
-            },
+            driver: if release % 5 == 0 { Driver::ConfigMap } else { Driver::Secret },
             namespace: format!("team-{:04}", release % 2_000),
             release: format!("service-{release:06}"),
         };
-        let status = if revision == per_release {
-            Status::Deployed
-        } else {
-            Status::Superseded
-        };
+        let status = if revision == per_release { Status::Deployed } else { Status::Superseded };
         let facts = RevisionFacts {
             revision,
             payload: PayloadStatus::NotLoaded,
@@ -64,8 +47,5 @@ fn main() {
     println!("releases:                 {}", classified.len());
     println!("process RSS before:       {:.1} MiB", before as f64 / 1048576.0);
     println!("process RSS after:        {:.1} MiB", after as f64 / 1048576.0);
-    println!(
-        "index bytes per revision: {:.0}",
-        (after.saturating_sub(before)) as f64 / f64::from(revisions)
-    );
+    println!("index bytes per revision: {:.0}", (after.saturating_sub(before)) as f64 / f64::from(revisions));
 }

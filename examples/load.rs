@@ -33,10 +33,7 @@ async fn main() {
     let body = Bytes::from(std::fs::read(&args[2]).expect("review file"));
     let requests: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(20_000);
     let concurrency: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(16);
-    let path = args
-        .get(5)
-        .cloned()
-        .unwrap_or_else(|| "/validate?timeout=5s".into());
+    let path = args.get(5).cloned().unwrap_or_else(|| "/validate?timeout=5s".into());
 
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&ca) {
@@ -59,13 +56,8 @@ async fn main() {
         let (connector, body, path, issued) = (connector.clone(), body.clone(), path.clone(), issued.clone());
         workers.push(tokio::spawn(async move {
             let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            let tls = connector
-                .connect(ServerName::try_from("localhost").unwrap(), tcp)
-                .await
-                .expect("TLS");
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-                .await
-                .unwrap();
+            let tls = connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.expect("TLS");
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
             tokio::spawn(conn);
             let mut latencies = Vec::new();
             let mut errors = 0usize;
@@ -107,10 +99,7 @@ async fn main() {
         latencies.len(),
         elapsed.as_secs_f64()
     );
-    println!(
-        "throughput: {:.0} requests/s",
-        latencies.len() as f64 / elapsed.as_secs_f64()
-    );
+    println!("throughput: {:.0} requests/s", latencies.len() as f64 / elapsed.as_secs_f64());
     println!(
         "latency: p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
         pct(0.50),

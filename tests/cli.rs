@@ -8,10 +8,7 @@ use common::*;
 use serde_json::{Value, json};
 
 fn helm_guard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_helm-guard"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_helm-guard")).args(args).output().unwrap()
 }
 
 fn stdout(output: &Output) -> String {
@@ -32,25 +29,14 @@ fn scan_json_has_the_documented_keys_and_exit_1_for_broken_releases() {
     let releases: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(releases.len(), 6);
     for release in &releases {
-        for key in [
-            "namespace",
-            "release",
-            "driver",
-            "state",
-            "revision",
-            "status",
-            "anomalies",
-        ] {
+        for key in ["namespace", "release", "driver", "state", "revision", "status", "anomalies"] {
             assert!(release.get(key).is_some(), "{key} missing in {release}");
         }
         assert_eq!(release["driver"], "secret");
         assert!(release["anomalies"].is_array());
     }
     let app = releases.iter().find(|r| r["release"] == "app").unwrap();
-    assert_eq!(
-        (app["state"].as_str(), app["revision"].as_u64()),
-        (Some("orphaned-superseded"), Some(1))
-    );
+    assert_eq!((app["state"].as_str(), app["revision"].as_u64()), (Some("orphaned-superseded"), Some(1)));
 }
 
 #[test]
@@ -63,10 +49,7 @@ fn scan_text_prints_one_line_per_release_and_a_summary() {
             && l.contains("orphaned-superseded")
             && l.contains("helm upgrade"))
     );
-    assert!(
-        text.contains("6 releases, 3 healthy or uninstalled, 3 need attention"),
-        "{text}"
-    );
+    assert!(text.contains("6 releases, 3 healthy or uninstalled, 3 need attention"), "{text}");
 }
 
 #[test]
@@ -77,13 +60,7 @@ fn scan_exits_0_when_every_release_is_healthy_and_reads_yaml_from_stdin() {
     let path = dir.path().join("dump.yaml");
     std::fs::write(&path, yaml).unwrap();
     let output = helm_guard(&["scan", "--from-file", path.to_str().unwrap()]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&output),
-        stderr(&output)
-    );
+    assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
     assert!(stdout(&output).contains("healthy"));
 }
 
@@ -94,26 +71,16 @@ fn scan_exits_2_on_unusable_input_naming_the_problem() {
     std::fs::write(&garbage, "{ this is not json").unwrap();
     let output = helm_guard(&["scan", "--from-file", garbage.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("neither JSON nor YAML"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(stderr(&output).contains("neither JSON nor YAML"), "{}", stderr(&output));
 
     let no_records = write_temp(
         &dir,
         "empty.json",
-        &list(vec![
-            json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "x"}}),
-        ]),
+        &list(vec![json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "x"}})]),
     );
     let output = helm_guard(&["scan", "--from-file", no_records.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("no Helm release records"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(stderr(&output).contains("no Helm release records"), "{}", stderr(&output));
 
     let missing = helm_guard(&["scan", "--from-file", "/nonexistent/dump.json"]);
     assert_eq!(missing.status.code(), Some(2));
@@ -128,11 +95,7 @@ fn scan_names_an_undecodable_record_and_still_reports() {
     let path = write_temp(&dir, "dump.json", &list(items));
     let output = helm_guard(&["scan", "--from-file", path.to_str().unwrap(), "-o", "json"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("Secret demo/sh.helm.release.v1.web.v2"),
-        "{}",
-        stderr(&output)
-    );
+    assert!(stderr(&output).contains("Secret demo/sh.helm.release.v1.web.v2"), "{}", stderr(&output));
     let releases: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(releases[0]["anomalies"], json!(["undecodable-record"]));
 }
@@ -153,10 +116,7 @@ fn inspect_prints_a_summary_the_values_and_the_manifest() {
         text.contains("uninstalling") && text.contains("deployed"),
         "old and new object both shown: {text}"
     );
-    assert!(
-        text.contains("--- manifest") && text.contains("kind: Deployment"),
-        "{text}"
-    );
+    assert!(text.contains("--- manifest") && text.contains("kind: Deployment"), "{text}");
 
     let json = helm_guard(&["inspect", path, "-o", "json", "--values"]);
     let items: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
@@ -182,19 +142,11 @@ fn inspect_reads_stdin_and_refuses_a_gzip_bomb_by_name() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&bomb).unwrap())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(&serde_json::to_vec(&bomb).unwrap()).unwrap();
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     let err = stderr(&output);
-    assert!(
-        err.contains("sh.helm.release.v1.web.v3") && err.contains("more than 1048576 bytes"),
-        "{err}"
-    );
+    assert!(err.contains("sh.helm.release.v1.web.v3") && err.contains("more than 1048576 bytes"), "{err}");
 }
 
 fn base64_encode(bytes: &[u8]) -> String {
@@ -206,44 +158,23 @@ fn base64_encode(bytes: &[u8]) -> String {
 fn audit_lists_the_webhook_decisions_of_a_real_audit_log() {
     let log = "tests/fixtures/audit/kube-apiserver-audit.jsonl";
     let output = helm_guard(&["audit", log, "-o", "json"]);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "denials found: {}",
-        stderr(&output)
-    );
+    assert_eq!(output.status.code(), Some(1), "denials found: {}", stderr(&output));
     let decisions: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(
-        decisions.len(),
-        6,
-        "the authorizer's own decisions are not the webhook's"
-    );
+    assert_eq!(decisions.len(), 6, "the authorizer's own decisions are not the webhook's");
     let denied: Vec<(&str, &str, u64)> = decisions
         .iter()
         .filter(|d| d["decision"] == "denied")
-        .map(|d| {
-            (
-                d["verb"].as_str().unwrap(),
-                d["name"].as_str().unwrap(),
-                d["code"].as_u64().unwrap(),
-            )
-        })
+        .map(|d| (d["verb"].as_str().unwrap(), d["name"].as_str().unwrap(), d["code"].as_u64().unwrap()))
         .collect();
     assert_eq!(
         denied,
-        vec![
-            ("create", "sh.helm.release.v1.job.v5", 403),
-            ("delete", "sh.helm.release.v1.job.v4", 403)
-        ]
+        vec![("create", "sh.helm.release.v1.job.v5", 403), ("delete", "sh.helm.release.v1.job.v4", 403)]
     );
     assert!(decisions.iter().all(|d| d["webhook"] == "validate.capture.local"));
     assert_eq!(decisions[0]["annotations"]["record"], "sh.helm.release.v1.job.v4");
 
     let text = stdout(&helm_guard(&["audit", log, "--denied"]));
-    assert!(
-        text.contains("2 decisions: 0 allowed, 2 denied, 0 warned"),
-        "{text}"
-    );
+    assert!(text.contains("2 decisions: 0 allowed, 2 denied, 0 warned"), "{text}");
     let none = helm_guard(&["audit", log, "--webhook", "records.helm-guard.io"]);
     assert_eq!(none.status.code(), Some(0));
     assert!(stdout(&none).contains("0 decisions"));
@@ -253,15 +184,7 @@ fn audit_lists_the_webhook_decisions_of_a_real_audit_log() {
 fn certs_writes_a_ca_and_a_serving_pair_and_refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("certs");
-    let args = [
-        "certs",
-        "--out",
-        out.to_str().unwrap(),
-        "--service",
-        "helm-guard",
-        "--namespace",
-        "guard",
-    ];
+    let args = ["certs", "--out", out.to_str().unwrap(), "--service", "helm-guard", "--namespace", "guard"];
     let output = helm_guard(&args);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(stdout(&output).contains("helm-guard.guard.svc"));
@@ -269,14 +192,7 @@ fn certs_writes_a_ca_and_a_serving_pair_and_refuses_to_overwrite() {
         assert!(out.join(file).exists(), "{file}");
     }
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(
-        std::fs::metadata(out.join("tls.key"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
-        0o600
-    );
+    assert_eq!(std::fs::metadata(out.join("tls.key")).unwrap().permissions().mode() & 0o777, 0o600);
     let again = helm_guard(&args);
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("--force"));
@@ -285,21 +201,12 @@ fn certs_writes_a_ca_and_a_serving_pair_and_refuses_to_overwrite() {
 #[test]
 fn inspect_decodes_every_record_in_the_fixtures() {
     let mut records = 0;
-    for path in admission_fixtures()
-        .into_iter()
-        .chain([fixture_path("snapshot/cluster-snapshot.json")])
-    {
+    for path in admission_fixtures().into_iter().chain([fixture_path("snapshot/cluster-snapshot.json")]) {
         if path.to_string_lossy().contains("mutate-create-pod") {
             continue;
         }
         let output = helm_guard(&["inspect", path.to_str().unwrap(), "-o", "json"]);
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "{}: {}",
-            path.display(),
-            stderr(&output)
-        );
+        assert_eq!(output.status.code(), Some(0), "{}: {}", path.display(), stderr(&output));
         let items: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
         assert!(!items.is_empty());
         for item in &items {
@@ -320,14 +227,7 @@ fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
         .args(["serve", "--snapshot", SNAPSHOT, "--dev-certs"])
         .arg(dir.path())
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--shutdown-delay",
-            "0s",
-        ])
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -341,22 +241,12 @@ fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
     let metrics_addr = serving["metrics_addr"].as_str().unwrap().to_owned();
     let mut stream = std::net::TcpStream::connect(&metrics_addr).unwrap();
     use std::io::{Read, Write};
-    write!(
-        stream,
-        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    write!(stream, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
-    assert!(
-        answer.starts_with("HTTP/1.1 200") && answer.ends_with("ready"),
-        "{answer}"
-    );
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ready"), "{answer}");
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(killed.success());
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();

@@ -47,31 +47,19 @@ async fn end_to_end_against_a_real_cluster() {
         return;
     }
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
-    let suffix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        % 1_000_000;
+    let suffix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
     let namespace = format!("helm-guard-e2e-{suffix}");
     let host = std::env::var("HELM_GUARD_E2E_HOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let port: u16 = std::env::var("HELM_GUARD_E2E_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(9443);
+    let port: u16 = std::env::var("HELM_GUARD_E2E_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9443);
 
     let dir = tempfile::tempdir().unwrap();
     let bundle = helm_guard::cli::certs::generate(&[host.clone(), "localhost".into()], 1).unwrap();
     helm_guard::cli::certs::write(&bundle, dir.path(), true).unwrap();
 
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Live {
-        tombstone_ttl: Duration::from_secs(30),
-    }));
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let metrics = Metrics::new();
-    tokio::spawn(live::run(
-        client.clone(),
-        index.clone(),
-        metrics.watch_restarts.clone(),
-    ));
+    tokio::spawn(live::run(client.clone(), index.clone(), metrics.watch_restarts.clone()));
     let fetcher = ApiPayloadFetcher {
         client: client.clone(),
         runtime: tokio::runtime::Handle::current(),
@@ -87,18 +75,14 @@ async fn end_to_end_against_a_real_cluster() {
     let settings = ServerSettings {
         listen: format!("0.0.0.0:{port}").parse().unwrap(),
         metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        tls: TlsFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-        },
+        tls: TlsFiles { cert: dir.path().join("tls.crt"), key: dir.path().join("tls.key") },
         tls_reload_every: Duration::from_secs(60),
         max_body_bytes: 8 << 20,
         shutdown_delay: Duration::ZERO,
         shutdown_grace: Duration::from_secs(5),
     };
-    let running = server::start(settings, Arc::new(AppState::new(admission, metrics, 8 << 20)))
-        .await
-        .unwrap();
+    let running =
+        server::start(settings, Arc::new(AppState::new(admission, metrics, 8 << 20))).await.unwrap();
     for _ in 0..300 {
         if index.is_ready() {
             break;
@@ -130,9 +114,7 @@ async fn cleanup(client: &Client, namespace: &str, namespace_checked: bool) {
         .delete(&name, &DeleteParams::default())
         .await;
     if !namespace_checked {
-        let _ = Api::<Namespace>::all(client.clone())
-            .delete(namespace, &DeleteParams::default())
-            .await;
+        let _ = Api::<Namespace>::all(client.clone()).delete(namespace, &DeleteParams::default()).await;
     }
 }
 
@@ -153,10 +135,7 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     let ns = namespace.as_str();
     let namespaces = Api::<Namespace>::all(client.clone());
     let labelled = json!({"metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}});
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(labelled).unwrap())
-        .await
-        .unwrap();
+    namespaces.create(&PostParams::default(), &serde_json::from_value(labelled).unwrap()).await.unwrap();
 
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
     let base = in_namespace(helm4_secret(), ns);
@@ -166,10 +145,7 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
         let mut release = release_json(record);
         release["name"] = json!("cache");
         let renamed = with_release_json(record.clone(), &release);
-        let revision = renamed["metadata"]["labels"]["version"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let revision = renamed["metadata"]["labels"]["version"].as_str().unwrap().to_owned();
         *record = renamed;
         record["metadata"]["name"] = json!(format!("sh.helm.release.v1.cache.v{revision}"));
         record["metadata"]["labels"]["name"] = json!("cache");
@@ -181,26 +157,16 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     orphan["metadata"]["name"] = json!("sh.helm.release.v1.orphan.v1");
     orphan["metadata"]["labels"]["name"] = json!("orphan");
     for record in web.iter().chain(cache.iter()).chain(std::iter::once(&orphan)) {
-        secrets
-            .create(&PostParams::default(), &secret(record.clone()))
-            .await
-            .unwrap();
+        secrets.create(&PostParams::default(), &secret(record.clone())).await.unwrap();
     }
 
     register_webhooks(&client, ns, &url, &ca_pem).await;
     // Wait until the API server calls the guard: a dry-run delete of the latest deployed revision
     // gets refused.
-    let dry_run = DeleteParams {
-        dry_run: true,
-        ..DeleteParams::default()
-    };
+    let dry_run = DeleteParams { dry_run: true, ..DeleteParams::default() };
     let mut guarded = false;
     for _ in 0..60 {
-        if secrets
-            .delete("sh.helm.release.v1.web.v3", &dry_run)
-            .await
-            .is_err()
-        {
+        if secrets.delete("sh.helm.release.v1.web.v3", &dry_run).await.is_err() {
             guarded = true;
             break;
         }
@@ -209,59 +175,29 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     assert!(guarded, "the webhook took effect within 30 s");
 
     // Deleting the latest deployed revision is refused, with the reason.
-    let refused = secrets
-        .delete("sh.helm.release.v1.web.v3", &DeleteParams::default())
-        .await
-        .unwrap_err();
+    let refused = secrets.delete("sh.helm.release.v1.web.v3", &DeleteParams::default()).await.unwrap_err();
     let text = refused.to_string();
-    assert!(
-        text.contains("latest, deployed revision") && text.contains("cannot re-use a name"),
-        "{text}"
-    );
+    assert!(text.contains("latest, deployed revision") && text.contains("cannot re-use a name"), "{text}");
 
     // Deleting the oldest is allowed.
-    secrets
-        .delete("sh.helm.release.v1.web.v1", &DeleteParams::default())
-        .await
-        .unwrap();
+    secrets.delete("sh.helm.release.v1.web.v1", &DeleteParams::default()).await.unwrap();
 
     // A collection delete is decided per record: revision 2 goes, revision 3 stays.
     let selector = ListParams::default().labels("owner=helm,name=web");
-    let _ = secrets
-        .delete_collection(&DeleteParams::default(), &selector)
-        .await;
-    let left: Vec<String> = secrets
-        .list(&selector)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|s| s.metadata.name)
-        .collect();
+    let _ = secrets.delete_collection(&DeleteParams::default(), &selector).await;
+    let left: Vec<String> =
+        secrets.list(&selector).await.unwrap().items.into_iter().filter_map(|s| s.metadata.name).collect();
     assert_eq!(left, vec!["sh.helm.release.v1.web.v3".to_owned()]);
 
     // An uninstall-style purge: latest marked uninstalling, then every revision, oldest first.
     let uninstalling = rewrite(&cache[1], 2, "uninstalling");
     let mut current = secrets.get("sh.helm.release.v1.cache.v2").await.unwrap();
     current.data = secret(uninstalling).data;
-    current
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .insert("status".into(), "uninstalling".into());
-    secrets
-        .replace("sh.helm.release.v1.cache.v2", &PostParams::default(), &current)
-        .await
-        .unwrap();
+    current.metadata.labels.get_or_insert_default().insert("status".into(), "uninstalling".into());
+    secrets.replace("sh.helm.release.v1.cache.v2", &PostParams::default(), &current).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await; // let the watch see the update
-    secrets
-        .delete("sh.helm.release.v1.cache.v1", &DeleteParams::default())
-        .await
-        .unwrap();
-    secrets
-        .delete("sh.helm.release.v1.cache.v2", &DeleteParams::default())
-        .await
-        .unwrap();
+    secrets.delete("sh.helm.release.v1.cache.v1", &DeleteParams::default()).await.unwrap();
+    secrets.delete("sh.helm.release.v1.cache.v2", &DeleteParams::default()).await.unwrap();
 
     // A helm-install pod for the orphaned release comes back with `upgrade`.
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
@@ -283,10 +219,7 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
             _ => {}
         }
     }
-    let created = pods
-        .create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
-        .await
-        .unwrap();
+    let created = pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     let annotations = created.metadata.annotations.unwrap_or_default();
     assert_eq!(
         annotations.get("helm-guard.io/release-state").map(String::as_str),
@@ -348,10 +281,7 @@ async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: 
         }]
     });
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(validating).unwrap(),
-        )
+        .create(&PostParams::default(), &serde_json::from_value(validating).unwrap())
         .await
         .unwrap();
     Api::<MutatingWebhookConfiguration>::all(client.clone())

@@ -28,10 +28,7 @@ struct FakeApi {
 impl PayloadFetcher for FakeApi {
     fn fetch(&self, id: &RecordId) -> Option<helm_guard::release::history::RevisionFacts> {
         self.calls.lock().unwrap().push(id.revision);
-        let object = self
-            .objects
-            .iter()
-            .find(|o| o["metadata"]["name"] == id.object_name())?;
+        let object = self.objects.iter().find(|o| o["metadata"]["name"] == id.object_name())?;
         let record = Record::from_object(object, None).ok()??;
         Some(DecodedRecord::new(record, DecodeLimits::default()).facts())
     }
@@ -53,31 +50,17 @@ fn feed(index: &ReleaseIndex, objects: &[Value]) {
 fn decide(admission: &Admission, review: &Value) -> (bool, String) {
     let request = admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, &request);
-    (
-        reviewed.response.allowed,
-        reviewed.entry.reason.as_str().to_owned(),
-    )
+    (reviewed.response.allowed, reviewed.entry.reason.as_str().to_owned())
 }
 
 #[test]
 fn a_missing_status_label_is_fetched_and_an_approved_delete_stays_hidden() {
     // Revision 1 is deployed, but someone removed its status label; 2 is deployed; 3 failed.
-    let mut records = history(
-        &helm4_secret(),
-        &[(1, "deployed"), (2, "deployed"), (3, "failed")],
-    );
-    records[0]["metadata"]["labels"]
-        .as_object_mut()
-        .unwrap()
-        .remove("status");
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Live {
-        tombstone_ttl: Duration::from_secs(3600),
-    }));
+    let mut records = history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")]);
+    records[0]["metadata"]["labels"].as_object_mut().unwrap().remove("status");
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) }));
     feed(&index, &records);
-    let api = Arc::new(FakeApi {
-        objects: records.clone(),
-        calls: Mutex::default(),
-    });
+    let api = Arc::new(FakeApi { objects: records.clone(), calls: Mutex::default() });
     let admission = Admission {
         index: index.clone(),
         config: PolicyConfig::default(),
@@ -86,25 +69,11 @@ fn a_missing_status_label_is_fetched_and_an_approved_delete_stays_hidden() {
     };
 
     // Deleting revision 2 is pruning only because revision 1 is deployed too: the GET tells so.
-    assert_eq!(
-        decide(&admission, &delete_review(&records[1])),
-        (true, "history-pruning".to_owned())
-    );
-    assert_eq!(
-        *api.calls.lock().unwrap(),
-        vec![1],
-        "one GET, for the revision without a label"
-    );
+    assert_eq!(decide(&admission, &delete_review(&records[1])), (true, "history-pruning".to_owned()));
+    assert_eq!(*api.calls.lock().unwrap(), vec![1], "one GET, for the revision without a label");
 
     // The approved deletion is hidden before the watch confirms it: revision 1 is now the only
     // deployed revision.
-    assert_eq!(
-        decide(&admission, &delete_review(&records[0])),
-        (false, "last-deployed-revision".to_owned())
-    );
-    assert_eq!(
-        api.calls.lock().unwrap().len(),
-        1,
-        "the fetched status stays in the index"
-    );
+    assert_eq!(decide(&admission, &delete_review(&records[0])), (false, "last-deployed-revision".to_owned()));
+    assert_eq!(api.calls.lock().unwrap().len(), 1, "the fetched status stays in the index");
 }

@@ -27,24 +27,15 @@ fn meta<K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwne
 }
 
 fn snapshot_items() -> Vec<Value> {
-    fixture("snapshot/cluster-snapshot.json")["items"]
-        .as_array()
-        .unwrap()
-        .clone()
+    fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone()
 }
 
 fn live_index() -> ReleaseIndex {
-    ReleaseIndex::new(SourceKind::Live {
-        tombstone_ttl: Duration::from_secs(30),
-    })
+    ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) })
 }
 
 fn key(namespace: &str, release: &str) -> ReleaseKey {
-    ReleaseKey {
-        driver: Driver::Secret,
-        namespace: namespace.into(),
-        release: release.into(),
-    }
+    ReleaseKey { driver: Driver::Secret, namespace: namespace.into(), release: release.into() }
 }
 
 fn state(index: &ReleaseIndex, key: &ReleaseKey) -> (History, ReleaseState) {
@@ -81,11 +72,7 @@ fn an_initial_list_matches_the_snapshot_source() {
         ("stuck", "job"),
     ] {
         let key = key(namespace, release);
-        assert_eq!(
-            state(&from_watch, &key),
-            state(&from_snapshot, &key),
-            "{namespace}/{release}"
-        );
+        assert_eq!(state(&from_watch, &key), state(&from_snapshot, &key), "{namespace}/{release}");
     }
 }
 
@@ -101,19 +88,13 @@ fn apply_and_delete_events_keep_the_index_current() {
     feed.apply(&index, Event::<PartialObjectMeta<Secret>>::InitDone);
 
     // orphan/app gets an upgrade: revision 2 created deployed.
-    let app_v1 = items
-        .iter()
-        .find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1")
-        .unwrap();
+    let app_v1 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1").unwrap();
     let app_v2 = rewrite(app_v1, 2, "deployed");
     feed.apply(&index, Event::Apply(meta::<Secret>(&app_v2)));
     assert_eq!(state(&index, &key("orphan", "app")).1, ReleaseState::Healthy);
 
     // demo/web's failed revision 4 is deleted: revision 3 (deployed) is the latest.
-    let web_v4 = items
-        .iter()
-        .find(|i| i["metadata"]["name"] == "sh.helm.release.v1.web.v4")
-        .unwrap();
+    let web_v4 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.web.v4").unwrap();
     feed.apply(&index, Event::Delete(meta::<Secret>(web_v4)));
     assert_eq!(state(&index, &key("demo", "web")).1, ReleaseState::Healthy);
 
@@ -124,11 +105,7 @@ fn apply_and_delete_events_keep_the_index_current() {
     }
     feed.apply(&index, Event::<PartialObjectMeta<Secret>>::InitDone);
     assert!(index.history(&key("pending", "rb")).is_empty());
-    assert_eq!(
-        state(&index, &key("demo", "web")).1,
-        ReleaseState::Failed,
-        "the re-list is the truth"
-    );
+    assert_eq!(state(&index, &key("demo", "web")).1, ReleaseState::Failed, "the re-list is the truth");
 }
 
 #[test]
@@ -137,20 +114,10 @@ fn a_configmap_watch_ignores_configmaps_that_are_not_records() {
     let mut feed = RecordFeed::new(Driver::ConfigMap);
     let record = helm3_configmap();
     let stray = json!({"metadata": {"name": "settings", "namespace": "cm", "labels": {"owner": "helm"}}});
-    feed.apply(
-        &index,
-        Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&record)),
-    );
-    feed.apply(
-        &index,
-        Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&stray)),
-    );
+    feed.apply(&index, Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&record)));
+    feed.apply(&index, Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&stray)));
     assert_eq!(index.revision_count(), 1);
-    let key = ReleaseKey {
-        driver: Driver::ConfigMap,
-        namespace: "cm".into(),
-        release: "api".into(),
-    };
+    let key = ReleaseKey { driver: Driver::ConfigMap, namespace: "cm".into(), release: "api".into() };
     assert_eq!(state(&index, &key).1, ReleaseState::Healthy);
 }
 
@@ -163,10 +130,7 @@ fn namespace_events_carry_the_mode_label_and_teardown() {
     feed.apply(&index, Event::<PartialObjectMeta<Namespace>>::Init);
     feed.apply(&index, Event::InitApply(meta::<Namespace>(&labelled)));
     assert!(feed.apply(&index, Event::<PartialObjectMeta<Namespace>>::InitDone));
-    assert_eq!(
-        index.namespace("demo").mode,
-        Some(helm_guard::policy::Mode::Audit)
-    );
+    assert_eq!(index.namespace("demo").mode, Some(helm_guard::policy::Mode::Audit));
     feed.apply(&index, Event::Apply(meta::<Namespace>(&going)));
     assert!(index.namespace("old").terminating);
     feed.apply(&index, Event::Delete(meta::<Namespace>(&going)));

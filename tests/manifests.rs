@@ -7,66 +7,35 @@ use serde_json::Value;
 
 fn documents(file: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(format!("{}/manifests/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
+    serde_saphyr::from_multiple::<Value>(&text).unwrap().into_iter().filter(|d| !d.is_null()).collect()
 }
 
 #[test]
 fn the_deployment_args_are_flags_serve_accepts() {
-    let deployment = documents("deployment.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "Deployment")
-        .unwrap();
+    let deployment = documents("deployment.yaml").into_iter().find(|d| d["kind"] == "Deployment").unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut argv = vec!["helm-guard".to_owned()];
-    argv.extend(
-        container["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_owned()),
-    );
+    argv.extend(container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()));
     let parsed = Cli::try_parse_from(&argv);
     assert!(parsed.is_ok(), "{:?}", parsed.err().map(|e| e.to_string()));
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-        .as_u64()
-        .unwrap();
+    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap();
     assert!(grace > 5 + 20, "longer than the default shutdown delay and grace");
 }
 
 #[test]
 fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods() {
     let hooks = documents("webhooks.yaml");
-    let validating = hooks
-        .iter()
-        .find(|d| d["kind"] == "ValidatingWebhookConfiguration")
-        .unwrap();
-    let mutating = hooks
-        .iter()
-        .find(|d| d["kind"] == "MutatingWebhookConfiguration")
-        .unwrap();
+    let validating = hooks.iter().find(|d| d["kind"] == "ValidatingWebhookConfiguration").unwrap();
+    let mutating = hooks.iter().find(|d| d["kind"] == "MutatingWebhookConfiguration").unwrap();
     let mut operations = Vec::new();
     for hook in validating["webhooks"].as_array().unwrap() {
         assert_eq!(hook["clientConfig"]["service"]["path"], "/validate");
         assert_eq!(hook["objectSelector"]["matchLabels"]["owner"], "helm");
-        assert_eq!(
-            hook["sideEffects"], "NoneOnDryRun",
-            "dry-run requests must reach the guard"
-        );
-        assert_eq!(
-            hook["rules"][0]["resources"],
-            serde_json::json!(["secrets", "configmaps"])
-        );
+        assert_eq!(hook["sideEffects"], "NoneOnDryRun", "dry-run requests must reach the guard");
+        assert_eq!(hook["rules"][0]["resources"], serde_json::json!(["secrets", "configmaps"]));
         operations.extend(
-            hook["rules"][0]["operations"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| o.as_str().unwrap().to_owned()),
+            hook["rules"][0]["operations"].as_array().unwrap().iter().map(|o| o.as_str().unwrap().to_owned()),
         );
     }
     operations.sort();
@@ -75,36 +44,16 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
         .as_array()
         .unwrap()
         .iter()
-        .find(|h| {
-            h["rules"][0]["operations"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|o| o == "DELETE")
-        })
+        .find(|h| h["rules"][0]["operations"].as_array().unwrap().iter().any(|o| o == "DELETE"))
         .unwrap();
     assert_eq!(delete_hook["failurePolicy"], "Fail");
 
     let pod_hook = &mutating["webhooks"][0];
     assert_eq!(pod_hook["clientConfig"]["service"]["path"], "/mutate");
-    assert_eq!(
-        pod_hook["objectSelector"]["matchExpressions"][0]["key"],
-        "helmcharts.helm.cattle.io/chart"
-    );
-    assert_eq!(
-        pod_hook["failurePolicy"], "Ignore",
-        "a pod is never held up by the guard"
-    );
-    for hook in validating["webhooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain([pod_hook])
-    {
-        assert_eq!(
-            hook["namespaceSelector"]["matchExpressions"][0]["key"],
-            "helm-guard.io/ignore"
-        );
+    assert_eq!(pod_hook["objectSelector"]["matchExpressions"][0]["key"], "helmcharts.helm.cattle.io/chart");
+    assert_eq!(pod_hook["failurePolicy"], "Ignore", "a pod is never held up by the guard");
+    for hook in validating["webhooks"].as_array().unwrap().iter().chain([pod_hook]) {
+        assert_eq!(hook["namespaceSelector"]["matchExpressions"][0]["key"], "helm-guard.io/ignore");
     }
 }
 
@@ -114,10 +63,7 @@ fn the_cluster_role_is_read_only() {
     let role = rbac.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     for rule in role["rules"].as_array().unwrap() {
         for verb in rule["verbs"].as_array().unwrap() {
-            assert!(
-                ["get", "list", "watch"].contains(&verb.as_str().unwrap()),
-                "{verb}"
-            );
+            assert!(["get", "list", "watch"].contains(&verb.as_str().unwrap()), "{verb}");
         }
     }
 }

@@ -9,16 +9,10 @@ use helm_guard::release::scan::{collect_records, report};
 use helm_guard::release::{Record, ReleasePayload, Status};
 use proptest::prelude::*;
 
-const SMALL: DecodeLimits = DecodeLimits {
-    max_decoded_bytes: 1 << 20,
-};
+const SMALL: DecodeLimits = DecodeLimits { max_decoded_bytes: 1 << 20 };
 
 fn real_payload() -> Vec<u8> {
-    common::helm4_secret()["data"]["release"]
-        .as_str()
-        .unwrap()
-        .as_bytes()
-        .to_vec()
+    common::helm4_secret()["data"]["release"].as_str().unwrap().as_bytes().to_vec()
 }
 
 proptest! {

@@ -27,9 +27,8 @@ fn every_record_in_the_admission_fixtures_decodes_and_matches_its_labels() {
             let Some(record) = Record::from_object(object, None).unwrap() else {
                 continue;
             };
-            let payload = record
-                .decode(DecodeLimits::default())
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let payload =
+                record.decode(DecodeLimits::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert_eq!(payload.version, record.id.revision, "{}", path.display());
             assert_eq!(payload.name, record.id.key.release);
             assert_eq!(Some(payload.info.status), record.status_label());
@@ -40,10 +39,7 @@ fn every_record_in_the_admission_fixtures_decodes_and_matches_its_labels() {
             }
         }
     }
-    assert!(
-        seen.0 >= 30 && seen.1 >= 5,
-        "secrets and configmaps both read: {seen:?}"
-    );
+    assert!(seen.0 >= 30 && seen.1 >= 5, "secrets and configmaps both read: {seen:?}");
 }
 
 #[test]
@@ -51,14 +47,7 @@ fn helm3_and_helm4_payloads_both_summarise() {
     let helm4 = Record::from_object(&helm4_secret(), None).unwrap().unwrap();
     let payload = helm4.decode(DecodeLimits::default()).unwrap();
     let summary = helm_guard::release::Summary::new(&helm4, &payload);
-    assert_eq!(
-        (
-            summary.namespace.as_str(),
-            summary.release.as_str(),
-            summary.revision
-        ),
-        ("demo", "web", 3)
-    );
+    assert_eq!((summary.namespace.as_str(), summary.release.as_str(), summary.revision), ("demo", "web", 3));
     assert_eq!(summary.status, Status::Deployed);
     assert_eq!(summary.chart_ref().as_deref(), Some("demo-0.1.0"));
     assert_eq!(summary.app_version.as_deref(), Some("1.16.0"));
@@ -88,16 +77,8 @@ fn scan_of_the_snapshot_agrees_with_helm_ls_all() {
             .iter()
             .find(|r| r.namespace == entry["namespace"] && r.release == entry["name"])
             .unwrap_or_else(|| panic!("no report for {entry}"));
-        assert_eq!(
-            report.revision.map(|r| r.to_string()).as_deref(),
-            entry["revision"].as_str(),
-            "{entry}"
-        );
-        assert_eq!(
-            report.status.map(|s| s.to_string()).as_deref(),
-            entry["status"].as_str(),
-            "{entry}"
-        );
+        assert_eq!(report.revision.map(|r| r.to_string()).as_deref(), entry["revision"].as_str(), "{entry}");
+        assert_eq!(report.status.map(|s| s.to_string()).as_deref(), entry["status"].as_str(), "{entry}");
         assert_eq!(report.chart.as_deref(), entry["chart"].as_str());
     }
 }
@@ -107,10 +88,7 @@ fn scan_of_the_snapshot_agrees_with_helm_history_revision_by_revision() {
     let text = std::fs::read(fixture_path("snapshot/cluster-snapshot.json")).unwrap();
     let records = records_of(&parse_objects(&text).unwrap());
     for report in snapshot_reports() {
-        let history = fixture(&format!(
-            "snapshot/history-{}-{}.json",
-            report.namespace, report.release
-        ));
+        let history = fixture(&format!("snapshot/history-{}-{}.json", report.namespace, report.release));
         for entry in history.as_array().unwrap() {
             let revision = entry["revision"].as_u64().unwrap() as u32;
             let record = records
@@ -118,12 +96,7 @@ fn scan_of_the_snapshot_agrees_with_helm_history_revision_by_revision() {
                 .find(|r| r.record.id.key.release == report.release && r.record.id.revision == revision)
                 .unwrap();
             let summary = record.summary().unwrap();
-            assert_eq!(
-                summary.status.as_str(),
-                entry["status"],
-                "{} r{revision}",
-                report.release
-            );
+            assert_eq!(summary.status.as_str(), entry["status"], "{} r{revision}", report.release);
             assert_eq!(summary.description.as_deref(), entry["description"].as_str());
         }
     }
@@ -144,32 +117,17 @@ fn the_snapshot_releases_have_the_states_the_fixture_readme_gives() {
         ("stuck/job", ReleaseState::Healthy, false),
     ];
     for (name, state, stuck) in expected {
-        assert!(
-            states.contains(&(name.to_owned(), state, stuck)),
-            "{name}: {states:?}"
-        );
+        assert!(states.contains(&(name.to_owned(), state, stuck)), "{name}: {states:?}");
     }
-    let web = snapshot_reports()
-        .into_iter()
-        .find(|r| r.release == "web")
-        .unwrap();
-    assert_eq!(
-        web.deployed_revisions,
-        vec![3],
-        "the failed release notes its deployed revision"
-    );
+    let web = snapshot_reports().into_iter().find(|r| r.release == "web").unwrap();
+    assert_eq!(web.deployed_revisions, vec![3], "the failed release notes its deployed revision");
 }
 
 #[test]
 fn a_pending_install_becomes_stuck_after_the_threshold() {
     let text = std::fs::read(fixture_path("snapshot/cluster-snapshot.json")).unwrap();
     let records = records_of(&parse_objects(&text).unwrap());
-    let first = |now| {
-        report(&records, now, STUCK_AFTER)
-            .into_iter()
-            .find(|r| r.release == "first")
-            .unwrap()
-    };
+    let first = |now| report(&records, now, STUCK_AFTER).into_iter().find(|r| r.release == "first").unwrap();
     // pending/first was last written at modifiedAt=1795968439.
     assert!(!first(1_795_968_439 + STUCK_AFTER).stuck);
     let later = first(1_795_968_439 + STUCK_AFTER + 1);
@@ -178,11 +136,7 @@ fn a_pending_install_becomes_stuck_after_the_threshold() {
 }
 
 fn classify_history(items: Vec<Value>) -> helm_guard::release::scan::ReleaseReport {
-    let mut reports = report(
-        &collect_records(&items, DecodeLimits::default()).0,
-        NOW,
-        STUCK_AFTER,
-    );
+    let mut reports = report(&collect_records(&items, DecodeLimits::default()).0, NOW, STUCK_AFTER);
     assert_eq!(reports.len(), 1);
     reports.remove(0)
 }
@@ -194,40 +148,21 @@ fn every_state_from_real_records() {
         (&[(1, "superseded"), (2, "deployed")], ReleaseState::Healthy),
         (&[(3, "deployed"), (4, "failed")], ReleaseState::Failed),
         (&[(1, "pending-install")], ReleaseState::PendingInstall),
-        (
-            &[(1, "deployed"), (2, "pending-upgrade")],
-            ReleaseState::PendingUpgrade,
-        ),
-        (
-            &[(2, "deployed"), (3, "pending-rollback")],
-            ReleaseState::PendingRollback,
-        ),
-        (
-            &[(1, "superseded"), (2, "uninstalling")],
-            ReleaseState::Uninstalling,
-        ),
+        (&[(1, "deployed"), (2, "pending-upgrade")], ReleaseState::PendingUpgrade),
+        (&[(2, "deployed"), (3, "pending-rollback")], ReleaseState::PendingRollback),
+        (&[(1, "superseded"), (2, "uninstalling")], ReleaseState::Uninstalling),
         (&[(1, "uninstalled")], ReleaseState::Uninstalled),
-        (
-            &[(1, "superseded"), (2, "superseded")],
-            ReleaseState::OrphanedSuperseded,
-        ),
+        (&[(1, "superseded"), (2, "superseded")], ReleaseState::OrphanedSuperseded),
         (&[(1, "unknown")], ReleaseState::Unknown),
     ];
     for (revisions, state) in table {
         let report = classify_history(history(&base, revisions));
         assert_eq!(report.state, state, "{revisions:?}");
-        assert!(
-            report.anomalies.is_empty(),
-            "{revisions:?}: {:?}",
-            report.anomalies
-        );
+        assert!(report.anomalies.is_empty(), "{revisions:?}: {:?}", report.anomalies);
     }
     // Configmap driver, too.
     let report = classify_history(history(&helm3_configmap(), &[(1, "superseded")]));
-    assert_eq!(
-        (report.driver, report.state),
-        (Driver::ConfigMap, ReleaseState::OrphanedSuperseded)
-    );
+    assert_eq!((report.driver, report.state), (Driver::ConfigMap, ReleaseState::OrphanedSuperseded));
 }
 
 #[test]
@@ -240,24 +175,14 @@ fn anomalies_from_real_records() {
     edited[1]["metadata"]["labels"]["status"] = json!("deployed");
     let mismatch = classify_history(edited);
     assert_eq!(mismatch.anomalies, vec![Anomaly::StatusLabelMismatch.as_str()]);
-    assert_eq!(
-        mismatch.status,
-        Some(Status::Superseded),
-        "Helm reads the payload, not the label"
-    );
+    assert_eq!(mismatch.status, Some(Status::Superseded), "Helm reads the payload, not the label");
 
     let mut corrupt = history(&base, &[(1, "superseded"), (2, "deployed")]);
     corrupt[1]["data"]["release"] = json!("bm90IGEgcmVsZWFzZQ=="); // base64 of base64-less junk
     let (records, problems) = collect_records(&corrupt, DecodeLimits::default());
     assert_eq!(problems.len(), 1);
-    assert!(
-        problems[0].object.contains("sh.helm.release.v1.web.v2"),
-        "{problems:?}"
-    );
+    assert!(problems[0].object.contains("sh.helm.release.v1.web.v2"), "{problems:?}");
     let undecodable = &report(&records, NOW, STUCK_AFTER)[0];
     assert_eq!(undecodable.anomalies, vec![Anomaly::UndecodableRecord.as_str()]);
-    assert_eq!(
-        (undecodable.state, undecodable.revision),
-        (ReleaseState::OrphanedSuperseded, Some(1))
-    );
+    assert_eq!((undecodable.state, undecodable.revision), (ReleaseState::OrphanedSuperseded, Some(1)));
 }

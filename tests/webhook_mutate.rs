@@ -59,10 +59,7 @@ async fn an_orphaned_superseded_release_gets_upgrade_instead_of_install() {
         "existing annotations kept"
     );
     assert_eq!(response["auditAnnotations"]["release"], "demo/web");
-    assert_eq!(
-        response["auditAnnotations"]["release-state"],
-        "orphaned-superseded"
-    );
+    assert_eq!(response["auditAnnotations"]["release-state"], "orphaned-superseded");
 
     // Idempotent: the mutated pod, sent again, is left alone.
     let mut again = review(POD);
@@ -78,82 +75,48 @@ async fn other_states_are_annotated_and_keep_install() {
     let table: [Row; 4] = [
         (&[(2, "superseded"), (3, "deployed")], "healthy", "upgrade"),
         (&[(3, "deployed"), (4, "failed")], "failed", "reinstall"),
-        (
-            &[(1, "pending-install")],
-            "pending-install",
-            "reset-pending-and-retry",
-        ),
+        (&[(1, "pending-install")], "pending-install", "reset-pending-and-retry"),
         (&[], "absent", "install"),
     ];
     for (revisions, state, action) in table {
-        let guard = Guard::start(Options {
-            snapshot: web(revisions),
-            ..Options::default()
-        })
-        .await;
+        let guard = Guard::start(Options { snapshot: web(revisions), ..Options::default() }).await;
         let (_, pod) = mutate(&guard, &review(POD)).await;
         let pod = pod.expect("annotated");
         assert_eq!(pod["spec"]["containers"][0]["args"][0], "install", "{state}");
-        assert_eq!(
-            pod["metadata"]["annotations"]["helm-guard.io/release-state"],
-            state
-        );
+        assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/release-state"], state);
         assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], action);
-        assert!(
-            pod["metadata"]["annotations"]
-                .get("helm-guard.io/rewritten-from")
-                .is_none()
-        );
+        assert!(pod["metadata"]["annotations"].get("helm-guard.io/rewritten-from").is_none());
     }
 }
 
 #[tokio::test]
 async fn the_driver_and_namespace_come_from_the_pod_env() {
     // The same release name under the configmap driver is a different release.
-    let guard = Guard::start(Options {
-        snapshot: web(&[(1, "superseded")]),
-        ..Options::default()
-    })
-    .await;
+    let guard = Guard::start(Options { snapshot: web(&[(1, "superseded")]), ..Options::default() }).await;
     let mut configmap_pod = review(POD);
-    let env = configmap_pod["request"]["object"]["spec"]["containers"][0]["env"]
-        .as_array_mut()
-        .unwrap();
+    let env = configmap_pod["request"]["object"]["spec"]["containers"][0]["env"].as_array_mut().unwrap();
     for var in env.iter_mut() {
         if var["name"] == "HELM_DRIVER" {
             var["value"] = json!("configmap");
         }
     }
     let (_, pod) = mutate(&guard, &configmap_pod).await;
-    assert_eq!(
-        pod.unwrap()["metadata"]["annotations"]["helm-guard.io/release-state"],
-        "absent"
-    );
+    assert_eq!(pod.unwrap()["metadata"]["annotations"]["helm-guard.io/release-state"], "absent");
 }
 
 #[tokio::test]
 async fn without_a_view_of_the_release_the_pod_is_admitted_unchanged() {
-    let guard = Guard::start(Options {
-        snapshot: web(&[(1, "superseded")]),
-        ready: false,
-        ..Options::default()
-    })
-    .await;
+    let guard =
+        Guard::start(Options { snapshot: web(&[(1, "superseded")]), ready: false, ..Options::default() })
+            .await;
     let (response, pod) = mutate(&guard, &review(POD)).await;
     assert!(pod.is_none());
-    assert_eq!(
-        response["auditAnnotations"]["reason"],
-        "release-state-unavailable"
-    );
+    assert_eq!(response["auditAnnotations"]["reason"], "release-state-unavailable");
 }
 
 #[tokio::test]
 async fn other_pods_pass_untouched() {
-    let guard = Guard::start(Options {
-        snapshot: web(&[(1, "superseded")]),
-        ..Options::default()
-    })
-    .await;
+    let guard = Guard::start(Options { snapshot: web(&[(1, "superseded")]), ..Options::default() }).await;
     let mut plain = review(POD);
     plain["request"]["object"]["metadata"]["labels"] = json!({"app": "nginx"});
     let (response, pod) = mutate(&guard, &plain).await;

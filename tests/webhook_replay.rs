@@ -18,20 +18,11 @@ async fn replay(guard: &Guard, steps: &[Step]) -> Vec<Value> {
         let audit = &response["auditAnnotations"];
         assert_eq!(response["allowed"], allowed, "{fixture}: {response}");
         assert_eq!(audit["reason"], reason, "{fixture}: {response}");
-        assert_eq!(
-            audit["decision"],
-            if allowed { "allowed" } else { "denied" },
-            "{fixture}"
-        );
+        assert_eq!(audit["decision"], if allowed { "allowed" } else { "denied" }, "{fixture}");
         assert_eq!(audit["revision"], revision, "{fixture}");
         assert_eq!(audit["status"], status, "{fixture}");
         let namespace = request["request"]["namespace"].as_str().unwrap();
-        let release = request["request"]["name"]
-            .as_str()
-            .unwrap()
-            .split('.')
-            .nth(4)
-            .unwrap();
+        let release = request["request"]["name"].as_str().unwrap().split('.').nth(4).unwrap();
         assert_eq!(audit["release"], format!("{namespace}/{release}"), "{fixture}");
         if !allowed {
             assert_eq!(response["status"]["code"], 403, "{fixture}");
@@ -49,11 +40,7 @@ async fn the_captured_helm_and_kubectl_traffic_in_order() {
         "admission/01-helm4-install-upgrade/002-validate-update-secret-sh.helm.release.v1.web.v1.json",
         "oldObject",
     );
-    let guard = Guard::start(Options {
-        snapshot: vec![web_v1],
-        ..Options::default()
-    })
-    .await;
+    let guard = Guard::start(Options { snapshot: vec![web_v1], ..Options::default() }).await;
 
     // Helm 4 install and two upgrades: CREATE and UPDATE of records, all Helm's own.
     replay(
@@ -258,8 +245,5 @@ async fn the_captured_helm_and_kubectl_traffic_in_order() {
     assert_eq!(response["allowed"], true);
     assert_eq!(response["auditAnnotations"]["reason"], "stuck-revision-recovery");
     let warning = response["warnings"][0].as_str().unwrap();
-    assert!(
-        warning.contains("revision 1 would become the latest and it is deployed"),
-        "{warning}"
-    );
+    assert!(warning.contains("revision 1 would become the latest and it is deployed"), "{warning}");
 }

@@ -13,11 +13,7 @@ fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
 }
 
 async fn guard_with(records: Vec<Value>) -> Guard {
-    Guard::start(Options {
-        snapshot: records,
-        ..Options::default()
-    })
-    .await
+    Guard::start(Options { snapshot: records, ..Options::default() }).await
 }
 
 fn reason(response: &Value) -> &str {
@@ -40,10 +36,7 @@ async fn d1_namespace_teardown_is_allowed() {
     records.push(namespace("demo", json!({}), true));
     let guard = guard_with(records.clone()).await;
     let response = guard.validate(&delete_review(&records[1])).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "namespace-teardown")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "namespace-teardown"));
 
     let guard = guard_with(web(&[(2, "superseded"), (3, "deployed")])).await;
     let by_controller = as_user(
@@ -52,10 +45,7 @@ async fn d1_namespace_teardown_is_allowed() {
         &["system:serviceaccounts"],
     );
     let response = guard.validate(&by_controller).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "namespace-teardown")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "namespace-teardown"));
 }
 
 #[tokio::test]
@@ -66,14 +56,8 @@ async fn d2_break_glass_and_exemptions() {
         json!({"helm-guard.io/allow-delete": "INC-42: restoring from backup"});
     let guard = guard_with(records.clone()).await;
     let response = guard.validate(&delete_review(&forced)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "break-glass")
-    );
-    assert_eq!(
-        response["auditAnnotations"]["break-glass-reason"],
-        "INC-42: restoring from backup"
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "break-glass"));
+    assert_eq!(response["auditAnnotations"]["break-glass-reason"], "INC-42: restoring from backup");
 
     let mut empty_reason = records[1].clone();
     empty_reason["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "  "});
@@ -91,25 +75,14 @@ async fn d2_break_glass_and_exemptions() {
         ..Options::default()
     })
     .await;
-    let by_user = guard
-        .validate(&as_user(delete_review(&records[1]), "backup-operator", &[]))
-        .await;
+    let by_user = guard.validate(&as_user(delete_review(&records[1]), "backup-operator", &[])).await;
     assert_eq!(
         (reason(&by_user), &by_user["auditAnnotations"]["exempt-identity"]),
         ("exempt", &json!("user:backup-operator"))
     );
-    let by_group = guard
-        .validate(&as_user(
-            delete_review(&records[1]),
-            "alice",
-            &["platform:admins"],
-        ))
-        .await;
+    let by_group = guard.validate(&as_user(delete_review(&records[1]), "alice", &["platform:admins"])).await;
     assert_eq!(
-        (
-            reason(&by_group),
-            &by_group["auditAnnotations"]["exempt-identity"]
-        ),
+        (reason(&by_group), &by_group["auditAnnotations"]["exempt-identity"]),
         ("exempt", &json!("group:platform:admins"))
     );
 }
@@ -121,16 +94,8 @@ async fn d3_an_undecodable_record_may_go_with_a_warning() {
     corrupt["data"]["release"] = json!("bm90IGhlbG0ncyBiYXNlNjQ=");
     let guard = guard_with(records).await;
     let response = guard.validate(&delete_review(&corrupt)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "undecodable-record")
-    );
-    assert!(
-        response["warnings"][0]
-            .as_str()
-            .unwrap()
-            .contains("does not decode")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "undecodable-record"));
+    assert!(response["warnings"][0].as_str().unwrap().contains("does not decode"));
 }
 
 #[tokio::test]
@@ -138,40 +103,15 @@ async fn d4_to_d9_on_real_records() {
     // (history, revision deleted, allowed, reason)
     type Row = (&'static [(u32, &'static str)], u32, bool, &'static str);
     let table: [Row; 9] = [
-        (
-            &[(3, "deployed"), (4, "failed")],
-            3,
-            false,
-            "last-deployed-revision",
-        ),
-        (
-            &[(1, "superseded"), (2, "superseded"), (3, "deployed")],
-            1,
-            true,
-            "history-pruning",
-        ),
+        (&[(3, "deployed"), (4, "failed")], 3, false, "last-deployed-revision"),
+        (&[(1, "superseded"), (2, "superseded"), (3, "deployed")], 1, true, "history-pruning"),
         (&[(1, "superseded"), (2, "uninstalling")], 2, true, "uninstall"),
         (&[(1, "uninstalled")], 1, true, "uninstall"),
-        (
-            &[(1, "deployed"), (2, "pending-upgrade")],
-            2,
-            true,
-            "stuck-revision-recovery",
-        ),
+        (&[(1, "deployed"), (2, "pending-upgrade")], 2, true, "stuck-revision-recovery"),
         (&[(1, "pending-install")], 1, true, "stuck-revision-recovery"),
-        (
-            &[(2, "superseded"), (3, "deployed")],
-            3,
-            false,
-            "latest-deployed-revision",
-        ),
+        (&[(2, "superseded"), (3, "deployed")], 3, false, "latest-deployed-revision"),
         (&[(1, "superseded")], 1, false, "would-orphan-release"),
-        (
-            &[(3, "superseded"), (4, "failed")],
-            4,
-            false,
-            "would-orphan-release",
-        ),
+        (&[(3, "superseded"), (4, "failed")], 4, false, "would-orphan-release"),
     ];
     for (revisions, deleted, allowed, expected) in table {
         let records = web(revisions);
@@ -193,23 +133,11 @@ async fn d4_to_d9_on_real_records() {
 async fn d9_the_orphan_of_the_shipped_snapshot_cannot_lose_its_last_record() {
     let snapshot = fixture("snapshot/cluster-snapshot.json");
     let items = snapshot["items"].as_array().unwrap().clone();
-    let app = items
-        .iter()
-        .find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1")
-        .unwrap()
-        .clone();
+    let app = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1").unwrap().clone();
     let guard = guard_with(items).await;
     let response = guard.validate(&delete_review(&app)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(false), "would-orphan-release")
-    );
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("no revision would be left")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "would-orphan-release"));
+    assert!(response["status"]["message"].as_str().unwrap().contains("no revision would be left"));
 }
 
 #[tokio::test]
@@ -219,24 +147,15 @@ async fn u1_to_u5_on_real_records() {
     let guard = guard_with(records.clone()).await;
 
     let mut no_owner = old.clone();
-    no_owner["metadata"]["labels"]
-        .as_object_mut()
-        .unwrap()
-        .remove("owner");
+    no_owner["metadata"]["labels"].as_object_mut().unwrap().remove("owner");
     let response = guard.validate(&update_review(&old, &no_owner)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(false), "identity-label-change")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "identity-label-change"));
 
     let mut forced = no_owner.clone();
     forced["metadata"]["annotations"] =
         json!({"helm-guard.io/allow-delete": "moving to the configmap driver"});
     let response = guard.validate(&update_review(&old, &forced)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "break-glass")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "break-glass"));
 
     let mut other_type = old.clone();
     other_type["type"] = json!("Opaque");
@@ -247,43 +166,25 @@ async fn u1_to_u5_on_real_records() {
     let mut relabelled = superseded.clone();
     relabelled["metadata"]["labels"]["status"] = json!("deployed");
     let response = guard.validate(&update_review(&superseded, &relabelled)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(false), "status-label-mismatch")
-    );
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("helm rollback")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "status-label-mismatch"));
+    assert!(response["status"]["message"].as_str().unwrap().contains("helm rollback"));
 
     let mut corrupted = old.clone();
     corrupted["data"]["release"] = json!("AAAA");
     let response = guard.validate(&update_review(&old, &corrupted)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(false), "payload-corruption")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "payload-corruption"));
 
     let superseding = rewrite(&old, 3, "superseded");
     let response = guard.validate(&update_review(&old, &superseding)).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "helm-update")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "helm-update"));
     assert_eq!(response["auditAnnotations"]["status"], "superseded");
 }
 
 #[tokio::test]
 async fn warn_and_audit_modes_allow_and_say_so() {
     let records = web(&[(2, "superseded"), (3, "deployed")]);
-    let warn = Guard::start(Options {
-        snapshot: records.clone(),
-        mode: Mode::Warn,
-        ..Options::default()
-    })
-    .await;
+    let warn =
+        Guard::start(Options { snapshot: records.clone(), mode: Mode::Warn, ..Options::default() }).await;
     let response = warn.validate(&delete_review(&records[1])).await;
     assert_eq!(response["allowed"], true);
     assert_eq!(response["auditAnnotations"]["decision"], "warned");
@@ -295,20 +196,13 @@ async fn warn_and_audit_modes_allow_and_say_so() {
         "{warning}"
     );
 
-    let audit = Guard::start(Options {
-        snapshot: records.clone(),
-        mode: Mode::Audit,
-        ..Options::default()
-    })
-    .await;
+    let audit =
+        Guard::start(Options { snapshot: records.clone(), mode: Mode::Audit, ..Options::default() }).await;
     let response = audit.validate(&delete_review(&records[1])).await;
     assert_eq!(response["allowed"], true);
     assert_eq!(response["auditAnnotations"]["decision"], "warned");
     assert_eq!(response["auditAnnotations"]["mode"], "audit");
-    assert!(
-        response.get("warnings").is_none(),
-        "audit mode tells only the audit log: {response}"
-    );
+    assert!(response.get("warnings").is_none(), "audit mode tells only the audit log: {response}");
 }
 
 #[tokio::test]
@@ -318,27 +212,17 @@ async fn a_namespace_label_overrides_the_global_mode() {
     let guard = guard_with(records.clone()).await;
     let response = guard.validate(&delete_review(&records[1])).await;
     assert_eq!(
-        (
-            response["allowed"].as_bool(),
-            &response["auditAnnotations"]["decision"]
-        ),
+        (response["allowed"].as_bool(), &response["auditAnnotations"]["decision"]),
         (Some(true), &json!("warned"))
     );
 
     records.pop();
     records.push(namespace("demo", json!({"helm-guard.io/mode": "enforce"}), false));
-    let guard = Guard::start(Options {
-        snapshot: records.clone(),
-        mode: Mode::Audit,
-        ..Options::default()
-    })
-    .await;
+    let guard =
+        Guard::start(Options { snapshot: records.clone(), mode: Mode::Audit, ..Options::default() }).await;
     let response = guard.validate(&delete_review(&records[1])).await;
     assert_eq!(
-        (
-            response["allowed"].as_bool(),
-            &response["auditAnnotations"]["decision"]
-        ),
+        (response["allowed"].as_bool(), &response["auditAnnotations"]["decision"]),
         (Some(false), &json!("denied"))
     );
 }
@@ -349,10 +233,7 @@ async fn a_dry_run_gets_the_real_verdict_and_changes_nothing() {
     let guard = guard_with(records.clone()).await;
     // Deleting the failed latest is a stuck-revision recovery; as a dry run it must not hide it.
     let response = guard.validate(&dry_run(delete_review(&records[2]))).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "stuck-revision-recovery")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "stuck-revision-recovery"));
     // Had the dry run hidden revision 4, revision 3 would now be the latest (D8); it is not.
     let response = guard.validate(&delete_review(&records[1])).await;
     assert_eq!(reason(&response), "last-deployed-revision");
@@ -371,10 +252,7 @@ async fn a_collection_delete_is_decided_record_by_record() {
     let mut verdicts = Vec::new();
     for record in &records {
         let response = guard.validate(&delete_review(record)).await;
-        verdicts.push((
-            response["allowed"].as_bool().unwrap(),
-            reason(&response).to_owned(),
-        ));
+        verdicts.push((response["allowed"].as_bool().unwrap(), reason(&response).to_owned()));
     }
     assert_eq!(
         verdicts,
@@ -410,14 +288,6 @@ async fn creates_are_logged_and_allowed_even_when_they_do_not_decode() {
     );
     create["request"]["object"]["data"]["release"] = json!("AAAA");
     let response = guard.validate(&create).await;
-    assert_eq!(
-        (response["allowed"].as_bool(), reason(&response)),
-        (Some(true), "helm-create")
-    );
-    assert!(
-        response["warnings"][0]
-            .as_str()
-            .unwrap()
-            .contains("Helm will ignore this record")
-    );
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "helm-create"));
+    assert!(response["warnings"][0].as_str().unwrap().contains("Helm will ignore this record"));
 }

@@ -17,37 +17,22 @@ fn error_body(body: &[u8]) -> Value {
 
 #[tokio::test]
 async fn bad_bodies_get_clear_http_errors() {
-    let guard = Guard::start(Options {
-        max_body_bytes: 64 * 1024,
-        ..Options::default()
-    })
-    .await;
+    let guard = Guard::start(Options { max_body_bytes: 64 * 1024, ..Options::default() }).await;
 
     let (status, body) = guard.client.post("/validate", b"{not json".to_vec()).await;
     assert_eq!(status, 400);
     assert!(error_body(&body)["error"].as_str().unwrap().contains("not JSON"));
 
     let v1beta1 = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1", "request": {}});
-    let (status, body) = guard
-        .client
-        .post("/validate", serde_json::to_vec(&v1beta1).unwrap())
-        .await;
+    let (status, body) = guard.client.post("/validate", serde_json::to_vec(&v1beta1).unwrap()).await;
     assert_eq!(status, 400);
-    assert!(
-        error_body(&body)["error"]
-            .as_str()
-            .unwrap()
-            .contains("admission.k8s.io/v1")
-    );
+    assert!(error_body(&body)["error"].as_str().unwrap().contains("admission.k8s.io/v1"));
 
     let mut no_uid = review(
         "admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json",
     );
     no_uid["request"]["operation"] = json!("EXPLODE");
-    let (status, _) = guard
-        .client
-        .post("/mutate", serde_json::to_vec(&no_uid).unwrap())
-        .await;
+    let (status, _) = guard.client.post("/mutate", serde_json::to_vec(&no_uid).unwrap()).await;
     assert_eq!(status, 400);
 
     // A real request is larger than the 64 KiB limit set here once padded.
@@ -55,17 +40,9 @@ async fn bad_bodies_get_clear_http_errors() {
         "admission/05-helm3-install-upgrade/007-validate-create-secret-sh.helm.release.v1.cache.v1.json",
     );
     huge["request"]["object"]["metadata"]["annotations"] = json!({"padding": "x".repeat(100 * 1024)});
-    let (status, body) = guard
-        .client
-        .post("/validate", serde_json::to_vec(&huge).unwrap())
-        .await;
+    let (status, body) = guard.client.post("/validate", serde_json::to_vec(&huge).unwrap()).await;
     assert_eq!(status, 413);
-    assert!(
-        error_body(&body)["error"]
-            .as_str()
-            .unwrap()
-            .contains("larger than 65536 bytes")
-    );
+    assert!(error_body(&body)["error"].as_str().unwrap().contains("larger than 65536 bytes"));
 
     let (status, _) = guard.client.get("/validate").await;
     assert_eq!(status, 405);
@@ -84,10 +61,7 @@ async fn objects_that_are_not_release_records_are_allowed_as_such() {
     opaque["request"]["oldObject"]["type"] = json!("Opaque");
     let response = guard.validate(&opaque).await;
     assert_eq!(
-        (
-            response["allowed"].as_bool(),
-            &response["auditAnnotations"]["reason"]
-        ),
+        (response["allowed"].as_bool(), &response["auditAnnotations"]["reason"]),
         (Some(true), &json!("not-a-release-record"))
     );
 
@@ -102,10 +76,8 @@ async fn objects_that_are_not_release_records_are_allowed_as_such() {
 async fn http2_is_offered_by_alpn() {
     let guard = Guard::start(Options::default()).await;
     let bundle_ca = std::fs::read_to_string(guard.dir.path().join("certs/ca.crt")).unwrap();
-    let client = HttpsClient {
-        addr: guard.running().addr,
-        config: client_config(&bundle_ca, &[b"h2", b"http/1.1"]),
-    };
+    let client =
+        HttpsClient { addr: guard.running().addr, config: client_config(&bundle_ca, &[b"h2", b"http/1.1"]) };
     let tls = client.tls().await.unwrap();
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let (mut sender, conn) = hyper::client::conn::http2::handshake(
@@ -143,11 +115,8 @@ fn mount(dir: &std::path::Path, version: &str, bundle: &helm_guard::cli::certs::
 
 #[tokio::test]
 async fn a_swapped_certificate_is_served_to_new_connections_and_open_ones_keep_working() {
-    let guard = Guard::start(Options {
-        tls_reload_every: Duration::from_millis(50),
-        ..Options::default()
-    })
-    .await;
+    let guard =
+        Guard::start(Options { tls_reload_every: Duration::from_millis(50), ..Options::default() }).await;
     // Re-point the server's files at a Secret-style mount: first the original pair...
     let certs = guard.dir.path().join("certs");
     let original = helm_guard::cli::certs::CertBundle {
@@ -179,32 +148,20 @@ async fn a_swapped_certificate_is_served_to_new_connections_and_open_ones_keep_w
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert_eq!(
-        served.expect("the new certificate is served within 5 s"),
-        pem_to_der(&rotated.cert_pem)
-    );
-    assert!(
-        old_client.tls().await.is_err(),
-        "new handshakes no longer get the old certificate"
-    );
+    assert_eq!(served.expect("the new certificate is served within 5 s"), pem_to_der(&rotated.cert_pem));
+    assert!(old_client.tls().await.is_err(), "new handshakes no longer get the old certificate");
 
     // The connection opened before the swap still works.
     let (status, body) = send(&mut open, "GET", "/readyz", Vec::new()).await;
     assert_eq!((status, body.as_slice()), (200, &b"ready"[..]));
     let (_, metrics) = guard.metrics_get("/metrics").await;
-    assert!(
-        metrics.contains("helm_guard_tls_reloads_total{result=\"success\"} 1"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("helm_guard_tls_reloads_total{result=\"success\"} 1"), "{metrics}");
 }
 
 #[tokio::test]
 async fn a_broken_certificate_update_keeps_the_old_one() {
-    let guard = Guard::start(Options {
-        tls_reload_every: Duration::from_millis(50),
-        ..Options::default()
-    })
-    .await;
+    let guard =
+        Guard::start(Options { tls_reload_every: Duration::from_millis(50), ..Options::default() }).await;
     let certs = guard.dir.path().join("certs");
     std::fs::write(
         certs.join("tls.crt"),
@@ -220,11 +177,7 @@ async fn a_broken_certificate_update_keeps_the_old_one() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(
-        failed,
-        "the bad files were seen and refused: {}",
-        guard.metrics_get("/metrics").await.1
-    );
+    assert!(failed, "the bad files were seen and refused: {}", guard.metrics_get("/metrics").await.1);
     let (status, _) = guard.client.get("/healthz").await;
     assert_eq!(status, 200, "the old certificate still serves");
 }
@@ -253,21 +206,14 @@ async fn health_readiness_and_metrics() {
     // The HTTPS port answers the same probes.
     assert_eq!(guard.client.get("/readyz").await.0, 200);
 
-    let unready = Guard::start(Options {
-        ready: false,
-        ..Options::default()
-    })
-    .await;
+    let unready = Guard::start(Options { ready: false, ..Options::default() }).await;
     assert_eq!(unready.metrics_get("/readyz").await.0, 503);
 }
 
 #[tokio::test]
 async fn shutdown_stops_being_ready_then_stops() {
-    let mut guard = Guard::start(Options {
-        shutdown_delay: Duration::from_millis(500),
-        ..Options::default()
-    })
-    .await;
+    let mut guard =
+        Guard::start(Options { shutdown_delay: Duration::from_millis(500), ..Options::default() }).await;
     let running = guard.running.take().unwrap();
     let (addr, metrics_addr) = (running.addr, running.metrics_addr);
     let stopping = tokio::spawn(running.shutdown());
@@ -282,15 +228,8 @@ async fn shutdown_stops_being_ready_then_stops() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(unready, "not ready while draining");
-    assert_eq!(
-        guard.client.get("/healthz").await.0,
-        200,
-        "still serving while draining"
-    );
+    assert_eq!(guard.client.get("/healthz").await.0, 200, "still serving while draining");
     stopping.await.unwrap();
-    assert!(
-        tokio::net::TcpStream::connect(addr).await.is_err(),
-        "HTTPS listener closed"
-    );
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "HTTPS listener closed");
     let _ = metrics_addr;
 }

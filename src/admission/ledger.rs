@@ -77,10 +77,7 @@ impl LedgerEntry {
         put("release", self.release.clone());
         put("revision", self.revision.map(|r| r.to_string()));
         put("status", self.status.map(|s| s.to_string()));
-        put(
-            "mode",
-            (self.mode != Mode::Enforce).then(|| self.mode.to_string()),
-        );
+        put("mode", (self.mode != Mode::Enforce).then(|| self.mode.to_string()));
         put("release-state", self.release_state.clone());
         put("action", self.action.clone());
         match self.reason {

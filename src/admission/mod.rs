@@ -66,10 +66,7 @@ impl Admission {
 
     /// The mode for a namespace: its `helm-guard.io/mode` label, else the global default.
     fn mode_for(&self, namespace: &str) -> crate::policy::Mode {
-        self.index
-            .namespace(namespace)
-            .mode
-            .unwrap_or(self.config.default_mode)
+        self.index.namespace(namespace).mode.unwrap_or(self.config.default_mode)
     }
 
     /// A metadata-only index knows a revision's status from its label; where the label is missing
@@ -79,10 +76,7 @@ impl Admission {
         let Some(fetcher) = &self.fetcher else { return };
         for facts in self.index.history(key) {
             if facts.payload == PayloadStatus::NotLoaded && facts.label.is_none() {
-                let id = RecordId {
-                    key: key.clone(),
-                    revision: facts.revision,
-                };
+                let id = RecordId { key: key.clone(), revision: facts.revision };
                 if let Some(fetched) = fetcher.fetch(&id) {
                     self.index.upsert(&id, fetched);
                 }

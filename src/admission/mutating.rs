@@ -19,15 +19,9 @@ pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) 
         .filter(|_| request.kind.group.is_empty() && request.kind.kind == "Pod")
         .filter(|_| matches!(request.operation, Operation::Create))
         .and_then(|object| serde_json::to_value(object).ok())
-        .filter(|pod| {
-            pod.pointer("/metadata/labels")
-                .and_then(|l| l.get(CHART_LABEL))
-                .is_some()
-        });
+        .filter(|pod| pod.pointer("/metadata/labels").and_then(|l| l.get(CHART_LABEL)).is_some());
     let request_namespace = request.namespace.as_deref().unwrap_or_default();
-    let target = pod
-        .as_ref()
-        .and_then(|pod| HelmInstallPod::from_pod(pod, request_namespace));
+    let target = pod.as_ref().and_then(|pod| HelmInstallPod::from_pod(pod, request_namespace));
     entry.reason = match (&pod, &target) {
         (Some(pod), _) if pod::already_annotated(pod) => Reason::AlreadyAnnotated,
         (Some(pod), Some(target)) => {
@@ -40,11 +34,8 @@ pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) 
                 };
                 admission.fill_missing_statuses(&key);
                 let now = jiff::Timestamp::now().as_second();
-                let state = classify(
-                    &admission.index.history(&key),
-                    now,
-                    admission.config.stuck_after_secs(),
-                );
+                let state =
+                    classify(&admission.index.history(&key), now, admission.config.stuck_after_secs());
                 let plan = pod::plan(target, &state);
                 let patch = json_patch::diff(pod, &pod::apply(pod, target, &plan));
                 entry.revision = state.revision;

@@ -24,13 +24,7 @@ pub enum ReviewError {
 /// Parses an AdmissionReview v1 request.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
     let value: Value = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
-    let field = |name: &str| {
-        value
-            .get(name)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
     let (kind, api_version) = (field("kind"), field("apiVersion"));
     if kind != "AdmissionReview" || api_version != API_VERSION {
         return Err(ReviewError::WrongType { kind, api_version });

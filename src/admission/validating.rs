@@ -32,32 +32,23 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
     let (old_record, new_record) = (as_record(&old), as_record(&new));
 
     let outcome = match (driver, &request.operation) {
-        // Without an oldObject (API servers before 1.15) the object name still tells the record.
-        (Some(driver), Operation::Delete) => match if old.is_some() {
-            old_record
-        } else {
-            record_from_name(request, driver)
-        } {
-            Some(record) => delete(
-                admission,
-                request,
-                DecodedRecord::new(record, admission.limits),
-                &mut entry,
-            ),
-            None => not_a_record(&mut entry),
-        },
+        (Some(driver), Operation::Delete) => {
+            // Without an oldObject (API servers before 1.15) the object name still tells the record.
+            let target = if old.is_some() { old_record } else { record_from_name(request, driver) };
+            match target {
+                Some(record) => {
+                    delete(admission, request, DecodedRecord::new(record, admission.limits), &mut entry)
+                }
+                None => not_a_record(&mut entry),
+            }
+        }
         (Some(_), Operation::Update) => match (old_record, new.as_ref()) {
             (Some(old_record), Some(new)) => {
                 let new_side = Record::from_object_as(new, old_record.id.key.driver).ok();
                 match new_side {
-                    Some(new_side) => update(
-                        admission,
-                        request,
-                        old_record,
-                        new_side,
-                        new_record.is_some(),
-                        &mut entry,
-                    ),
+                    Some(new_side) => {
+                        update(admission, request, old_record, new_side, new_record.is_some(), &mut entry)
+                    }
                     None => not_a_record(&mut entry),
                 }
             }
@@ -78,16 +69,12 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
 }
 
 /// The answer: verdict with mode applied, warnings and audit annotations.
-pub(super) fn respond(
-    request: &AdmissionRequest<DynamicObject>,
-    outcome: Outcome,
-    mut entry: LedgerEntry,
-) -> Reviewed {
+fn respond(request: &AdmissionRequest<DynamicObject>, outcome: Outcome, mut entry: LedgerEntry) -> Reviewed {
     entry.decision = outcome.decision.as_str();
     entry.mode = outcome.mode;
     let mut response = AdmissionResponse::from(request);
     if let Some(message) = outcome.denial.clone().filter(|_| !outcome.allowed) {
-        response = response.deny(&message);
+        response.allowed = false;
         response.result = kube::core::Status::failure(&message, "Forbidden").with_code(403);
         entry.message = Some(message);
     } else if entry.message.is_none() {
@@ -102,10 +89,7 @@ pub(super) fn respond(
 
 fn not_a_record(entry: &mut LedgerEntry) -> Outcome {
     entry.reason = Reason::NotAReleaseRecord;
-    apply_mode(
-        &Verdict::allow(Reason::NotAReleaseRecord),
-        crate::policy::Mode::Enforce,
-    )
+    apply_mode(&Verdict::allow(Reason::NotAReleaseRecord), crate::policy::Mode::Enforce)
 }
 
 /// A record known only by its object name; its status comes from the index.
@@ -113,14 +97,7 @@ fn record_from_name(request: &AdmissionRequest<DynamicObject>, driver: Driver) -
     let (release, revision) = parse_object_name(&request.name)?;
     let namespace = request.namespace.clone().unwrap_or_default();
     Some(Record {
-        id: RecordId {
-            key: ReleaseKey {
-                driver,
-                namespace,
-                release: release.to_owned(),
-            },
-            revision,
-        },
+        id: RecordId { key: ReleaseKey { driver, namespace, release: release.to_owned() }, revision },
         object_name: request.name.clone(),
         labels: Default::default(),
         annotations: Default::default(),
@@ -200,16 +177,9 @@ fn update(
     new_is_record: bool,
     entry: &mut LedgerEntry,
 ) -> Outcome {
-    let (old, new) = (
-        DecodedRecord::new(old, admission.limits),
-        DecodedRecord::new(new, admission.limits),
-    );
+    let (old, new) = (DecodedRecord::new(old, admission.limits), DecodedRecord::new(new, admission.limits));
     describe_record(entry, &new);
-    entry.transition = Some(format!(
-        "{} -> {}",
-        status_text(old.status()),
-        status_text(new.status())
-    ));
+    entry.transition = Some(format!("{} -> {}", status_text(old.status()), status_text(new.status())));
     fn side(r: &DecodedRecord) -> RecordSide<'_> {
         RecordSide {
             labels: &r.record.labels,
@@ -231,14 +201,10 @@ fn update(
     if outcome.allowed && !request.dry_run {
         if !new_is_record || new.record.id != old.record.id {
             // A forced identity change: the old record is gone from Helm's view.
-            admission
-                .index
-                .apply(&old.record.id.key, IndexChange::Delete(old.record.id.revision));
+            admission.index.apply(&old.record.id.key, IndexChange::Delete(old.record.id.revision));
         }
         if new_is_record {
-            admission
-                .index
-                .apply(&new.record.id.key, IndexChange::Upsert(new.facts()));
+            admission.index.apply(&new.record.id.key, IndexChange::Upsert(new.facts()));
         }
     }
     entry.reason = verdict.reason;
@@ -266,9 +232,7 @@ fn create(
         ),
     };
     if !request.dry_run {
-        admission
-            .index
-            .apply(&record.record.id.key, IndexChange::Upsert(record.facts()));
+        admission.index.apply(&record.record.id.key, IndexChange::Upsert(record.facts()));
     }
     entry.reason = verdict.reason;
     apply_mode(&verdict, crate::policy::Mode::Enforce)

@@ -142,16 +142,10 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
     let text = super::read_input(&args.file)?;
     let (mut decisions, unreadable) = read_decisions(text.as_slice(), args.webhook.as_deref())?;
     if unreadable > 0 {
-        eprintln!(
-            "warning: {unreadable} lines of {} are not audit events",
-            args.file.display()
-        );
+        eprintln!("warning: {unreadable} lines of {} are not audit events", args.file.display());
     }
     if decisions.is_empty() && unreadable > 0 {
-        eprintln!(
-            "error: {}: no audit events with webhook decisions",
-            args.file.display()
-        );
+        eprintln!("error: {}: no audit events with webhook decisions", args.file.display());
         return Ok(EXIT_BAD_INPUT);
     }
     if args.denied {
@@ -186,9 +180,5 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    Ok(if decisions.iter().any(|d| d.decision != "allowed") {
-        EXIT_FINDINGS
-    } else {
-        EXIT_OK
-    })
+    Ok(if decisions.iter().any(|d| d.decision != "allowed") { EXIT_FINDINGS } else { EXIT_OK })
 }

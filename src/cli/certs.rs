@@ -44,9 +44,7 @@ pub fn generate(names: &[String], days: u32) -> anyhow::Result<CertBundle> {
     let now = time_now();
     let until = now + std::time::Duration::from_secs(u64::from(days) * 86_400);
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "helm-guard CA");
+    ca_params.distinguished_name.push(DnType::CommonName, "helm-guard CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     ca_params.not_before = now.into();
@@ -54,18 +52,12 @@ pub fn generate(names: &[String], days: u32) -> anyhow::Result<CertBundle> {
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
     let mut params = CertificateParams::new(names.to_vec()).context("certificate names")?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+    params.distinguished_name.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
     params.not_before = now.into();
     params.not_after = until.into();
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &ca)?;
-    Ok(CertBundle {
-        ca_pem: ca.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    Ok(CertBundle { ca_pem: ca.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
 }
 
 fn time_now() -> std::time::SystemTime {
@@ -86,17 +78,11 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
 /// Writes the bundle as ca.crt, tls.crt and tls.key (mode 0600).
 pub fn write(bundle: &CertBundle, dir: &Path, force: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, text) in [
-        ("ca.crt", &bundle.ca_pem),
-        ("tls.crt", &bundle.cert_pem),
-        ("tls.key", &bundle.key_pem),
-    ] {
+    for (name, text) in
+        [("ca.crt", &bundle.ca_pem), ("tls.crt", &bundle.cert_pem), ("tls.key", &bundle.key_pem)]
+    {
         let path = dir.join(name);
-        anyhow::ensure!(
-            force || !path.exists(),
-            "{} exists; pass --force to overwrite",
-            path.display()
-        );
+        anyhow::ensure!(force || !path.exists(), "{} exists; pass --force to overwrite", path.display());
         write_private(&path, text.as_bytes())?;
     }
     Ok(())
@@ -108,11 +94,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(bytes)
-        .with_context(|| format!("writing {}", path.display()))
+    let mut file = options.open(path).with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
@@ -120,15 +103,8 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
     names.extend(args.extra_names.iter().cloned());
     let bundle = generate(&names, args.days)?;
     write(&bundle, &args.out, args.force)?;
-    println!(
-        "wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}",
-        args.out.display(),
-        names.join(", ")
-    );
+    println!("wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}", args.out.display(), names.join(", "));
     println!("caBundle for the webhook configurations:");
-    println!(
-        "{}",
-        base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem)
-    );
+    println!("{}", base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem));
     Ok(EXIT_OK)
 }

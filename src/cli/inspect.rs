@@ -86,19 +86,12 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
                     println!("--- values\n{}", serde_saphyr::to_string(&values)?.trim_end());
                 }
                 if args.manifest {
-                    println!(
-                        "--- manifest\n{}",
-                        payload.manifest.as_deref().unwrap_or("").trim_end()
-                    );
+                    println!("--- manifest\n{}", payload.manifest.as_deref().unwrap_or("").trim_end());
                 }
             }
         }
     }
-    Ok(if problems.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_BAD_INPUT
-    })
+    Ok(if problems.is_empty() { EXIT_OK } else { EXIT_BAD_INPUT })
 }
 
 fn render(object: &str, s: &Summary) -> String {
@@ -106,10 +99,7 @@ fn render(object: &str, s: &Summary) -> String {
     let mut line = |key: &str, value: &str| {
         let _ = writeln!(out, "  {key:<15} {value}");
     };
-    line(
-        "release:",
-        &format!("{}/{} ({})", s.namespace, s.release, s.driver),
-    );
+    line("release:", &format!("{}/{} ({})", s.namespace, s.release, s.driver));
     line("revision:", &s.revision.to_string());
     match &s.status_label {
         Some(label) => line("status:", &format!("{} (label says {label})", s.status)),
@@ -124,10 +114,7 @@ fn render(object: &str, s: &Summary) -> String {
     line("last deployed:", s.last_deployed.as_deref().unwrap_or("-"));
     line("description:", s.description.as_deref().unwrap_or("-"));
     if !s.identity_agrees {
-        line(
-            "identity:",
-            "the name/version labels disagree with the object name (a hand edit?)",
-        );
+        line("identity:", "the name/version labels disagree with the object name (a hand edit?)");
     }
     out
 }

@@ -57,9 +57,7 @@ pub struct DecodeArgs {
 
 impl DecodeArgs {
     pub fn limits(&self) -> DecodeLimits {
-        DecodeLimits {
-            max_decoded_bytes: self.max_decoded_bytes,
-        }
+        DecodeLimits { max_decoded_bytes: self.max_decoded_bytes }
     }
 }
 
@@ -83,9 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
     if path == Path::new("-") {
         let mut buffer = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut buffer)
-            .context("reading standard input")?;
+        std::io::stdin().read_to_end(&mut buffer).context("reading standard input")?;
         return Ok(buffer);
     }
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))

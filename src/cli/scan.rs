@@ -43,10 +43,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     let (source, found) = match &args.from_file {
         Some(path) => {
             let text = read_input(path)?;
-            (
-                path.display().to_string(),
-                records_from_text(&text, limits).map_err(anyhow::Error::from),
-            )
+            (path.display().to_string(), records_from_text(&text, limits).map_err(anyhow::Error::from))
         }
         None => ("the cluster".to_owned(), scan_cluster(args)),
     };
@@ -58,17 +55,11 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         }
     };
     let records: Vec<DecodedRecord> = match &args.release {
-        Some(release) => records
-            .into_iter()
-            .filter(|r| &r.record.id.key.release == release)
-            .collect(),
+        Some(release) => records.into_iter().filter(|r| &r.record.id.key.release == release).collect(),
         None => records,
     };
     for problem in &problems {
-        eprintln!(
-            "warning: {}: {} (Helm skips this record)",
-            problem.object, problem.error
-        );
+        eprintln!("warning: {}: {} (Helm skips this record)", problem.object, problem.error);
     }
     if records.is_empty() {
         if args.from_file.is_none() {
@@ -84,18 +75,12 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let releases = report(&records, now_secs(args.now.as_ref()), stuck_after);
     print_reports(&releases, args.output)?;
-    Ok(if releases.iter().any(ReleaseReport::is_broken) {
-        EXIT_FINDINGS
-    } else {
-        EXIT_OK
-    })
+    Ok(if releases.iter().any(ReleaseReport::is_broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
 
 /// Lists the records of the cluster (or one namespace) with their payloads.
 fn scan_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<DecodedRecord>, Vec<Problem>)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let objects = runtime.block_on(async {
         let client = connect(&args.cluster).await?;
         list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await
@@ -109,25 +94,12 @@ pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Resu
         println!("{}", serde_json::to_string_pretty(releases)?);
         return Ok(());
     }
-    let headers = [
-        "NAMESPACE",
-        "RELEASE",
-        "DRIVER",
-        "STATE",
-        "REVISION",
-        "STATUS",
-        "CHART",
-        "ANOMALIES",
-        "HINT",
-    ];
+    let headers =
+        ["NAMESPACE", "RELEASE", "DRIVER", "STATE", "REVISION", "STATUS", "CHART", "ANOMALIES", "HINT"];
     let rows: Vec<[String; 9]> = releases
         .iter()
         .map(|r| {
-            let state = if r.stuck {
-                format!("{} (stuck)", r.state)
-            } else {
-                r.state.to_string()
-            };
+            let state = if r.stuck { format!("{} (stuck)", r.state) } else { r.state.to_string() };
             [
                 r.namespace.clone(),
                 r.release.clone(),
@@ -136,11 +108,7 @@ pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Resu
                 r.revision.map_or_else(|| "-".into(), |v| v.to_string()),
                 r.status.map_or_else(|| "-".into(), |s| s.to_string()),
                 r.chart.clone().unwrap_or_else(|| "-".into()),
-                if r.anomalies.is_empty() {
-                    "-".into()
-                } else {
-                    r.anomalies.join(",")
-                },
+                if r.anomalies.is_empty() { "-".into() } else { r.anomalies.join(",") },
                 r.hint.clone(),
             ]
         })
@@ -156,13 +124,11 @@ pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Resu
             .iter()
             .zip(widths)
             .enumerate()
-            .map(|(i, (cell, width))| {
-                if i + 1 == cells.len() {
-                    cell.to_string()
-                } else {
-                    format!("{cell:<width$}")
-                }
-            })
+            .map(
+                |(i, (cell, width))| {
+                    if i + 1 == cells.len() { cell.to_string() } else { format!("{cell:<width$}") }
+                },
+            )
             .collect();
         println!("{}", padded.join("  "));
     };

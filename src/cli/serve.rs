@@ -82,15 +82,9 @@ pub struct ServeArgs {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
         LogFormat::Text => builder.try_init(),
     };
 }
@@ -105,10 +99,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
         (Some(dir), _, _) => dev_certs(dir)?,
-        (None, Some(cert), Some(key)) => TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-        },
+        (None, Some(cert), Some(key)) => TlsFiles { cert: cert.clone(), key: key.clone() },
         _ => anyhow::bail!("--tls-cert and --tls-key are required (or --dev-certs DIR for a local trial)"),
     };
     let metrics = Metrics::new();
@@ -160,14 +151,8 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
     let client = live::connect(&args.cluster).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Live {
-        tombstone_ttl: args.tombstone_ttl,
-    }));
-    tokio::spawn(live::run(
-        client.clone(),
-        index.clone(),
-        metrics.watch_restarts.clone(),
-    ));
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: args.tombstone_ttl }));
+    tokio::spawn(live::run(client.clone(), index.clone(), metrics.watch_restarts.clone()));
     let fetcher = ApiPayloadFetcher {
         client,
         runtime: tokio::runtime::Handle::current(),
@@ -179,10 +164,7 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
 
 /// Reuses the certificates in `dir`, or makes them for localhost.
 fn dev_certs(dir: &std::path::Path) -> anyhow::Result<TlsFiles> {
-    let files = TlsFiles {
-        cert: dir.join("tls.crt"),
-        key: dir.join("tls.key"),
-    };
+    let files = TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
     if !files.cert.exists() || !files.key.exists() {
         let names = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
         let bundle = super::certs::generate(&names, 30).context("making development certificates")?;

@@ -24,37 +24,23 @@ pub fn facts_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<(RecordId, R
     {
         return None;
     }
-    let (id, _) = identify(
-        driver,
-        meta.namespace.as_deref().unwrap_or_default(),
-        name,
-        labels,
-    )?;
+    let (id, _) = identify(driver, meta.namespace.as_deref().unwrap_or_default(), name, labels)?;
     let label = |key: &str| labels.get(key);
     let facts = RevisionFacts {
         revision: id.revision,
         payload: PayloadStatus::NotLoaded,
         label: label(crate::release::record::LABEL_STATUS).and_then(|s| s.parse().ok()),
-        changed_at: [
-            crate::release::record::LABEL_MODIFIED_AT,
-            crate::release::record::LABEL_CREATED_AT,
-        ]
-        .iter()
-        .find_map(|key| label(key)?.parse().ok()),
+        changed_at: [crate::release::record::LABEL_MODIFIED_AT, crate::release::record::LABEL_CREATED_AT]
+            .iter()
+            .find_map(|key| label(key)?.parse().ok()),
     };
     Some((id, facts))
 }
 
 /// What a Namespace's metadata tells.
 pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
-    let labels = meta
-        .labels
-        .as_ref()
-        .map(|l| serde_json::to_value(l).unwrap_or_default());
-    Some((
-        meta.name.clone()?,
-        namespace_info(labels.as_ref(), meta.deletion_timestamp.is_some()),
-    ))
+    let labels = meta.labels.as_ref().map(|l| serde_json::to_value(l).unwrap_or_default());
+    Some((meta.name.clone()?, namespace_info(labels.as_ref(), meta.deletion_timestamp.is_some())))
 }
 
 /// Applies one watcher's events for release records of one driver.

@@ -65,13 +65,7 @@ impl IndexState {
     fn visible(&self, key: &ReleaseKey, now: Instant) -> Vec<RevisionFacts> {
         self.releases
             .get(key)
-            .map(|revisions| {
-                revisions
-                    .values()
-                    .filter(|e| e.visible(now))
-                    .map(|e| e.facts)
-                    .collect()
-            })
+            .map(|revisions| revisions.values().filter(|e| e.visible(now)).map(|e| e.facts).collect())
             .unwrap_or_default()
     }
 
@@ -133,10 +127,7 @@ impl ReleaseIndex {
 
     /// Time since the source was last heard from; `None` before the first sync.
     pub fn since_sync(&self) -> Option<Duration> {
-        self.last_sync
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map(|at| at.elapsed())
+        self.last_sync.lock().unwrap_or_else(|p| p.into_inner()).map(|at| at.elapsed())
     }
 
     /// Adds or replaces one revision (a watch event or a snapshot record). A pending approved
@@ -162,23 +153,15 @@ impl ReleaseIndex {
     ) {
         let mut fresh: HashMap<ReleaseKey, BTreeMap<u32, Entry>> = HashMap::new();
         for (id, facts) in records {
-            fresh.entry(id.key).or_default().insert(
-                id.revision,
-                Entry {
-                    facts,
-                    hidden_until: None,
-                },
-            );
+            fresh.entry(id.key).or_default().insert(id.revision, Entry { facts, hidden_until: None });
         }
         let now = Instant::now();
         let mut state = self.lock();
         for (key, revisions) in fresh.iter_mut() {
             if let Some(old) = state.releases.get(key) {
                 for (revision, entry) in revisions.iter_mut() {
-                    entry.hidden_until = old
-                        .get(revision)
-                        .and_then(|e| e.hidden_until)
-                        .filter(|until| *until > now);
+                    entry.hidden_until =
+                        old.get(revision).and_then(|e| e.hidden_until).filter(|until| *until > now);
                 }
             }
         }
@@ -221,22 +204,13 @@ impl ReleaseIndex {
             (None, _) => {}
             (Some(IndexChange::Upsert(facts)), SourceKind::Snapshot) => {
                 let revisions = state.releases.entry(key.clone()).or_default();
-                revisions.insert(
-                    facts.revision,
-                    Entry {
-                        facts,
-                        hidden_until: None,
-                    },
-                );
+                revisions.insert(facts.revision, Entry { facts, hidden_until: None });
             }
             // Live: only the watch writes records; a write that a later admission step refuses
             // must not leave a phantom revision behind.
             (Some(IndexChange::Upsert(_)), SourceKind::Live { .. }) => {}
             (Some(IndexChange::Delete(revision)), SourceKind::Snapshot) => {
-                state.remove(&RecordId {
-                    key: key.clone(),
-                    revision,
-                });
+                state.remove(&RecordId { key: key.clone(), revision });
             }
             (Some(IndexChange::Delete(revision)), SourceKind::Live { tombstone_ttl }) => {
                 if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(&revision)) {
@@ -258,11 +232,7 @@ impl ReleaseIndex {
         let now = Instant::now();
         let histories: Vec<(ReleaseKey, Vec<RevisionFacts>)> = {
             let state = self.lock();
-            state
-                .releases
-                .keys()
-                .map(|key| (key.clone(), state.visible(key, now)))
-                .collect()
+            state.releases.keys().map(|key| (key.clone(), state.visible(key, now))).collect()
         };
         histories
             .into_iter()
@@ -286,20 +256,11 @@ mod tests {
     use crate::release::{Driver, Status};
 
     fn key() -> ReleaseKey {
-        ReleaseKey {
-            driver: Driver::Secret,
-            namespace: "demo".into(),
-            release: "web".into(),
-        }
+        ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() }
     }
 
     fn facts(revision: u32, status: Status) -> RevisionFacts {
-        RevisionFacts {
-            revision,
-            payload: PayloadStatus::NotLoaded,
-            label: Some(status),
-            changed_at: None,
-        }
+        RevisionFacts { revision, payload: PayloadStatus::NotLoaded, label: Some(status), changed_at: None }
     }
 
     fn index(source: SourceKind) -> ReleaseIndex {
@@ -314,86 +275,39 @@ mod tests {
     fn a_snapshot_applies_approved_changes_at_once() {
         let index = index(SourceKind::Snapshot);
         index.decide(&key(), |_| ((), Some(IndexChange::Delete(1))));
-        index.decide(&key(), |_| {
-            ((), Some(IndexChange::Upsert(facts(3, Status::PendingUpgrade))))
-        });
+        index.decide(&key(), |_| ((), Some(IndexChange::Upsert(facts(3, Status::PendingUpgrade)))));
         let revisions: Vec<u32> = index.history(&key()).iter().map(|f| f.revision).collect();
         assert_eq!(revisions, vec![2, 3]);
     }
 
     #[test]
     fn live_hides_an_approved_deletion_until_confirmed_or_expired() {
-        let waiting = index(SourceKind::Live {
-            tombstone_ttl: Duration::from_secs(3600),
-        });
+        let waiting = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
         waiting.decide(&key(), |_| ((), Some(IndexChange::Delete(2))));
         assert_eq!(waiting.history(&key()).len(), 1, "hidden from the next verdict");
-        waiting.upsert(
-            &RecordId {
-                key: key(),
-                revision: 2,
-            },
-            facts(2, Status::Deployed),
-        );
-        assert_eq!(
-            waiting.history(&key()).len(),
-            1,
-            "a watch update does not unhide it"
-        );
-        waiting.remove(&RecordId {
-            key: key(),
-            revision: 2,
-        });
+        waiting.upsert(&RecordId { key: key(), revision: 2 }, facts(2, Status::Deployed));
+        assert_eq!(waiting.history(&key()).len(), 1, "a watch update does not unhide it");
+        waiting.remove(&RecordId { key: key(), revision: 2 });
         assert_eq!(waiting.revision_count(), 1, "the watch confirmed it");
 
-        let expired = index(SourceKind::Live {
-            tombstone_ttl: Duration::ZERO,
-        });
+        let expired = index(SourceKind::Live { tombstone_ttl: Duration::ZERO });
         expired.decide(&key(), |_| ((), Some(IndexChange::Delete(2))));
-        assert_eq!(
-            expired.history(&key()).len(),
-            2,
-            "restored once the timeout passed"
-        );
+        assert_eq!(expired.history(&key()).len(), 2, "restored once the timeout passed");
 
-        let live = index(SourceKind::Live {
-            tombstone_ttl: Duration::from_secs(3600),
-        });
-        live.decide(&key(), |_| {
-            ((), Some(IndexChange::Upsert(facts(3, Status::Deployed))))
-        });
-        assert_eq!(
-            live.history(&key()).len(),
-            2,
-            "live writes come from the watch only"
-        );
+        let live = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+        live.decide(&key(), |_| ((), Some(IndexChange::Upsert(facts(3, Status::Deployed)))));
+        assert_eq!(live.history(&key()).len(), 2, "live writes come from the watch only");
     }
 
     #[test]
     fn a_relist_keeps_pending_deletions_hidden_and_drops_vanished_releases() {
-        let index = index(SourceKind::Live {
-            tombstone_ttl: Duration::from_secs(3600),
-        });
+        let index = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
         index.decide(&key(), |_| ((), Some(IndexChange::Delete(2))));
-        let other = ReleaseKey {
-            release: "other".into(),
-            ..key()
-        };
-        index.upsert(
-            &RecordId {
-                key: other.clone(),
-                revision: 1,
-            },
-            facts(1, Status::Deployed),
-        );
+        let other = ReleaseKey { release: "other".into(), ..key() };
+        index.upsert(&RecordId { key: other.clone(), revision: 1 }, facts(1, Status::Deployed));
         index.replace_records(
             &[Driver::Secret],
-            [1, 2].map(|revision| {
-                (
-                    RecordId { key: key(), revision },
-                    facts(revision, Status::Deployed),
-                )
-            }),
+            [1, 2].map(|revision| (RecordId { key: key(), revision }, facts(revision, Status::Deployed))),
         );
         assert_eq!(index.history(&key()).len(), 1);
         assert!(index.history(&other).is_empty());

@@ -41,10 +41,7 @@ pub struct ClusterArgs {
 
 /// Connects and checks that the API server answers.
 pub async fn connect(args: &ClusterArgs) -> anyhow::Result<kube::Client> {
-    let options = KubeConfigOptions {
-        context: args.context.clone(),
-        ..KubeConfigOptions::default()
-    };
+    let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let config = match (&args.kubeconfig, &args.context) {
         (Some(path), _) => {
             let kubeconfig =
@@ -52,9 +49,9 @@ pub async fn connect(args: &ClusterArgs) -> anyhow::Result<kube::Client> {
             kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }
         (None, Some(_)) => kube::Config::from_kubeconfig(&options).await?,
-        (None, None) => kube::Config::infer()
-            .await
-            .context("no in-cluster service account and no kubeconfig")?,
+        (None, None) => {
+            kube::Config::infer().await.context("no in-cluster service account and no kubeconfig")?
+        }
     };
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config)?;
@@ -74,15 +71,10 @@ struct InitialLists {
 
 impl InitialLists {
     fn done(&self, index: &ReleaseIndex) {
-        let before = self
-            .remaining
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let before = self.remaining.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         if before == Ok(1) {
             index.set_ready(true);
-            tracing::info!(
-                revisions = index.revision_count(),
-                "initial lists complete: ready"
-            );
+            tracing::info!(revisions = index.revision_count(), "initial lists complete: ready");
         }
     }
 }
@@ -90,13 +82,8 @@ impl InitialLists {
 /// Runs the three watchers until the process ends. Errors are retried with backoff while the
 /// index keeps serving its last good state.
 pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Counter) {
-    let lists = Arc::new(InitialLists {
-        remaining: AtomicU8::new(3),
-    });
-    let secrets = watcher::Config::default()
-        .labels(SECRET_LABELS)
-        .fields(SECRET_FIELDS)
-        .any_semantic();
+    let lists = Arc::new(InitialLists { remaining: AtomicU8::new(3) });
+    let secrets = watcher::Config::default().labels(SECRET_LABELS).fields(SECRET_FIELDS).any_semantic();
     let configmaps = watcher::Config::default().labels(CONFIGMAP_LABELS).any_semantic();
     let namespaces = watcher::Config::default().any_semantic();
 
@@ -114,10 +101,7 @@ pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts:
         ),
         drive(
             "configmaps",
-            watcher::watcher(
-                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
-                configmaps
-            ),
+            watcher::watcher(Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()), configmaps),
             |event| configmap_feed.apply(&index, event),
             &index,
             &lists,
@@ -172,9 +156,7 @@ pub struct ApiPayloadFetcher {
 impl std::fmt::Debug for ApiPayloadFetcher {
     // kube::Client has no Debug of its own.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiPayloadFetcher")
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
+        f.debug_struct("ApiPayloadFetcher").field("timeout", &self.timeout).finish_non_exhaustive()
     }
 }
 

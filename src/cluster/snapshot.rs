@@ -15,10 +15,7 @@ use crate::release::{DecodeLimits, Driver};
 /// What a Namespace object contributes to verdicts.
 pub fn namespace_info(labels: Option<&Value>, deleting: bool) -> NamespaceInfo {
     NamespaceInfo {
-        mode: labels
-            .and_then(|l| l.get(MODE_LABEL))
-            .and_then(Value::as_str)
-            .and_then(|m| m.parse().ok()),
+        mode: labels.and_then(|l| l.get(MODE_LABEL)).and_then(Value::as_str).and_then(|m| m.parse().ok()),
         terminating: deleting,
     }
 }
@@ -41,18 +38,12 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
         .filter(|o| o["kind"] == "Namespace")
         .filter_map(|o| {
             let name = o.pointer("/metadata/name")?.as_str()?.to_owned();
-            let deleting = o
-                .pointer("/metadata/deletionTimestamp")
-                .is_some_and(|t| !t.is_null())
+            let deleting = o.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
                 || o.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating");
             Some((name, namespace_info(o.pointer("/metadata/labels"), deleting)))
         })
         .collect();
-    let loaded = Loaded {
-        records: records.len(),
-        namespaces: namespaces.len(),
-        problems,
-    };
+    let loaded = Loaded { records: records.len(), namespaces: namespaces.len(), problems };
     index.replace_records(
         &[Driver::Secret, Driver::ConfigMap],
         records.iter().map(|r| (r.record.id.clone(), r.facts())),

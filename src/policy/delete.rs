@@ -20,12 +20,7 @@ pub struct DeleteFacts<'a> {
 
 /// Decides a deletion. `history` is the release as Helm sees it now, including this record.
 pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &PolicyConfig) -> Verdict {
-    let DeleteFacts {
-        namespace,
-        release,
-        revision,
-        ..
-    } = *facts;
+    let DeleteFacts { namespace, release, revision, .. } = *facts;
     // D1
     if facts.namespace_terminating || PolicyConfig::is_teardown_requester(facts.requester) {
         return Verdict::allow(Reason::NamespaceTeardown);
@@ -79,10 +74,7 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &Policy
     }
     let remaining = history.without(revision);
     let after = aftermath(release, &remaining);
-    let rollback_target = remaining
-        .deployed()
-        .last()
-        .or_else(|| remaining.latest().map(|(r, _)| r));
+    let rollback_target = remaining.deployed().last().or_else(|| remaining.latest().map(|(r, _)| r));
     let fix = remedies(namespace, release, rollback_target, "to go back");
     let previous = history.previous().map(|(_, s)| s);
     // D7
@@ -159,10 +151,7 @@ mod tests {
         History::new(&facts)
     }
 
-    const ADMIN: Requester<'static> = Requester {
-        username: "admin",
-        groups: &[],
-    };
+    const ADMIN: Requester<'static> = Requester { username: "admin", groups: &[] };
 
     fn facts(revision: u32, status: Option<Status>) -> DeleteFacts<'static> {
         DeleteFacts {
@@ -177,35 +166,17 @@ mod tests {
     }
 
     fn decide(revision: u32, status: Option<Status>, revisions: &[(u32, Status)]) -> Verdict {
-        decide_delete(
-            &facts(revision, status),
-            &history(revisions),
-            &PolicyConfig::default(),
-        )
+        decide_delete(&facts(revision, status), &history(revisions), &PolicyConfig::default())
     }
 
     /// (rule, revision deleted, its status, the history, allowed, reason)
-    type Row = (
-        &'static str,
-        u32,
-        Option<Status>,
-        &'static [(u32, Status)],
-        bool,
-        Reason,
-    );
+    type Row = (&'static str, u32, Option<Status>, &'static [(u32, Status)], bool, Reason);
 
     /// One row per rule of POLICY.md, in its order.
     #[test]
     fn the_rules_of_policy_md() {
         let table: [Row; 14] = [
-            (
-                "D3 undecodable",
-                3,
-                None,
-                &[(2, Superseded), (3, Deployed)],
-                true,
-                Reason::UndecodableRecord,
-            ),
+            ("D3 undecodable", 3, None, &[(2, Superseded), (3, Deployed)], true, Reason::UndecodableRecord),
             (
                 "D4 only deployed, not latest",
                 3,
@@ -254,14 +225,7 @@ mod tests {
                 true,
                 Reason::Uninstall,
             ),
-            (
-                "D6 uninstalled",
-                1,
-                Some(Uninstalled),
-                &[(1, Uninstalled)],
-                true,
-                Reason::Uninstall,
-            ),
+            ("D6 uninstalled", 1, Some(Uninstalled), &[(1, Uninstalled)], true, Reason::Uninstall),
             (
                 "D7 pending over deployed",
                 2,
@@ -313,11 +277,7 @@ mod tests {
         ];
         for (rule, revision, status, revisions, allowed, reason) in table {
             let verdict = decide(revision, status, revisions);
-            assert_eq!(
-                (verdict.allowed, verdict.reason),
-                (allowed, reason),
-                "{rule}: {verdict:?}"
-            );
+            assert_eq!((verdict.allowed, verdict.reason), (allowed, reason), "{rule}: {verdict:?}");
         }
     }
 
@@ -327,19 +287,13 @@ mod tests {
         terminating.namespace_terminating = true;
         let latest_deployed = history(&[(3, Deployed)]);
         let verdict = decide_delete(&terminating, &latest_deployed, &PolicyConfig::default());
-        assert_eq!(
-            (verdict.allowed, verdict.reason),
-            (true, Reason::NamespaceTeardown)
-        );
+        assert_eq!((verdict.allowed, verdict.reason), (true, Reason::NamespaceTeardown));
         for user in [
             "system:serviceaccount:kube-system:namespace-controller",
             "system:serviceaccount:kube-system:generic-garbage-collector",
         ] {
             let mut gc = facts(3, Some(Deployed));
-            gc.requester = Requester {
-                username: user,
-                groups: &[],
-            };
+            gc.requester = Requester { username: user, groups: &[] };
             assert_eq!(
                 decide_delete(&gc, &latest_deployed, &PolicyConfig::default()).reason,
                 Reason::NamespaceTeardown
@@ -358,29 +312,16 @@ mod tests {
 
         let groups = ["platform-admins".to_owned()];
         let mut member = facts(3, Some(Deployed));
-        member.requester = Requester {
-            username: "alice",
-            groups: &groups,
-        };
-        let config = PolicyConfig {
-            exempt_groups: vec!["platform-admins".into()],
-            ..PolicyConfig::default()
-        };
+        member.requester = Requester { username: "alice", groups: &groups };
+        let config =
+            PolicyConfig { exempt_groups: vec!["platform-admins".into()], ..PolicyConfig::default() };
         let verdict = decide_delete(&member, &latest_deployed, &config);
         assert_eq!(
             (verdict.reason, verdict.detail.as_deref()),
             (Reason::Exempt, Some("group:platform-admins"))
         );
-        let config = PolicyConfig {
-            exempt_users: vec!["alice".into()],
-            ..PolicyConfig::default()
-        };
-        assert_eq!(
-            decide_delete(&member, &latest_deployed, &config)
-                .detail
-                .as_deref(),
-            Some("user:alice")
-        );
+        let config = PolicyConfig { exempt_users: vec!["alice".into()], ..PolicyConfig::default() };
+        assert_eq!(decide_delete(&member, &latest_deployed, &config).detail.as_deref(), Some("user:alice"));
     }
 
     #[test]
@@ -402,13 +343,8 @@ mod tests {
 
     #[test]
     fn the_only_deployed_revision_points_to_a_rollback_to_itself() {
-        let message = decide(3, Some(Deployed), &[(3, Deployed), (4, Failed)])
-            .message
-            .unwrap();
-        assert!(
-            message.contains("`helm rollback web 3 -n demo` first"),
-            "{message}"
-        );
+        let message = decide(3, Some(Deployed), &[(3, Deployed), (4, Failed)]).message.unwrap();
+        assert!(message.contains("`helm rollback web 3 -n demo` first"), "{message}");
     }
 
     #[test]
@@ -419,13 +355,8 @@ mod tests {
 
     #[test]
     fn stuck_recovery_warns_what_becomes_latest() {
-        let warning = decide(2, Some(PendingUpgrade), &[(1, Deployed), (2, PendingUpgrade)])
-            .message
-            .unwrap();
-        assert!(
-            warning.contains("revision 1 would become the latest and it is deployed"),
-            "{warning}"
-        );
+        let warning = decide(2, Some(PendingUpgrade), &[(1, Deployed), (2, PendingUpgrade)]).message.unwrap();
+        assert!(warning.contains("revision 1 would become the latest and it is deployed"), "{warning}");
     }
 
     #[test]

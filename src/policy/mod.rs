@@ -23,8 +23,5 @@ pub const MODE_LABEL: &str = "helm-guard.io/mode";
 
 /// The break-glass reason on an object, when present and non-empty.
 pub fn break_glass_reason(annotations: &std::collections::BTreeMap<String, String>) -> Option<&str> {
-    annotations
-        .get(BREAK_GLASS_ANNOTATION)
-        .map(|reason| reason.trim())
-        .filter(|reason| !reason.is_empty())
+    annotations.get(BREAK_GLASS_ANNOTATION).map(|reason| reason.trim()).filter(|reason| !reason.is_empty())
 }

@@ -103,13 +103,9 @@ pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
                 .into_iter()
                 .collect(),
         },
-        (false, Mode::Audit) => Outcome {
-            allowed: true,
-            decision: Decision::Warned,
-            mode,
-            denial: None,
-            warnings: Vec::new(),
-        },
+        (false, Mode::Audit) => {
+            Outcome { allowed: true, decision: Decision::Warned, mode, denial: None, warnings: Vec::new() }
+        }
     }
 }
 
@@ -128,15 +124,9 @@ mod tests {
         );
         let warn = apply_mode(&deny, Mode::Warn);
         assert_eq!((warn.allowed, warn.decision), (true, Decision::Warned));
-        assert_eq!(
-            warn.warnings,
-            vec!["helm-guard (warn mode) would deny: no".to_owned()]
-        );
+        assert_eq!(warn.warnings, vec!["helm-guard (warn mode) would deny: no".to_owned()]);
         let audit = apply_mode(&deny, Mode::Audit);
-        assert_eq!(
-            (audit.allowed, audit.decision, audit.warnings.len()),
-            (true, Decision::Warned, 0)
-        );
+        assert_eq!((audit.allowed, audit.decision, audit.warnings.len()), (true, Decision::Warned, 0));
     }
 
     #[test]

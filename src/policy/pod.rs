@@ -43,13 +43,7 @@ impl HelmInstallPod {
                 _ => return None,
             };
             let env = |name: &str| -> Option<&str> {
-                container
-                    .get("env")?
-                    .as_array()?
-                    .iter()
-                    .find(|e| e["name"] == name)?
-                    .get("value")?
-                    .as_str()
+                container.get("env")?.as_array()?.iter().find(|e| e["name"] == name)?.get("value")?.as_str()
             };
             let release = env("NAME").filter(|n| !n.is_empty())?;
             let namespace = env("TARGET_NAMESPACE")
@@ -70,9 +64,7 @@ impl HelmInstallPod {
 /// Whether helm-guard already annotated this pod (a reinvocation, or a pod made from a mutated
 /// template): it is not patched twice.
 pub fn already_annotated(pod: &Value) -> bool {
-    pod.pointer("/metadata/annotations")
-        .and_then(|a| a.get(STATE_ANNOTATION))
-        .is_some()
+    pod.pointer("/metadata/annotations").and_then(|a| a.get(STATE_ANNOTATION)).is_some()
 }
 
 /// What to do to the pod.
@@ -110,11 +102,7 @@ pub fn plan(pod: &HelmInstallPod, release: &Classification) -> PodPlan {
     if rewrite_to_upgrade {
         annotations.insert(REWRITTEN_ANNOTATION.to_owned(), "install".to_owned());
     }
-    PodPlan {
-        annotations,
-        rewrite_to_upgrade,
-        action,
-    }
+    PodPlan { annotations, rewrite_to_upgrade, action }
 }
 
 /// The pod with the plan applied. Only the annotations and the first argument change.
@@ -173,14 +161,8 @@ mod tests {
     fn recognises_release_namespace_and_driver_from_env() {
         let env = json!([{"name": "NAME", "value": "web"}, {"name": "TARGET_NAMESPACE", "value": "demo"}, {"name": "HELM_DRIVER", "value": "configmaps"}]);
         let found = HelmInstallPod::from_pod(&pod("install", env), "kube-system").unwrap();
-        assert_eq!(
-            (found.container, found.release.as_str(), found.namespace.as_str()),
-            (1, "web", "demo")
-        );
-        assert_eq!(
-            (found.driver, found.command),
-            (Driver::ConfigMap, PodCommand::Install)
-        );
+        assert_eq!((found.container, found.release.as_str(), found.namespace.as_str()), (1, "web", "demo"));
+        assert_eq!((found.driver, found.command), (Driver::ConfigMap, PodCommand::Install));
 
         let defaults =
             HelmInstallPod::from_pod(&pod("delete", json!([{"name": "NAME", "value": "web"}])), "x").unwrap();
@@ -209,11 +191,7 @@ mod tests {
                 .unwrap();
         type Row = (&'static [(u32, Status)], bool, &'static str);
         let table: [Row; 5] = [
-            (
-                &[(1, Status::Superseded), (2, Status::Superseded)],
-                true,
-                "upgrade",
-            ),
+            (&[(1, Status::Superseded), (2, Status::Superseded)], true, "upgrade"),
             (&[(2, Status::Deployed)], false, "upgrade"),
             (&[(2, Status::Deployed), (3, Status::Failed)], false, "reinstall"),
             (&[(1, Status::PendingInstall)], false, "reset-pending-and-retry"),
@@ -221,17 +199,10 @@ mod tests {
         ];
         for (revisions, rewrite, action) in table {
             let plan = plan(&target, &state(revisions));
-            assert_eq!(
-                (plan.rewrite_to_upgrade, plan.action),
-                (rewrite, action),
-                "{revisions:?}"
-            );
+            assert_eq!((plan.rewrite_to_upgrade, plan.action), (rewrite, action), "{revisions:?}");
             assert_eq!(plan.annotations.contains_key(REWRITTEN_ANNOTATION), rewrite);
         }
-        let delete = HelmInstallPod {
-            command: PodCommand::Delete,
-            ..target
-        };
+        let delete = HelmInstallPod { command: PodCommand::Delete, ..target };
         assert!(!plan(&delete, &state(&[(1, Status::Superseded)])).rewrite_to_upgrade);
     }
 
@@ -241,15 +212,9 @@ mod tests {
         let target = HelmInstallPod::from_pod(&original, "demo").unwrap();
         let plan = plan(&target, &state(&[(1, Status::Superseded)]));
         let mutated = apply(&original, &target, &plan);
-        assert_eq!(
-            mutated["spec"]["containers"][1]["args"],
-            json!(["upgrade", "--namespace", "demo"])
-        );
+        assert_eq!(mutated["spec"]["containers"][1]["args"], json!(["upgrade", "--namespace", "demo"]));
         assert_eq!(mutated["spec"]["containers"][0]["args"], json!(["serve"]));
-        assert_eq!(
-            mutated["metadata"]["annotations"][STATE_ANNOTATION],
-            "orphaned-superseded"
-        );
+        assert_eq!(mutated["metadata"]["annotations"][STATE_ANNOTATION], "orphaned-superseded");
         assert_eq!(mutated["metadata"]["annotations"][REVISION_ANNOTATION], "1");
         assert!(already_annotated(&mutated) && !already_annotated(&original));
     }

@@ -28,13 +28,7 @@ pub struct UpdateFacts<'a> {
 }
 
 pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
-    let UpdateFacts {
-        namespace,
-        object_name,
-        old,
-        new,
-        ..
-    } = *facts;
+    let UpdateFacts { namespace, object_name, old, new, .. } = *facts;
     // U1
     if let Some(reason) = facts.break_glass {
         return Verdict::allow(Reason::BreakGlass).with_detail(reason);
@@ -105,15 +99,10 @@ mod tests {
     use super::*;
 
     fn labels(status: &str) -> BTreeMap<String, String> {
-        [
-            ("owner", "helm"),
-            ("name", "web"),
-            ("version", "3"),
-            ("status", status),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        [("owner", "helm"), ("name", "web"), ("version", "3"), ("status", status)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
     }
 
     const TYPE: Option<&str> = Some("helm.sh/release.v1");
@@ -124,10 +113,7 @@ mod tests {
             object_name: "sh.helm.release.v1.web.v3",
             old,
             new,
-            requester: Requester {
-                username: "admin",
-                groups: &[],
-            },
+            requester: Requester { username: "admin", groups: &[] },
             break_glass: None,
         };
         decide_update(&facts, &PolicyConfig::default())
@@ -143,11 +129,7 @@ mod tests {
         renamed.insert("name".into(), "other".into());
         let mut bumped = labels("deployed");
         bumped.insert("version".into(), "9".into());
-        let side = |labels, secret_type, payload_status| RecordSide {
-            labels,
-            secret_type,
-            payload_status,
-        };
+        let side = |labels, secret_type, payload_status| RecordSide { labels, secret_type, payload_status };
         let d = Some(Status::Deployed);
         let s = Some(Status::Superseded);
         let table = [
@@ -217,11 +199,7 @@ mod tests {
         ];
         for (rule, old, new, allowed, reason) in table {
             let verdict = decide(old, new);
-            assert_eq!(
-                (verdict.allowed, verdict.reason),
-                (allowed, reason),
-                "{rule}: {verdict:?}"
-            );
+            assert_eq!((verdict.allowed, verdict.reason), (allowed, reason), "{rule}: {verdict:?}");
         }
     }
 
@@ -233,20 +211,9 @@ mod tests {
         let facts = UpdateFacts {
             namespace: "demo",
             object_name: "sh.helm.release.v1.web.v3",
-            old: RecordSide {
-                labels: &deployed,
-                secret_type: TYPE,
-                payload_status: Some(Status::Deployed),
-            },
-            new: RecordSide {
-                labels: &no_owner,
-                secret_type: TYPE,
-                payload_status: Some(Status::Deployed),
-            },
-            requester: Requester {
-                username: "admin",
-                groups: &[],
-            },
+            old: RecordSide { labels: &deployed, secret_type: TYPE, payload_status: Some(Status::Deployed) },
+            new: RecordSide { labels: &no_owner, secret_type: TYPE, payload_status: Some(Status::Deployed) },
+            requester: Requester { username: "admin", groups: &[] },
             break_glass: Some("migrating to another driver"),
         };
         let verdict = decide_update(&facts, &PolicyConfig::default());

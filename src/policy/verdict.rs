@@ -100,30 +100,15 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn allow(reason: Reason) -> Verdict {
-        Verdict {
-            allowed: true,
-            reason,
-            message: None,
-            detail: None,
-        }
+        Verdict { allowed: true, reason, message: None, detail: None }
     }
 
     pub fn warn(reason: Reason, warning: impl Into<String>) -> Verdict {
-        Verdict {
-            allowed: true,
-            reason,
-            message: Some(warning.into()),
-            detail: None,
-        }
+        Verdict { allowed: true, reason, message: Some(warning.into()), detail: None }
     }
 
     pub fn deny(reason: Reason, message: impl Into<String>) -> Verdict {
-        Verdict {
-            allowed: false,
-            reason,
-            message: Some(message.into()),
-            detail: None,
-        }
+        Verdict { allowed: false, reason, message: Some(message.into()), detail: None }
     }
 
     #[must_use]

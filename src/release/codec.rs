@@ -25,9 +25,7 @@ pub struct DecodeLimits {
 
 impl Default for DecodeLimits {
     fn default() -> Self {
-        DecodeLimits {
-            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
-        }
+        DecodeLimits { max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES }
     }
 }
 
@@ -54,9 +52,7 @@ pub fn decode_helm_payload(helm_base64: &[u8], limits: DecodeLimits) -> Result<V
     let compressed = STANDARD.decode(helm_base64).map_err(DecodeError::HelmBase64)?;
     if !compressed.starts_with(&GZIP_MAGIC) {
         if compressed.len() > limits.max_decoded_bytes {
-            return Err(DecodeError::TooLarge {
-                limit: limits.max_decoded_bytes,
-            });
+            return Err(DecodeError::TooLarge { limit: limits.max_decoded_bytes });
         }
         return Ok(compressed);
     }
@@ -67,9 +63,7 @@ pub fn decode_helm_payload(helm_base64: &[u8], limits: DecodeLimits) -> Result<V
         .read_to_end(&mut decoded)
         .map_err(DecodeError::Gzip)?;
     if decoded.len() as u64 > cap {
-        return Err(DecodeError::TooLarge {
-            limit: limits.max_decoded_bytes,
-        });
+        return Err(DecodeError::TooLarge { limit: limits.max_decoded_bytes });
     }
     Ok(decoded)
 }
@@ -182,9 +176,7 @@ mod tests {
     fn a_gzip_bomb_is_refused_at_the_limit() {
         let payload = bomb(64 * 1024 * 1024);
         assert!(payload.len() < 200 * 1024, "the bomb itself is small");
-        let limits = DecodeLimits {
-            max_decoded_bytes: 4 * 1024 * 1024,
-        };
+        let limits = DecodeLimits { max_decoded_bytes: 4 * 1024 * 1024 };
         let error = decode_helm_payload(&payload, limits).unwrap_err();
         assert!(matches!(error, DecodeError::TooLarge { limit } if limit == 4 * 1024 * 1024));
         assert!(error.to_string().contains("more than 4194304 bytes"));
@@ -216,31 +208,16 @@ mod tests {
     #[test]
     fn each_layer_names_its_own_failure() {
         let limits = DecodeLimits::default();
-        assert!(matches!(
-            decode_secret_payload(b"%%%", limits),
-            Err(DecodeError::ApiBase64(_))
-        ));
-        assert!(matches!(
-            decode_helm_payload(b"%%%", limits),
-            Err(DecodeError::HelmBase64(_))
-        ));
+        assert!(matches!(decode_secret_payload(b"%%%", limits), Err(DecodeError::ApiBase64(_))));
+        assert!(matches!(decode_helm_payload(b"%%%", limits), Err(DecodeError::HelmBase64(_))));
         let truncated_gzip = STANDARD.encode([0x1f, 0x8b, 0x08, 0, 0]);
-        assert!(matches!(
-            decode_helm_payload(truncated_gzip.as_bytes(), limits),
-            Err(DecodeError::Gzip(_))
-        ));
-        assert!(matches!(
-            ReleasePayload::from_json(b"{}"),
-            Err(DecodeError::Json(_))
-        ));
+        assert!(matches!(decode_helm_payload(truncated_gzip.as_bytes(), limits), Err(DecodeError::Gzip(_))));
+        assert!(matches!(ReleasePayload::from_json(b"{}"), Err(DecodeError::Json(_))));
     }
 
     #[test]
     fn helm_zero_time_counts_as_absent() {
         assert_eq!(parse_helm_time("0001-01-01T00:00:00Z"), None);
-        assert_eq!(
-            parse_helm_time("2026-11-29T16:04:02.491141154Z"),
-            Some(1_795_968_242)
-        );
+        assert_eq!(parse_helm_time("2026-11-29T16:04:02.491141154Z"), Some(1_795_968_242));
     }
 }

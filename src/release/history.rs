@@ -55,10 +55,8 @@ pub struct History {
 
 impl History {
     pub fn new(facts: &[RevisionFacts]) -> History {
-        let mut revisions: Vec<(u32, Status)> = facts
-            .iter()
-            .filter_map(|f| Some((f.revision, f.status()?)))
-            .collect();
+        let mut revisions: Vec<(u32, Status)> =
+            facts.iter().filter_map(|f| Some((f.revision, f.status()?))).collect();
         revisions.sort_unstable_by_key(|(revision, _)| *revision);
         revisions.dedup_by_key(|(revision, _)| *revision);
         History { revisions }
@@ -73,17 +71,11 @@ impl History {
     }
 
     pub fn status_of(&self, revision: u32) -> Option<Status> {
-        self.revisions
-            .iter()
-            .find(|(r, _)| *r == revision)
-            .map(|(_, s)| *s)
+        self.revisions.iter().find(|(r, _)| *r == revision).map(|(_, s)| *s)
     }
 
     pub fn deployed(&self) -> impl Iterator<Item = u32> + '_ {
-        self.revisions
-            .iter()
-            .filter(|(_, s)| *s == Status::Deployed)
-            .map(|(r, _)| *r)
+        self.revisions.iter().filter(|(_, s)| *s == Status::Deployed).map(|(r, _)| *r)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -104,14 +96,7 @@ impl History {
 
     /// This history without one revision: what Helm would see after deleting it.
     pub fn without(&self, revision: u32) -> History {
-        History {
-            revisions: self
-                .revisions
-                .iter()
-                .copied()
-                .filter(|(r, _)| *r != revision)
-                .collect(),
-        }
+        History { revisions: self.revisions.iter().copied().filter(|(r, _)| *r != revision).collect() }
     }
 }
 
@@ -163,10 +148,7 @@ impl ReleaseState {
 
     /// Healthy, absent or uninstalled: nothing for an operator to do.
     pub fn is_ok(self) -> bool {
-        matches!(
-            self,
-            ReleaseState::Absent | ReleaseState::Healthy | ReleaseState::Uninstalled
-        )
+        matches!(self, ReleaseState::Absent | ReleaseState::Healthy | ReleaseState::Uninstalled)
     }
 }
 
@@ -226,12 +208,7 @@ impl Classification {
 
     /// One short sentence on what to do.
     pub fn hint(&self, release: &str) -> String {
-        let earlier_deployed = self
-            .deployed
-            .iter()
-            .copied()
-            .filter(|r| Some(*r) != self.revision)
-            .max();
+        let earlier_deployed = self.deployed.iter().copied().filter(|r| Some(*r) != self.revision).max();
         let mut hint = match self.state {
             ReleaseState::Absent => "no revision Helm can read".to_owned(),
             ReleaseState::Healthy => "ok".to_owned(),
@@ -295,12 +272,8 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
         Some(Status::Superseded) if deployed.is_empty() => ReleaseState::OrphanedSuperseded,
         Some(Status::Superseded | Status::Unknown) => ReleaseState::Unknown,
     };
-    let changed_at = latest.and_then(|(revision, _)| {
-        facts
-            .iter()
-            .find(|f| f.revision == revision)
-            .and_then(|f| f.changed_at)
-    });
+    let changed_at = latest
+        .and_then(|(revision, _)| facts.iter().find(|f| f.revision == revision).and_then(|f| f.changed_at));
     let age_secs = changed_at.map(|at| now.saturating_sub(at).max(0));
     let stuck =
         latest.is_some_and(|(_, s)| s.is_pending()) && age_secs.is_some_and(|age| age > stuck_after_secs);
@@ -340,23 +313,11 @@ mod tests {
             (vec![rev(1, Superseded), rev(2, Deployed)], ReleaseState::Healthy),
             (vec![rev(3, Deployed), rev(4, Failed)], ReleaseState::Failed),
             (vec![rev(1, PendingInstall)], ReleaseState::PendingInstall),
-            (
-                vec![rev(1, Deployed), rev(2, PendingUpgrade)],
-                ReleaseState::PendingUpgrade,
-            ),
-            (
-                vec![rev(2, Deployed), rev(3, PendingRollback)],
-                ReleaseState::PendingRollback,
-            ),
-            (
-                vec![rev(1, Superseded), rev(2, Uninstalling)],
-                ReleaseState::Uninstalling,
-            ),
+            (vec![rev(1, Deployed), rev(2, PendingUpgrade)], ReleaseState::PendingUpgrade),
+            (vec![rev(2, Deployed), rev(3, PendingRollback)], ReleaseState::PendingRollback),
+            (vec![rev(1, Superseded), rev(2, Uninstalling)], ReleaseState::Uninstalling),
             (vec![rev(1, Uninstalled)], ReleaseState::Uninstalled),
-            (
-                vec![rev(1, Superseded), rev(2, Superseded)],
-                ReleaseState::OrphanedSuperseded,
-            ),
+            (vec![rev(1, Superseded), rev(2, Superseded)], ReleaseState::OrphanedSuperseded),
             (vec![rev(1, Deployed), rev(2, Superseded)], ReleaseState::Unknown),
             (vec![rev(1, Unknown)], ReleaseState::Unknown),
         ];

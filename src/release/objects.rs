@@ -83,10 +83,7 @@ mod tests {
     fn garbage_is_a_syntax_error_and_kindless_documents_are_named() {
         assert!(matches!(parse_objects(b"{not json"), Err(InputError::Syntax(_))));
         assert!(matches!(parse_objects(b"  \n"), Err(InputError::Empty)));
-        assert!(matches!(
-            parse_objects(b"- 1\n- 2\n"),
-            Err(InputError::NotAnObject { index: 0 })
-        ));
+        assert!(matches!(parse_objects(b"- 1\n- 2\n"), Err(InputError::NotAnObject { index: 0 })));
         assert!(matches!(parse_objects(b"\xff\xfe"), Err(InputError::Syntax(_))));
     }
 }

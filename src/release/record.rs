@@ -111,20 +111,15 @@ pub fn identify(
     labels: &BTreeMap<String, String>,
 ) -> Option<(RecordId, bool)> {
     let from_name = parse_object_name(name);
-    let from_labels = labels
-        .get(LABEL_NAME)
-        .zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
+    let from_labels =
+        labels.get(LABEL_NAME).zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
     let agrees = matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
     let (release, revision) = match (from_labels, from_name) {
         (Some((release, revision)), _) => (release.clone(), revision),
         (None, Some((release, revision))) => (release.to_owned(), revision),
         (None, None) => return None,
     };
-    let key = ReleaseKey {
-        driver,
-        namespace: namespace.to_owned(),
-        release,
-    };
+    let key = ReleaseKey { driver, namespace: namespace.to_owned(), release };
     Some((RecordId { key, revision }, agrees))
 }
 
@@ -167,20 +162,17 @@ struct RawMeta {
 
 impl RawObject {
     fn read(object: &Value) -> Result<RawObject, RecordError> {
-        RawObject::deserialize(object).map_err(|e| RecordError::Malformed {
-            object: describe(object),
-            detail: e.to_string(),
-        })
+        RawObject::deserialize(object)
+            .map_err(|e| RecordError::Malformed { object: describe(object), detail: e.to_string() })
     }
 
     fn into_record(self, driver: Driver) -> Result<Record, RecordError> {
         let labels = self.metadata.labels.unwrap_or_default();
         let name = self.metadata.name.unwrap_or_default();
         let namespace = self.metadata.namespace.unwrap_or_default();
-        let (id, identity_agrees) =
-            identify(driver, &namespace, &name, &labels).ok_or_else(|| RecordError::NoIdentity {
-                object: format!("{} {namespace}/{name}", driver.kind()),
-            })?;
+        let (id, identity_agrees) = identify(driver, &namespace, &name, &labels).ok_or_else(|| {
+            RecordError::NoIdentity { object: format!("{} {namespace}/{name}", driver.kind()) }
+        })?;
         Ok(Record {
             id,
             object_name: name,
@@ -241,9 +233,7 @@ impl Record {
 
     /// When Helm last wrote the record, from `modifiedAt`, else `createdAt` (Unix seconds).
     pub fn changed_at_label(&self) -> Option<i64> {
-        [LABEL_MODIFIED_AT, LABEL_CREATED_AT]
-            .iter()
-            .find_map(|key| self.labels.get(*key)?.parse().ok())
+        [LABEL_MODIFIED_AT, LABEL_CREATED_AT].iter().find_map(|key| self.labels.get(*key)?.parse().ok())
     }
 
     /// Decodes the payload to the release JSON bytes.
@@ -261,30 +251,14 @@ impl Record {
 
     /// `Kind namespace/name`, for messages.
     pub fn describe(&self) -> String {
-        format!(
-            "{} {}/{}",
-            self.id.key.driver.kind(),
-            self.id.key.namespace,
-            self.object_name
-        )
+        format!("{} {}/{}", self.id.key.driver.kind(), self.id.key.namespace, self.object_name)
     }
 }
 
 /// `Kind namespace/name` of any JSON object, for messages about objects that do not parse.
 pub fn describe(object: &Value) -> String {
-    let text = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_owned()
-    };
-    format!(
-        "{} {}/{}",
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name")
-    )
+    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or("?").to_owned();
+    format!("{} {}/{}", text("/kind"), text("/metadata/namespace"), text("/metadata/name"))
 }
 
 #[cfg(test)]
@@ -295,10 +269,7 @@ mod tests {
     #[test]
     fn object_names_split_into_release_and_revision() {
         assert_eq!(parse_object_name("sh.helm.release.v1.web.v3"), Some(("web", 3)));
-        assert_eq!(
-            parse_object_name("sh.helm.release.v1.my.app.v12"),
-            Some(("my.app", 12))
-        );
+        assert_eq!(parse_object_name("sh.helm.release.v1.my.app.v12"), Some(("my.app", 12)));
         assert_eq!(parse_object_name("sh.helm.release.v1.web.v"), None);
         assert_eq!(parse_object_name("sh.helm.release.v1..v1"), None);
         assert_eq!(parse_object_name("sh.helm.release.v1.web.v-1"), None);

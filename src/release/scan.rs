@@ -29,11 +29,7 @@ impl DecodedRecord {
             Ok(payload) => PayloadStatus::Decoded(payload.info.status),
             Err(_) => PayloadStatus::Undecodable,
         };
-        let payload_time = self
-            .payload
-            .as_ref()
-            .ok()
-            .and_then(ReleasePayload::last_deployed_unix);
+        let payload_time = self.payload.as_ref().ok().and_then(ReleasePayload::last_deployed_unix);
         RevisionFacts {
             revision: self.record.id.revision,
             payload,
@@ -48,10 +44,7 @@ impl DecodedRecord {
     }
 
     pub fn summary(&self) -> Option<Summary> {
-        self.payload
-            .as_ref()
-            .ok()
-            .map(|payload| Summary::new(&self.record, payload))
+        self.payload.as_ref().ok().map(|payload| Summary::new(&self.record, payload))
     }
 }
 
@@ -71,19 +64,13 @@ pub fn collect_records(objects: &[Value], limits: DecodeLimits) -> (Vec<DecodedR
             Ok(Some(record)) => {
                 let decoded = DecodedRecord::new(record, limits);
                 if let Err(error) = &decoded.payload {
-                    problems.push(Problem {
-                        object: decoded.record.describe(),
-                        error: error.to_string(),
-                    });
+                    problems.push(Problem { object: decoded.record.describe(), error: error.to_string() });
                 }
                 records.push(decoded);
             }
             Ok(None) => {}
             Err(error @ (RecordError::Malformed { .. } | RecordError::NoIdentity { .. })) => {
-                problems.push(Problem {
-                    object: super::record::describe(object),
-                    error: error.to_string(),
-                })
+                problems.push(Problem { object: super::record::describe(object), error: error.to_string() })
             }
         }
     }

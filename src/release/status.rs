@@ -48,10 +48,7 @@ impl Status {
     }
 
     pub fn is_pending(self) -> bool {
-        matches!(
-            self,
-            Status::PendingInstall | Status::PendingUpgrade | Status::PendingRollback
-        )
+        matches!(self, Status::PendingInstall | Status::PendingUpgrade | Status::PendingRollback)
     }
 
     /// `uninstalling` or `uninstalled`: the release is on its way out (or gone with its history kept).
@@ -75,10 +72,7 @@ impl FromStr for Status {
     type Err = UnknownStatus;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Status::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.to_owned()))
+        Status::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| UnknownStatus(s.to_owned()))
     }
 }
 

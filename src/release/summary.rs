@@ -36,9 +36,7 @@ impl Summary {
             release: record.id.key.release.clone(),
             revision: record.id.revision,
             status: payload.info.status,
-            status_label: label
-                .filter(|l| l.as_str() != payload.info.status.as_str())
-                .cloned(),
+            status_label: label.filter(|l| l.as_str() != payload.info.status.as_str()).cloned(),
             chart: chart.map(|c| c.name.clone()),
             chart_version: chart.map(|c| c.version.clone()),
             app_version: chart.and_then(|c| c.app_version.clone()),
@@ -56,10 +54,6 @@ impl Summary {
 
     /// `demo-0.1.0`, as `helm ls` prints a chart.
     pub fn chart_ref(&self) -> Option<String> {
-        Some(format!(
-            "{}-{}",
-            self.chart.as_deref()?,
-            self.chart_version.as_deref()?
-        ))
+        Some(format!("{}-{}", self.chart.as_deref()?, self.chart_version.as_deref()?))
     }
 }

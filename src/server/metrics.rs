@@ -81,25 +81,13 @@ impl Metrics {
             rejected.clone(),
         );
         let tls_reloads = Family::default();
-        registry.register(
-            "tls_reloads",
-            "Certificate reloads by result",
-            tls_reloads.clone(),
-        );
+        registry.register("tls_reloads", "Certificate reloads by result", tls_reloads.clone());
         let releases = Family::default();
         registry.register("releases", "Releases in the index by state", releases.clone());
         let revisions = Gauge::default();
-        registry.register(
-            "revisions_indexed",
-            "Release revisions held in the index",
-            revisions.clone(),
-        );
+        registry.register("revisions_indexed", "Release revisions held in the index", revisions.clone());
         let watch_restarts = Counter::default();
-        registry.register(
-            "watch_restarts",
-            "Times a watch failed and re-listed",
-            watch_restarts.clone(),
-        );
+        registry.register("watch_restarts", "Times a watch failed and re-listed", watch_restarts.clone());
         let seconds_since_sync = Gauge::default();
         registry.register(
             "seconds_since_last_sync",
@@ -120,26 +108,16 @@ impl Metrics {
     }
 
     pub fn decision(&self, labels: DecisionLabels, took: Duration) {
-        self.latency
-            .get_or_create(&WebhookLabels {
-                webhook: labels.webhook,
-            })
-            .observe(took.as_secs_f64());
+        self.latency.get_or_create(&WebhookLabels { webhook: labels.webhook }).observe(took.as_secs_f64());
         self.decisions.get_or_create(&labels).inc();
     }
 
     pub fn rejected(&self, webhook: &'static str, error: &'static str) {
-        self.rejected
-            .get_or_create(&RejectedLabels { webhook, error })
-            .inc();
+        self.rejected.get_or_create(&RejectedLabels { webhook, error }).inc();
     }
 
     pub fn tls_reload(&self, ok: bool) {
-        self.tls_reloads
-            .get_or_create(&ResultLabels {
-                result: if ok { "success" } else { "error" },
-            })
-            .inc();
+        self.tls_reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "error" } }).inc();
     }
 
     /// Renders the metrics, refreshing the index gauges first.
@@ -148,11 +126,7 @@ impl Metrics {
         let classified = index.classify_all(now, stuck_after_secs);
         for state in ReleaseState::ALL {
             let count = classified.iter().filter(|(_, c)| c.state == state).count();
-            self.releases
-                .get_or_create(&StateLabels {
-                    state: state.as_str(),
-                })
-                .set(count as i64);
+            self.releases.get_or_create(&StateLabels { state: state.as_str() }).set(count as i64);
         }
         self.revisions.set(index.revision_count() as i64);
         self.seconds_since_sync.set(seconds_since_sync);

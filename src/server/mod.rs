@@ -47,12 +47,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(admission: Admission, metrics: Arc<Metrics>, max_body_bytes: usize) -> AppState {
-        AppState {
-            admission,
-            metrics,
-            max_body_bytes,
-            shutting_down: AtomicBool::new(false),
-        }
+        AppState { admission, metrics, max_body_bytes, shutting_down: AtomicBool::new(false) }
     }
 
     /// Ready: the index has a complete view and the server is not shutting down.
@@ -81,20 +76,14 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
 
     let mut server = axum_server::bind_rustls(settings.listen, tls_config.clone()).handle(handle.clone());
     // A client that never finishes its headers must not hold a connection forever.
-    server
-        .http_builder()
-        .http1()
-        .header_read_timeout(Duration::from_secs(10));
+    server.http_builder().http1().header_read_timeout(Duration::from_secs(10));
     let app = routes::webhook_router(state.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(error) = server.serve(app.into_make_service()).await {
             tracing::error!(%error, "HTTPS server stopped");
         }
     }));
-    let addr = handle
-        .listening()
-        .await
-        .with_context(|| format!("binding {}", settings.listen))?;
+    let addr = handle.listening().await.with_context(|| format!("binding {}", settings.listen))?;
 
     tasks.push(tokio::spawn(tls::reload_on_change(
         settings.tls.clone(),
@@ -114,23 +103,12 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
         let stopped = async move {
             let _ = stop.wait_for(|stop| *stop).await;
         };
-        if let Err(error) = axum::serve(metrics_listener, metrics_app)
-            .with_graceful_shutdown(stopped)
-            .await
-        {
+        if let Err(error) = axum::serve(metrics_listener, metrics_app).with_graceful_shutdown(stopped).await {
             tracing::error!(%error, "metrics server stopped");
         }
     }));
     tracing::info!(%addr, %metrics_addr, "serving");
-    Ok(Running {
-        addr,
-        metrics_addr,
-        state,
-        settings,
-        handle,
-        metrics_shutdown,
-        tasks,
-    })
+    Ok(Running { addr, metrics_addr, state, settings, handle, metrics_shutdown, tasks })
 }
 
 impl Running {

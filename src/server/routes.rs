@@ -43,11 +43,7 @@ async fn mutate(State(state): State<Arc<AppState>>, body: Body) -> Response {
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": message.into(), "code": status.as_u16()})),
-    )
-        .into_response()
+    (status, axum::Json(json!({"error": message.into(), "code": status.as_u16()}))).into_response()
 }
 
 async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
@@ -58,10 +54,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
             state.metrics.rejected(webhook.as_str(), "too-large");
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the request body is larger than {} bytes (--max-body-bytes)",
-                    state.max_body_bytes
-                ),
+                format!("the request body is larger than {} bytes (--max-body-bytes)", state.max_body_bytes),
             );
         }
     };
@@ -84,11 +77,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
                 },
                 started.elapsed(),
             );
-            (
-                [(header::CONTENT_TYPE, "application/json")],
-                review::encode(reviewed.response),
-            )
-                .into_response()
+            ([(header::CONTENT_TYPE, "application/json")], review::encode(reviewed.response)).into_response()
         }
         Ok(Err(bad)) => {
             state.metrics.rejected(webhook.as_str(), "bad-request");
@@ -98,10 +87,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
         Err(panic) => {
             state.metrics.rejected(webhook.as_str(), "internal");
             tracing::error!(webhook = webhook.as_str(), error = %panic, "deciding a request failed");
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "helm-guard failed to decide this request",
-            )
+            error(StatusCode::INTERNAL_SERVER_ERROR, "helm-guard failed to decide this request")
         }
     }
 }
@@ -117,15 +103,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let admission = &state.admission;
     let since_sync = admission.index.since_sync().map_or(f64::NAN, |d| d.as_secs_f64());
-    let text = state
-        .metrics
-        .render(&admission.index, admission.config.stuck_after_secs(), since_sync);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
+    let text = state.metrics.render(&admission.index, admission.config.stuck_after_secs(), since_sync);
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         .into_response()
 }

@@ -57,10 +57,7 @@ pub struct LoadedPem {
 pub fn load(files: &TlsFiles) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
     let (cert, key) = read(files)?;
     let config = server_config(&cert, &key).with_context(|| describe(files))?;
-    Ok((
-        RustlsConfig::from_config(Arc::new(config)),
-        LoadedPem { cert, key },
-    ))
+    Ok((RustlsConfig::from_config(Arc::new(config)), LoadedPem { cert, key }))
 }
 
 fn describe(files: &TlsFiles) -> String {

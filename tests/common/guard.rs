@@ -60,11 +60,7 @@ impl Guard {
         let bundle = localhost_bundle();
         write(&bundle, &dir.path().join("certs"), true).unwrap();
         let snapshot_path = dir.path().join("snapshot.json");
-        std::fs::write(
-            &snapshot_path,
-            serde_json::to_vec(&super::list(options.snapshot)).unwrap(),
-        )
-        .unwrap();
+        std::fs::write(&snapshot_path, serde_json::to_vec(&super::list(options.snapshot)).unwrap()).unwrap();
 
         let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
         snapshot::load(&index, &snapshot_path, DecodeLimits::default()).unwrap();
@@ -84,10 +80,7 @@ impl Guard {
         let settings = ServerSettings {
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_listen: "127.0.0.1:0".parse().unwrap(),
-            tls: TlsFiles {
-                cert: dir.path().join("certs/tls.crt"),
-                key: dir.path().join("certs/tls.key"),
-            },
+            tls: TlsFiles { cert: dir.path().join("certs/tls.crt"), key: dir.path().join("certs/tls.key") },
             tls_reload_every: options.tls_reload_every,
             max_body_bytes: options.max_body_bytes,
             shutdown_delay: options.shutdown_delay,
@@ -95,12 +88,7 @@ impl Guard {
         };
         let running = server::start(settings, state).await.unwrap();
         let client = HttpsClient::new(running.addr, &bundle.ca_pem);
-        Guard {
-            running: Some(running),
-            client,
-            dir,
-            index,
-        }
+        Guard { running: Some(running), client, dir, index }
     }
 
     pub fn running(&self) -> &Running {
@@ -115,10 +103,7 @@ impl Guard {
         assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
         assert_eq!(answer["kind"], "AdmissionReview");
         let response = answer["response"].clone();
-        assert_eq!(
-            response["uid"], review["request"]["uid"],
-            "the response carries the request's uid"
-        );
+        assert_eq!(response["uid"], review["request"]["uid"], "the response carries the request's uid");
         response
     }
 
@@ -129,14 +114,10 @@ impl Guard {
     pub async fn metrics_get(&self, path: &str) -> (u16, String) {
         let addr = self.running().metrics_addr;
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
         tokio::spawn(conn);
-        let request = hyper::Request::get(path)
-            .header("host", "localhost")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+        let request =
+            hyper::Request::get(path).header("host", "localhost").body(Full::new(Bytes::new())).unwrap();
         let response = sender.send_request(request).await.unwrap();
         let status = response.status().as_u16();
         let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -172,26 +153,19 @@ pub type Connection = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
 impl HttpsClient {
     pub fn new(addr: SocketAddr, ca_pem: &str) -> HttpsClient {
-        HttpsClient {
-            addr,
-            config: client_config(ca_pem, &[b"http/1.1"]),
-        }
+        HttpsClient { addr, config: client_config(ca_pem, &[b"http/1.1"]) }
     }
 
     pub async fn tls(&self) -> std::io::Result<Connection> {
         let tcp = tokio::net::TcpStream::connect(self.addr).await?;
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        tokio_rustls::TlsConnector::from(self.config.clone())
-            .connect(name, tcp)
-            .await
+        tokio_rustls::TlsConnector::from(self.config.clone()).connect(name, tcp).await
     }
 
     /// A new HTTP/1.1 connection.
     pub async fn connect(&self) -> SendRequest<Full<Bytes>> {
         let tls = self.tls().await.unwrap();
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
         tokio::spawn(conn);
         sender
     }
@@ -222,10 +196,7 @@ pub async fn send(
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
     let status = response.status().as_u16();
-    (
-        status,
-        response.into_body().collect().await.unwrap().to_bytes().to_vec(),
-    )
+    (status, response.into_body().collect().await.unwrap().to_bytes().to_vec())
 }
 
 /// The certificate the server presented on a connection.

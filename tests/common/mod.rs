@@ -12,9 +12,7 @@ use helm_guard::release::codec::{
 use serde_json::{Value, json};
 
 pub fn fixture_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(relative)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(relative)
 }
 
 pub fn fixture(relative: &str) -> Value {
@@ -66,11 +64,8 @@ pub fn release_json(record: &Value) -> Value {
 /// Replaces the record's payload with `release` encoded as Helm does.
 pub fn with_release_json(mut record: Value, release: &Value) -> Value {
     let json = serde_json::to_vec(release).unwrap();
-    let encoded = if record["kind"] == "Secret" {
-        encode_secret_payload(&json)
-    } else {
-        encode_helm_payload(&json)
-    };
+    let encoded =
+        if record["kind"] == "Secret" { encode_secret_payload(&json) } else { encode_helm_payload(&json) };
     record["data"]["release"] = Value::String(String::from_utf8(encoded).unwrap());
     record
 }
@@ -115,10 +110,7 @@ pub fn helm3_configmap() -> Value {
 
 /// A history of `web` in `demo` built from a real record: one record per (revision, status).
 pub fn history(base: &Value, revisions: &[(u32, &str)]) -> Vec<Value> {
-    revisions
-        .iter()
-        .map(|(revision, status)| rewrite(base, *revision, status))
-        .collect()
+    revisions.iter().map(|(revision, status)| rewrite(base, *revision, status)).collect()
 }
 
 pub fn write_temp(dir: &tempfile::TempDir, name: &str, value: &Value) -> PathBuf {
@@ -161,11 +153,8 @@ pub fn delete_review(old_object: &Value) -> Value {
 
 /// The real UPDATE request the API server sent (Secret or ConfigMap), carrying other objects.
 pub fn update_review(old_object: &Value, new_object: &Value) -> Value {
-    let mut review = template(if old_object["kind"] == "ConfigMap" {
-        CONFIGMAP_UPDATE_TEMPLATE
-    } else {
-        UPDATE_TEMPLATE
-    });
+    let mut review =
+        template(if old_object["kind"] == "ConfigMap" { CONFIGMAP_UPDATE_TEMPLATE } else { UPDATE_TEMPLATE });
     point_at(&mut review, old_object);
     review["request"]["oldObject"] = old_object.clone();
     review["request"]["object"] = new_object.clone();
