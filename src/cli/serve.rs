@@ -35,7 +35,7 @@ pub struct ServeArgs {
     pub tls_key: Option<PathBuf>,
     /// Development only: make a throwaway CA and a certificate for localhost in DIR (ca.crt,
     /// tls.crt, tls.key) and serve with them.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    #[arg(long, env = "HELM_GUARD_DEV_CERTS", value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
     pub dev_certs: Option<PathBuf>,
     /// What to do with a request the policy denies.
     #[arg(long, env = "HELM_GUARD_MODE", value_enum, default_value_t)]
