@@ -1,0 +1,253 @@
+//! The live source against a stub API server that speaks the list/watch protocol over HTTP: the
+//! watchers list, the index becomes ready with the same state as the snapshot, and watch events
+//! arrive. (No Kubernetes API server can run on the CI machines; tests/e2e.rs covers a real one.)
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use common::*;
+use futures::StreamExt;
+use helm_guard::cluster::live::{self, ClusterArgs};
+use helm_guard::cluster::{ReleaseIndex, SourceKind};
+use helm_guard::release::{Driver, ReleaseKey, ReleaseState, classify};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+type Watchers = Arc<Mutex<Vec<mpsc::UnboundedSender<Value>>>>;
+
+#[derive(Clone)]
+struct Stub {
+    secrets: Vec<Value>,
+    /// Open watches on Secrets; a test pushes events into them.
+    secret_watches: Watchers,
+}
+
+fn metadata_only(object: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": object["metadata"]})
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "100"},
+        "items": items,
+    })
+}
+
+async fn version() -> impl IntoResponse {
+    axum::Json(json!({
+        "major": "1", "minor": "36", "gitVersion": "v1.36.2", "gitCommit": "stub", "gitTreeState": "clean",
+        "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"
+    }))
+}
+
+fn is_watch(query: &std::collections::HashMap<String, String>) -> bool {
+    query.get("watch").map(String::as_str) == Some("true")
+}
+
+/// A watch that stays open and sends what the channel gives.
+fn watch_stream(receiver: Option<mpsc::UnboundedReceiver<Value>>) -> Body {
+    match receiver {
+        Some(receiver) => {
+            let lines = tokio_stream_from(receiver).map(|event| {
+                Ok::<_, std::io::Error>(format!("{}\n", serde_json::to_string(&event).unwrap()))
+            });
+            Body::from_stream(lines)
+        }
+        None => Body::from_stream(futures::stream::pending::<Result<String, std::io::Error>>()),
+    }
+}
+
+fn tokio_stream_from(mut receiver: mpsc::UnboundedReceiver<Value>) -> impl futures::Stream<Item = Value> {
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+async fn secrets(
+    State(stub): State<Stub>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    assert_eq!(query.get("labelSelector").map(String::as_str), Some("owner=helm"));
+    assert_eq!(query.get("fieldSelector").map(String::as_str), Some("type=helm.sh/release.v1"));
+    if is_watch(&query) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        stub.secret_watches.lock().unwrap().push(sender);
+        return watch_stream(Some(receiver)).into_response();
+    }
+    axum::Json(list(stub.secrets.iter().map(metadata_only).collect())).into_response()
+}
+
+async fn empty(Query(query): Query<std::collections::HashMap<String, String>>) -> axum::response::Response {
+    if is_watch(&query) {
+        return watch_stream(None).into_response();
+    }
+    axum::Json(list(Vec::new())).into_response()
+}
+
+async fn start_stub(secrets_items: Vec<Value>) -> (String, Watchers) {
+    let watches: Watchers = Arc::default();
+    let stub = Stub { secrets: secrets_items, secret_watches: watches.clone() };
+    let app = Router::new()
+        .route("/version", get(version))
+        .route("/api/v1/secrets", get(secrets))
+        .route("/api/v1/configmaps", get(empty))
+        .route("/api/v1/namespaces", get(empty))
+        .with_state(stub);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), watches)
+}
+
+fn kubeconfig(dir: &tempfile::TempDir, server: &str) -> std::path::PathBuf {
+    let path = dir.path().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: stub\n  cluster:\n    server: {server}\ncontexts:\n- name: stub\n  context:\n    cluster: stub\n    user: stub\ncurrent-context: stub\nusers:\n- name: stub\n  user: {{}}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn state(index: &ReleaseIndex, namespace: &str, release: &str) -> ReleaseState {
+    let key = ReleaseKey { driver: Driver::Secret, namespace: namespace.into(), release: release.into() };
+    classify(&index.history(&key), 0, 900).state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchers_list_become_ready_and_follow_events() {
+    let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
+    let (server, watches) = start_stub(items.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let client = live::connect(&args).await.expect("connects and reads /version");
+
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
+    let restarts = prometheus_client::metrics::counter::Counter::default();
+    tokio::spawn(live::run(client, index.clone(), restarts.clone()));
+    for _ in 0..100 {
+        if index.is_ready() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(index.is_ready(), "ready once the three initial lists are done");
+    assert_eq!(index.revision_count(), 10);
+    assert_eq!(state(&index, "demo", "web"), ReleaseState::Failed);
+    assert_eq!(state(&index, "orphan", "app"), ReleaseState::OrphanedSuperseded);
+    assert_eq!(restarts.get(), 0);
+
+    // A watch event: orphan/app is upgraded to revision 2.
+    let app_v1 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1").unwrap();
+    let mut app_v2 = rewrite(app_v1, 2, "deployed");
+    app_v2["metadata"]["resourceVersion"] = json!("101"); // as every real watch event has
+    for _ in 0..100 {
+        if !watches.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for watch in watches.lock().unwrap().iter() {
+        let _ = watch.send(json!({"type": "ADDED", "object": metadata_only(&app_v2)}));
+    }
+    for _ in 0..100 {
+        if state(&index, "orphan", "app") == ReleaseState::Healthy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state(&index, "orphan", "app"), ReleaseState::Healthy);
+    assert_eq!(restarts.get(), 0, "no watch failed");
+}
+
+#[tokio::test]
+async fn no_reachable_api_server_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let args = ClusterArgs {
+        kubeconfig: Some(kubeconfig(&dir, &format!("http://127.0.0.1:{port}"))),
+        context: None,
+    };
+    let error = live::connect(&args).await.err().expect("no API server there");
+    assert!(format!("{error:#}").contains("cannot reach the Kubernetes API server"), "{error:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_watch_is_retried_while_the_last_good_state_serves() {
+    let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
+    let (server, watches) = start_stub(items).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let client = live::connect(&args).await.unwrap();
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
+    let restarts = prometheus_client::metrics::counter::Counter::default();
+    tokio::spawn(live::run(client, index.clone(), restarts.clone()));
+    for _ in 0..100 {
+        if index.is_ready() && !watches.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A broken event (no resourceVersion) fails the watch.
+    for watch in watches.lock().unwrap().iter() {
+        let _ = watch.send(json!({"type": "ADDED", "object": {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "x"}}}));
+    }
+    for _ in 0..100 {
+        if restarts.get() > 0 && watches.lock().unwrap().len() > 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(restarts.get() > 0, "the failure is counted");
+    assert!(watches.lock().unwrap().len() > 1, "and the watch is opened again");
+    assert!(index.is_ready());
+    assert_eq!(state(&index, "demo", "web"), ReleaseState::Failed, "the last good state still serves");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_a_kubeconfig_becomes_ready() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
+    let (server, _watches) = start_stub(items).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(&dir, &server);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["serve", "--kubeconfig", config.to_str().unwrap(), "--dev-certs"])
+        .arg(dir.path().join("certs"))
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut metrics_addr = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Ok(event) = serde_json::from_str::<Value>(&line)
+            && event["message"] == "serving"
+        {
+            metrics_addr = event["metrics_addr"].as_str().map(str::to_owned);
+            break;
+        }
+    }
+    let metrics_addr = metrics_addr.expect("a `serving` log line");
+    let mut ready = String::new();
+    for _ in 0..100 {
+        let mut stream = tokio::net::TcpStream::connect(&metrics_addr).await.unwrap();
+        stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        ready.clear();
+        stream.read_to_string(&mut ready).await.unwrap();
+        if ready.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    child.kill().await.unwrap();
+}
