@@ -27,6 +27,8 @@ struct Stub {
     secrets: Vec<Value>,
     /// Open watches on Secrets; a test pushes events into them.
     secret_watches: Watchers,
+    /// Names of the Secrets fetched one by one.
+    gets: Arc<Mutex<Vec<String>>>,
 }
 
 fn metadata_only(object: &Value) -> Value {
@@ -84,6 +86,22 @@ async fn secrets(
     axum::Json(list(stub.secrets.iter().map(metadata_only).collect())).into_response()
 }
 
+/// A GET of one Secret, payload included (the guard's on-demand fetch).
+async fn one_secret(
+    State(stub): State<Stub>,
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+) -> axum::response::Response {
+    stub.gets.lock().unwrap().push(name.clone());
+    match stub.secrets.iter().find(|s| s["metadata"]["namespace"] == namespace && s["metadata"]["name"] == name) {
+        Some(secret) => axum::Json(secret.clone()).into_response(),
+        None => (
+            axum::http::StatusCode::NOT_FOUND,
+            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})),
+        )
+            .into_response(),
+    }
+}
+
 async fn empty(Query(query): Query<std::collections::HashMap<String, String>>) -> axum::response::Response {
     if is_watch(&query) {
         return watch_stream(None).into_response();
@@ -92,18 +110,25 @@ async fn empty(Query(query): Query<std::collections::HashMap<String, String>>) -
 }
 
 async fn start_stub(secrets_items: Vec<Value>) -> (String, Watchers) {
+    let (server, watches, _) = start_stub_counting(secrets_items).await;
+    (server, watches)
+}
+
+async fn start_stub_counting(secrets_items: Vec<Value>) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
     let watches: Watchers = Arc::default();
-    let stub = Stub { secrets: secrets_items, secret_watches: watches.clone() };
+    let gets: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stub = Stub { secrets: secrets_items, secret_watches: watches.clone(), gets: gets.clone() };
     let app = Router::new()
         .route("/version", get(version))
         .route("/api/v1/secrets", get(secrets))
         .route("/api/v1/configmaps", get(empty))
         .route("/api/v1/namespaces", get(empty))
+        .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(one_secret))
         .with_state(stub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), watches)
+    (format!("http://{addr}"), watches, gets)
 }
 
 fn kubeconfig(dir: &tempfile::TempDir, server: &str) -> std::path::PathBuf {
@@ -250,4 +275,81 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
     }
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approved_deletions() {
+    use helm_guard::admission::Admission;
+    use helm_guard::cluster::live::ApiPayloadFetcher;
+    use helm_guard::policy::PolicyConfig;
+    use helm_guard::release::DecodeLimits;
+    use helm_guard::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
+
+    // demo/web: revision 1 deployed but its status label removed by hand, 2 deployed, 3 failed.
+    let mut records = history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")]);
+    records[0]["metadata"]["labels"].as_object_mut().unwrap().remove("status");
+    for (n, record) in records.iter_mut().enumerate() {
+        record["metadata"]["resourceVersion"] = json!(format!("{}", 50 + n));
+    }
+    let (server, _watches, gets) = start_stub_counting(records.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let client = live::connect(&args).await.unwrap();
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) }));
+    let metrics = Metrics::new();
+    tokio::spawn(live::run(client.clone(), index.clone(), metrics.watch_restarts.clone()));
+    let fetcher = ApiPayloadFetcher {
+        client,
+        runtime: tokio::runtime::Handle::current(),
+        limits: DecodeLimits::default(),
+        timeout: Duration::from_secs(3),
+    };
+    let admission = Admission {
+        index: index.clone(),
+        config: PolicyConfig::default(),
+        limits: DecodeLimits::default(),
+        fetcher: Some(Arc::new(fetcher)),
+    };
+    let bundle = common::guard::localhost_bundle();
+    helm_guard::cli::certs::write(&bundle, &dir.path().join("certs"), true).unwrap();
+    let settings = ServerSettings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        tls: TlsFiles { cert: dir.path().join("certs/tls.crt"), key: dir.path().join("certs/tls.key") },
+        tls_reload_every: Duration::from_secs(60),
+        max_body_bytes: 8 << 20,
+        shutdown_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(1),
+    };
+    let running =
+        server::start(settings, Arc::new(AppState::new(admission, metrics, 8 << 20))).await.unwrap();
+    let https = common::guard::HttpsClient::new(running.addr, &bundle.ca_pem);
+    for _ in 0..100 {
+        if index.is_ready() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(index.is_ready());
+
+    let post = |review: Value| {
+        let https = https.clone();
+        async move {
+            let (status, body) = https.post("/validate", serde_json::to_vec(&review).unwrap()).await;
+            assert_eq!(status, 200);
+            let answer: Value = serde_json::from_slice(&body).unwrap();
+            (
+                answer["response"]["allowed"].as_bool().unwrap(),
+                answer["response"]["auditAnnotations"]["reason"].as_str().unwrap().to_owned(),
+            )
+        }
+    };
+    // Revision 2 may go only because revision 1 is deployed too; its label does not say so, one
+    // GET of its payload does.
+    assert_eq!(post(delete_review(&records[1])).await, (true, "history-pruning".to_owned()));
+    assert_eq!(*gets.lock().unwrap(), vec!["sh.helm.release.v1.web.v1".to_owned()]);
+    // Approved, not yet confirmed by the watch: hidden from the next verdict.
+    assert_eq!(post(delete_review(&records[0])).await, (false, "last-deployed-revision".to_owned()));
+    assert_eq!(gets.lock().unwrap().len(), 1);
+    running.shutdown().await;
 }
