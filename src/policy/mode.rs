@@ -76,6 +76,19 @@ pub struct Outcome {
     pub warnings: Vec<String>,
 }
 
+/// The API server may cut warnings longer than this; the full text is in the audit log and the
+/// ledger.
+pub const MAX_WARNING_CHARS: usize = 256;
+
+fn warning(text: String) -> String {
+    if text.chars().count() <= MAX_WARNING_CHARS {
+        return text;
+    }
+    let mut short: String = text.chars().take(MAX_WARNING_CHARS - 1).collect();
+    short.push('…');
+    short
+}
+
 pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
     let message = verdict.message.clone();
     match (verdict.allowed, mode) {
@@ -84,7 +97,7 @@ pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
             decision: Decision::Allowed,
             mode,
             denial: None,
-            warnings: message.into_iter().collect(),
+            warnings: message.map(warning).into_iter().collect(),
         },
         (false, Mode::Enforce) => Outcome {
             allowed: false,
@@ -124,9 +137,25 @@ mod tests {
         );
         let warn = apply_mode(&deny, Mode::Warn);
         assert_eq!((warn.allowed, warn.decision), (true, Decision::Warned));
-        assert_eq!(warn.warnings, vec!["helm-guard (warn mode) would deny: no".to_owned()]);
+        assert_eq!(
+            warn.warnings,
+            vec!["helm-guard (warn mode) would deny [latest-deployed-revision]: no".to_owned()]
+        );
         let audit = apply_mode(&deny, Mode::Audit);
         assert_eq!((audit.allowed, audit.decision, audit.warnings.len()), (true, Decision::Warned, 0));
+    }
+
+    #[test]
+    fn long_warnings_are_cut_to_what_the_api_server_keeps() {
+        let long = Verdict::deny(Reason::WouldOrphanRelease, "é".repeat(400));
+        let warned = apply_mode(&long, Mode::Warn);
+        assert_eq!(warned.warnings[0].chars().count(), MAX_WARNING_CHARS);
+        assert!(warned.warnings[0].ends_with('…'));
+        assert_eq!(
+            apply_mode(&long, Mode::Enforce).denial.unwrap().chars().count(),
+            400,
+            "denials are not cut"
+        );
     }
 
     #[test]
