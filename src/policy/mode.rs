@@ -112,7 +112,7 @@ pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
             mode,
             denial: None,
             warnings: message
-                .map(|m| format!("helm-guard (warn mode) would deny: {m}"))
+                .map(|m| warning(format!("helm-guard (warn mode) would deny [{}]: {m}", verdict.reason)))
                 .into_iter()
                 .collect(),
         },
