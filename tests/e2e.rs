@@ -18,8 +18,7 @@ use std::time::Duration;
 use common::*;
 use futures::FutureExt;
 use helm_guard::admission::Admission;
-use helm_guard::cluster::live::{self, ApiPayloadFetcher};
-use helm_guard::cluster::{ReleaseIndex, SourceKind};
+use helm_guard::cluster::live;
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::DecodeLimits;
 use helm_guard::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
@@ -57,20 +56,18 @@ async fn end_to_end_against_a_real_cluster() {
     let bundle = helm_guard::cli::certs::generate(&[host.clone(), "localhost".into()], 1).unwrap();
     helm_guard::cli::certs::write(&bundle, dir.path(), true).unwrap();
 
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let metrics = Metrics::new();
-    tokio::spawn(live::run(client.clone(), index.clone(), metrics.watch_restarts.clone()));
-    let fetcher = ApiPayloadFetcher {
-        client: client.clone(),
-        runtime: tokio::runtime::Handle::current(),
-        limits: DecodeLimits::default(),
-        timeout: Duration::from_secs(3),
-    };
+    let (index, fetcher) = live::watch(
+        client.clone(),
+        Duration::from_secs(30),
+        DecodeLimits::default(),
+        metrics.watch_restarts.clone(),
+    );
     let admission = Admission {
         index: index.clone(),
         config: PolicyConfig::default(),
         limits: DecodeLimits::default(),
-        fetcher: Some(Arc::new(fetcher)),
+        fetcher: Some(fetcher),
     };
     let settings = ServerSettings {
         listen: format!("0.0.0.0:{port}").parse().unwrap(),

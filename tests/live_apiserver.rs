@@ -280,7 +280,6 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approved_deletions() {
     use helm_guard::admission::Admission;
-    use helm_guard::cluster::live::ApiPayloadFetcher;
     use helm_guard::policy::PolicyConfig;
     use helm_guard::release::DecodeLimits;
     use helm_guard::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
@@ -295,20 +294,18 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.unwrap();
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) }));
     let metrics = Metrics::new();
-    tokio::spawn(live::run(client.clone(), index.clone(), metrics.watch_restarts.clone()));
-    let fetcher = ApiPayloadFetcher {
+    let (index, fetcher) = live::watch(
         client,
-        runtime: tokio::runtime::Handle::current(),
-        limits: DecodeLimits::default(),
-        timeout: Duration::from_secs(3),
-    };
+        Duration::from_secs(3600),
+        DecodeLimits::default(),
+        metrics.watch_restarts.clone(),
+    );
     let admission = Admission {
         index: index.clone(),
         config: PolicyConfig::default(),
         limits: DecodeLimits::default(),
-        fetcher: Some(Arc::new(fetcher)),
+        fetcher: Some(fetcher),
     };
     let bundle = common::guard::localhost_bundle();
     helm_guard::cli::certs::write(&bundle, &dir.path().join("certs"), true).unwrap();

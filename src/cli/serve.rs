@@ -10,7 +10,7 @@ use clap::ValueEnum;
 
 use super::{DecodeArgs, EXIT_OK};
 use crate::admission::Admission;
-use crate::cluster::live::{self, ApiPayloadFetcher, ClusterArgs};
+use crate::cluster::live::{self, ClusterArgs};
 use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
@@ -151,15 +151,9 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
     let client = live::connect(&args.cluster).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: args.tombstone_ttl }));
-    tokio::spawn(live::run(client.clone(), index.clone(), metrics.watch_restarts.clone()));
-    let fetcher = ApiPayloadFetcher {
-        client,
-        runtime: tokio::runtime::Handle::current(),
-        limits: args.decode.limits(),
-        timeout: Duration::from_secs(3),
-    };
-    Ok((index, Some(Arc::new(fetcher))))
+    let (index, fetcher) =
+        live::watch(client, args.tombstone_ttl, args.decode.limits(), metrics.watch_restarts.clone());
+    Ok((index, Some(fetcher)))
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

@@ -63,6 +63,25 @@ pub async fn connect(args: &ClusterArgs) -> anyhow::Result<kube::Client> {
     Ok(client)
 }
 
+/// Starts the watchers on a new live index; returns the index and the fetcher verdicts use for a
+/// payload the index does not hold. Must be called within a Tokio runtime.
+pub fn watch(
+    client: kube::Client,
+    tombstone_ttl: Duration,
+    limits: DecodeLimits,
+    watch_restarts: Counter,
+) -> (Arc<ReleaseIndex>, Arc<dyn PayloadFetcher>) {
+    let index = Arc::new(ReleaseIndex::new(super::SourceKind::Live { tombstone_ttl }));
+    tokio::spawn(run(client.clone(), index.clone(), watch_restarts));
+    let fetcher = ApiPayloadFetcher {
+        client,
+        runtime: tokio::runtime::Handle::current(),
+        limits,
+        timeout: Duration::from_secs(3),
+    };
+    (index, Arc::new(fetcher))
+}
+
 /// Counts initial lists; the index is ready once every watcher has completed one.
 #[derive(Debug)]
 struct InitialLists {
