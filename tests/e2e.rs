@@ -203,7 +203,10 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
         .clone();
     pod["metadata"] = json!({"name": "helm-install-orphan", "namespace": ns, "labels": {"helmcharts.helm.cattle.io/chart": "orphan"}});
     let spec = pod["spec"].as_object_mut().unwrap();
-    for key in ["serviceAccountName", "serviceAccount", "volumes", "tolerations"] {
+    // What the API server fills in itself, or refuses to be told.
+    for key in
+        ["serviceAccountName", "serviceAccount", "volumes", "tolerations", "priority", "preemptionPolicy"]
+    {
         spec.remove(key);
     }
     spec.insert("restartPolicy".into(), json!("Never"));
@@ -216,6 +219,14 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
             _ => {}
         }
     }
+    // A new namespace gets its `default` service account a moment after it is created.
+    let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns);
+    for _ in 0..60 {
+        if accounts.get_opt("default").await.unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let created = pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     let annotations = created.metadata.annotations.unwrap_or_default();
     assert_eq!(
@@ -224,6 +235,8 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     );
     let args = created.spec.unwrap().containers[0].args.clone().unwrap();
     assert_eq!(args[0], "upgrade");
+    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    let _ = pods.delete("helm-install-orphan", &now).await;
 
     // Deleting the whole namespace completes (the namespace controller's deletions are allowed).
     namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
