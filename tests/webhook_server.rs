@@ -95,6 +95,30 @@ async fn http2_is_offered_by_alpn() {
     assert_eq!(response.version(), hyper::Version::HTTP_2);
 }
 
+#[tokio::test]
+async fn tls_1_2_and_1_3_are_both_served() {
+    use tokio_rustls::rustls;
+    let guard = Guard::start(Options::default()).await;
+    let ca = std::fs::read_to_string(guard.dir.path().join("certs/ca.crt")).unwrap();
+    for (version, expected) in [
+        (&rustls::version::TLS12, rustls::ProtocolVersion::TLSv1_2),
+        (&rustls::version::TLS13, rustls::ProtocolVersion::TLSv1_3),
+    ] {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls::pki_types::CertificateDer::from(pem_to_der(&ca))).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let client = HttpsClient { addr: guard.running().addr, config: std::sync::Arc::new(config) };
+        let tls = client.tls().await.unwrap();
+        assert_eq!(tls.get_ref().1.protocol_version(), Some(expected));
+    }
+}
+
 /// Lays out certificates as Kubernetes mounts a Secret: files behind a `..data` symlink that is
 /// swapped to update them.
 fn mount(dir: &std::path::Path, version: &str, bundle: &helm_guard::cli::certs::CertBundle) {
