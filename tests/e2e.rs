@@ -12,16 +12,10 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use futures::FutureExt;
-use helm_guard::admission::Admission;
-use helm_guard::cluster::live;
-use helm_guard::policy::PolicyConfig;
-use helm_guard::release::DecodeLimits;
-use helm_guard::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -53,33 +47,10 @@ async fn end_to_end_against_a_real_cluster() {
     let port: u16 = std::env::var("HELM_GUARD_E2E_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9443);
 
     let dir = tempfile::tempdir().unwrap();
-    let bundle = helm_guard::cli::certs::generate(&[host.clone(), "localhost".into()], 1).unwrap();
-    helm_guard::cli::certs::write(&bundle, dir.path(), true).unwrap();
-
-    let metrics = Metrics::new();
-    let (index, fetcher) = live::watch(
-        client.clone(),
-        Duration::from_secs(30),
-        DecodeLimits::default(),
-        metrics.watch_restarts.clone(),
-    );
-    let admission = Admission {
-        index: index.clone(),
-        config: PolicyConfig::default(),
-        limits: DecodeLimits::default(),
-        fetcher: Some(fetcher),
-    };
-    let settings = ServerSettings {
-        listen: format!("0.0.0.0:{port}").parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        tls: TlsFiles { cert: dir.path().join("tls.crt"), key: dir.path().join("tls.key") },
-        tls_reload_every: Duration::from_secs(60),
-        max_body_bytes: 8 << 20,
-        shutdown_delay: Duration::ZERO,
-        shutdown_grace: Duration::from_secs(5),
-    };
-    let running =
-        server::start(settings, Arc::new(AppState::new(admission, metrics, 8 << 20))).await.unwrap();
+    let listen = format!("0.0.0.0:{port}").parse().unwrap();
+    let names = [host.clone(), "localhost".to_owned()];
+    let (running, index, ca_pem) =
+        common::guard::start_live(client.clone(), listen, &names, dir.path(), Duration::from_secs(30)).await;
     for _ in 0..300 {
         if index.is_ready() {
             break;
@@ -88,9 +59,8 @@ async fn end_to_end_against_a_real_cluster() {
     }
     assert!(index.is_ready(), "the watchers listed the cluster within 30 s");
 
-    let ca_bundle = bundle.ca_pem.clone();
     let url = format!("https://{host}:{port}");
-    let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_bundle))
+    let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_pem))
         .catch_unwind()
         .await;
     cleanup(&client, &namespace, checks.is_ok()).await;

@@ -279,11 +279,6 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approved_deletions() {
-    use helm_guard::admission::Admission;
-    use helm_guard::policy::PolicyConfig;
-    use helm_guard::release::DecodeLimits;
-    use helm_guard::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
-
     // demo/web: revision 1 deployed but its status label removed by hand, 2 deployed, 3 failed.
     let mut records = history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")]);
     records[0]["metadata"]["labels"].as_object_mut().unwrap().remove("status");
@@ -294,33 +289,16 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.unwrap();
-    let metrics = Metrics::new();
-    let (index, fetcher) = live::watch(
+    let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let (running, index, ca_pem) = common::guard::start_live(
         client,
+        "127.0.0.1:0".parse().unwrap(),
+        &names,
+        &dir.path().join("certs"),
         Duration::from_secs(3600),
-        DecodeLimits::default(),
-        metrics.watch_restarts.clone(),
-    );
-    let admission = Admission {
-        index: index.clone(),
-        config: PolicyConfig::default(),
-        limits: DecodeLimits::default(),
-        fetcher: Some(fetcher),
-    };
-    let bundle = common::guard::localhost_bundle();
-    helm_guard::cli::certs::write(&bundle, &dir.path().join("certs"), true).unwrap();
-    let settings = ServerSettings {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        tls: TlsFiles { cert: dir.path().join("certs/tls.crt"), key: dir.path().join("certs/tls.key") },
-        tls_reload_every: Duration::from_secs(60),
-        max_body_bytes: 8 << 20,
-        shutdown_delay: Duration::ZERO,
-        shutdown_grace: Duration::from_secs(1),
-    };
-    let running =
-        server::start(settings, Arc::new(AppState::new(admission, metrics, 8 << 20))).await.unwrap();
-    let https = common::guard::HttpsClient::new(running.addr, &bundle.ca_pem);
+    )
+    .await;
+    let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
     for _ in 0..100 {
         if index.is_ready() {
             break;

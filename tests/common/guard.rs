@@ -78,13 +78,10 @@ impl Guard {
         };
         let state = Arc::new(AppState::new(admission, Metrics::new(), options.max_body_bytes));
         let settings = ServerSettings {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            metrics_listen: "127.0.0.1:0".parse().unwrap(),
-            tls: TlsFiles { cert: dir.path().join("certs/tls.crt"), key: dir.path().join("certs/tls.key") },
             tls_reload_every: options.tls_reload_every,
             max_body_bytes: options.max_body_bytes,
             shutdown_delay: options.shutdown_delay,
-            shutdown_grace: Duration::from_secs(5),
+            ..settings("127.0.0.1:0".parse().unwrap(), &dir.path().join("certs"))
         };
         let running = server::start(settings, state).await.unwrap();
         let client = HttpsClient::new(running.addr, &bundle.ca_pem);
@@ -123,6 +120,51 @@ impl Guard {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8_lossy(&body).into_owned())
     }
+}
+
+/// Test server settings: metrics on an ephemeral loopback port, TLS files `tls.crt`/`tls.key` in
+/// `certs`.
+pub fn settings(listen: SocketAddr, certs: &std::path::Path) -> ServerSettings {
+    ServerSettings {
+        listen,
+        metrics_listen: "127.0.0.1:0".parse().unwrap(),
+        tls: TlsFiles { cert: certs.join("tls.crt"), key: certs.join("tls.key") },
+        tls_reload_every: Duration::from_secs(3600),
+        max_body_bytes: 8 << 20,
+        shutdown_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+/// A guard on a live index that watches `client`, serving on `listen` with a certificate for
+/// `names` written into `certs`. Returns the server, its index and the CA to trust.
+pub async fn start_live(
+    client: kube::Client,
+    listen: SocketAddr,
+    names: &[String],
+    certs: &std::path::Path,
+    tombstone_ttl: Duration,
+) -> (Running, Arc<ReleaseIndex>, String) {
+    let bundle = generate(names, 1).unwrap();
+    write(&bundle, certs, true).unwrap();
+    let metrics = Metrics::new();
+    let (index, fetcher) = helm_guard::cluster::live::watch(
+        client,
+        tombstone_ttl,
+        DecodeLimits::default(),
+        metrics.watch_restarts.clone(),
+    );
+    let admission = Admission {
+        index: index.clone(),
+        config: PolicyConfig::default(),
+        limits: DecodeLimits::default(),
+        fetcher: Some(fetcher),
+    };
+    let running =
+        server::start(settings(listen, certs), Arc::new(AppState::new(admission, metrics, 8 << 20)))
+            .await
+            .unwrap();
+    (running, index, bundle.ca_pem)
 }
 
 /// A TLS client that trusts one CA.
