@@ -21,7 +21,7 @@ async fn bad_bodies_get_clear_http_errors() {
 
     let (status, body) = guard.client.post("/validate", b"{not json".to_vec()).await;
     assert_eq!(status, 400);
-    assert!(error_body(&body)["error"].as_str().unwrap().contains("not JSON"));
+    assert!(error_body(&body)["error"].as_str().unwrap().contains("not a JSON object"));
 
     let v1beta1 = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1", "request": {}});
     let (status, body) = guard.client.post("/validate", serde_json::to_vec(&v1beta1).unwrap()).await;

@@ -9,7 +9,7 @@ const API_VERSION: &str = "admission.k8s.io/v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
-    #[error("the body is not JSON: {0}")]
+    #[error("the body is not a JSON object: {0}")]
     NotJson(serde_json::Error),
     #[error(
         "expected kind AdmissionReview, apiVersion {API_VERSION}; got kind {kind:?}, apiVersion {api_version:?}"
@@ -21,19 +21,32 @@ pub enum ReviewError {
     Malformed(serde_json::Error),
 }
 
+/// The envelope, read first so that a wrong kind or version gets its own answer; the request
+/// itself is skipped here, not built as a tree.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    request: Option<serde::de::IgnoredAny>,
+}
+
 /// Parses an AdmissionReview v1 request.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
-    let value: Value = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
-    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
-    let (kind, api_version) = (field("kind"), field("apiVersion"));
+    let envelope: Envelope = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
+    let kind = envelope.kind.unwrap_or_default();
+    let api_version = envelope.api_version.unwrap_or_default();
     if kind != "AdmissionReview" || api_version != API_VERSION {
         return Err(ReviewError::WrongType { kind, api_version });
     }
-    if value.get("request").is_none_or(Value::is_null) {
+    if envelope.request.is_none() {
         return Err(ReviewError::NoRequest);
     }
     let review: AdmissionReview<DynamicObject> =
-        serde_json::from_value(value).map_err(ReviewError::Malformed)?;
+        serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
     review.try_into().map_err(|_| ReviewError::NoRequest)
 }
 
