@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# Makes the serving certificate, stores it as the Secret the Deployment mounts, and puts the CA
-# into both webhook configurations. Re-run to rotate (the guard reloads the files by itself).
+# Makes the serving certificate, stores it as the Secret the Deployment mounts, waits for the guard
+# to be ready, then registers the webhooks with the CA in their caBundle. Registering last means
+# the API server never calls a guard that is not there yet. Re-run to rotate the certificate (the
+# guard reloads the files by itself).
 #   certs/install.sh [NAMESPACE] [SERVICE]
 set -euo pipefail
 namespace=${1:-helm-guard}
 service=${2:-helm-guard}
-out=$(dirname "$0")/out
+here=$(cd "$(dirname "$0")" && pwd)
+out=$here/out
 helm_guard=${HELM_GUARD:-helm-guard}
 
 "$helm_guard" certs --out "$out" --service "$service" --namespace "$namespace" --force >/dev/null
 kubectl -n "$namespace" create secret tls helm-guard-tls \
   --cert="$out/tls.crt" --key="$out/tls.key" --dry-run=client -o yaml | kubectl apply -f -
+kubectl -n "$namespace" rollout status deploy/helm-guard --timeout=180s
+
 ca_bundle=$(base64 <"$out/ca.crt" | tr -d '\n')
-for kind in validatingwebhookconfiguration mutatingwebhookconfiguration; do
-  count=$(kubectl get "$kind" helm-guard -o jsonpath='{range .webhooks[*]}x{end}' | wc -c)
-  for ((i = 0; i < count; i++)); do
-    kubectl patch "$kind" helm-guard --type=json \
-      -p "[{\"op\":\"replace\",\"path\":\"/webhooks/$i/clientConfig/caBundle\",\"value\":\"$ca_bundle\"}]"
-  done
-done
-echo "certificate installed for $service.$namespace.svc; the private key stays in $out (git-ignored)"
+sed "s|caBundle: \"\"|caBundle: \"$ca_bundle\"|" "$here/../manifests/webhooks.yaml" | kubectl apply -f -
+echo "helm-guard registered for $service.$namespace.svc; the private key stays in $out (git-ignored): delete it"
