@@ -58,6 +58,15 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
 }
 
 #[test]
+fn install_sh_fills_the_ca_bundle_of_every_webhook() {
+    let text =
+        std::fs::read_to_string(format!("{}/manifests/webhooks.yaml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let hooks: usize =
+        documents("webhooks.yaml").iter().map(|d| d["webhooks"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(text.matches("caBundle: \"\"").count(), hooks, "certs/install.sh replaces `caBundle: \"\"`");
+}
+
+#[test]
 fn the_cluster_role_is_read_only() {
     let rbac = documents("rbac.yaml");
     let role = rbac.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
