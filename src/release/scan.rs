@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
 use super::history::{Classification, PayloadStatus, ReleaseState, RevisionFacts, classify};
 use super::objects::{InputError, parse_objects};
-use super::record::{Driver, Record, RecordError, ReleaseKey};
+use super::record::{Driver, Record, ReleaseKey};
 use super::summary::Summary;
 
 /// A record with its payload decoded, or the reason it does not decode.
@@ -69,7 +69,7 @@ pub fn collect_records(objects: &[Value], limits: DecodeLimits) -> (Vec<DecodedR
                 records.push(decoded);
             }
             Ok(None) => {}
-            Err(error @ (RecordError::Malformed { .. } | RecordError::NoIdentity { .. })) => {
+            Err(error) => {
                 problems.push(Problem { object: super::record::describe(object), error: error.to_string() })
             }
         }
