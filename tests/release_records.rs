@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 const NOW: i64 = 1_795_968_500; // a few minutes after the snapshot was taken
 const STUCK_AFTER: i64 = 15 * 60;
 
-fn records_of(objects: &[Value]) -> Vec<helm_guard::release::scan::DecodedRecord> {
+fn records_of(objects: &[Value]) -> Vec<helm_guard::release::record::DecodedRecord> {
     let (records, problems) = collect_records(objects, DecodeLimits::default());
     assert!(problems.is_empty(), "{problems:?}");
     records

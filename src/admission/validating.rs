@@ -10,8 +10,8 @@ use crate::policy::delete::{DeleteFacts, decide_delete};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::release::record::DecodedRecord;
 use crate::release::record::parse_object_name;
-use crate::release::scan::DecodedRecord;
 use crate::release::{Driver, History, Record, RecordId, ReleaseKey, ReleasePayload, Status};
 
 pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {

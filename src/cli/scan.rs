@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, now_secs, read_input};
 use crate::cluster::live::{ClusterArgs, connect, list_records};
-use crate::release::scan::{
-    DecodedRecord, Problem, ReleaseReport, collect_records, records_from_text, report,
-};
+use crate::release::DecodedRecord;
+use crate::release::scan::{Problem, ReleaseReport, collect_records, records_from_text, report};
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {

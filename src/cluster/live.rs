@@ -19,8 +19,8 @@ use super::PayloadFetcher;
 use super::feed::{NamespaceFeed, RecordFeed};
 use super::index::ReleaseIndex;
 use crate::release::history::RevisionFacts;
+use crate::release::record::DecodedRecord;
 use crate::release::record::SECRET_TYPE;
-use crate::release::scan::DecodedRecord;
 use crate::release::{DecodeLimits, Driver, Record, RecordId};
 
 pub const SECRET_LABELS: &str = "owner=helm";

@@ -10,7 +10,7 @@ pub mod summary;
 
 pub use codec::{DecodeError, DecodeLimits, ReleasePayload};
 pub use history::{Anomaly, Classification, History, PayloadStatus, ReleaseState, RevisionFacts, classify};
-pub use record::{Driver, Record, RecordId, ReleaseKey};
+pub use record::{DecodedRecord, Driver, Record, RecordId, ReleaseKey};
 pub use status::Status;
 pub use summary::Summary;
 pub mod scan;

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
+use super::history::{PayloadStatus, RevisionFacts};
 use super::status::Status;
+use super::summary::Summary;
 
 pub const NAME_PREFIX: &str = "sh.helm.release.v1.";
 pub const SECRET_TYPE: &str = "helm.sh/release.v1";
@@ -252,6 +254,43 @@ impl Record {
     /// `Kind namespace/name`, for messages.
     pub fn describe(&self) -> String {
         format!("{} {}/{}", self.id.key.driver.kind(), self.id.key.namespace, self.object_name)
+    }
+}
+
+/// A record with its payload decoded, or the reason it does not decode.
+#[derive(Debug)]
+pub struct DecodedRecord {
+    pub record: Record,
+    pub payload: Result<ReleasePayload, DecodeError>,
+}
+
+impl DecodedRecord {
+    pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
+        let payload = record.decode(limits);
+        DecodedRecord { record, payload }
+    }
+
+    pub fn facts(&self) -> RevisionFacts {
+        let payload = match &self.payload {
+            Ok(payload) => PayloadStatus::Decoded(payload.info.status),
+            Err(_) => PayloadStatus::Undecodable,
+        };
+        let payload_time = self.payload.as_ref().ok().and_then(ReleasePayload::last_deployed_unix);
+        RevisionFacts {
+            revision: self.record.id.revision,
+            payload,
+            label: self.record.status_label(),
+            changed_at: self.record.changed_at_label().or(payload_time),
+        }
+    }
+
+    /// The payload's status, `None` when it does not decode.
+    pub fn status(&self) -> Option<Status> {
+        self.payload.as_ref().ok().map(|payload| payload.info.status)
+    }
+
+    pub fn summary(&self) -> Option<Summary> {
+        self.payload.as_ref().ok().map(|payload| Summary::new(&self.record, payload))
     }
 }
 

@@ -5,48 +5,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
-use super::history::{Classification, PayloadStatus, ReleaseState, RevisionFacts, classify};
+use super::codec::DecodeLimits;
+use super::history::{Classification, ReleaseState, RevisionFacts, classify};
 use super::objects::{InputError, parse_objects};
-use super::record::{Driver, Record, ReleaseKey};
+use super::record::{DecodedRecord, Driver, Record, ReleaseKey};
 use super::summary::Summary;
-
-/// A record with its payload decoded, or the reason it does not decode.
-#[derive(Debug)]
-pub struct DecodedRecord {
-    pub record: Record,
-    pub payload: Result<ReleasePayload, DecodeError>,
-}
-
-impl DecodedRecord {
-    pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
-        let payload = record.decode(limits);
-        DecodedRecord { record, payload }
-    }
-
-    pub fn facts(&self) -> RevisionFacts {
-        let payload = match &self.payload {
-            Ok(payload) => PayloadStatus::Decoded(payload.info.status),
-            Err(_) => PayloadStatus::Undecodable,
-        };
-        let payload_time = self.payload.as_ref().ok().and_then(ReleasePayload::last_deployed_unix);
-        RevisionFacts {
-            revision: self.record.id.revision,
-            payload,
-            label: self.record.status_label(),
-            changed_at: self.record.changed_at_label().or(payload_time),
-        }
-    }
-
-    /// The payload's status, `None` when it does not decode.
-    pub fn status(&self) -> Option<super::status::Status> {
-        self.payload.as_ref().ok().map(|payload| payload.info.status)
-    }
-
-    pub fn summary(&self) -> Option<Summary> {
-        self.payload.as_ref().ok().map(|payload| Summary::new(&self.record, payload))
-    }
-}
 
 /// What could not be read while collecting records; none of it stops the scan.
 #[derive(Debug, Clone, Serialize)]
