@@ -52,6 +52,17 @@ async fn bad_bodies_get_clear_http_errors() {
     assert_eq!(status, 200);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_concurrency_limit_wait_their_turn() {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let guard =
+        Guard::start(Options { snapshot: records.clone(), max_concurrent_reviews: 1, ..Options::default() })
+            .await;
+    let reviews: Vec<Value> = (0..12).map(|_| dry_run(delete_review(&records[1]))).collect();
+    let answers = futures::future::join_all(reviews.iter().map(|r| guard.validate(r))).await;
+    assert!(answers.iter().all(|a| a["auditAnnotations"]["reason"] == "latest-deployed-revision"));
+}
+
 #[tokio::test]
 async fn objects_that_are_not_release_records_are_allowed_as_such() {
     let guard = Guard::start(Options::default()).await;

@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// Largest AdmissionReview body accepted.
     #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Decisions under way at once (each may decode a payload up to --max-decoded-bytes); more
+    /// requests wait their turn.
+    #[arg(long, env = "HELM_GUARD_MAX_CONCURRENT_REVIEWS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_REVIEWS)]
+    pub max_concurrent_reviews: usize,
     /// A pending revision unchanged for longer than this is stuck.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
@@ -118,7 +122,10 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         limits: args.decode.limits(),
         fetcher,
     };
-    let state = Arc::new(AppState::new(admission, metrics, args.max_body_bytes));
+    let state = Arc::new(
+        AppState::new(admission, metrics, args.max_body_bytes)
+            .with_max_concurrent_reviews(args.max_concurrent_reviews),
+    );
     let settings = ServerSettings {
         listen: args.listen,
         metrics_listen: args.metrics_listen,

@@ -36,18 +36,36 @@ pub struct ServerSettings {
     pub shutdown_grace: Duration,
 }
 
+/// Decisions under way at once; each may decode a payload up to `--max-decoded-bytes`, so this
+/// bounds the memory a burst of large requests can take. Requests beyond it wait their turn.
+pub const DEFAULT_MAX_CONCURRENT_REVIEWS: usize = 16;
+
 /// What the handlers share.
 #[derive(Debug)]
 pub struct AppState {
     pub admission: Admission,
     pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,
+    pub(crate) reviews: Arc<tokio::sync::Semaphore>,
     shutting_down: AtomicBool,
 }
 
 impl AppState {
     pub fn new(admission: Admission, metrics: Arc<Metrics>, max_body_bytes: usize) -> AppState {
-        AppState { admission, metrics, max_body_bytes, shutting_down: AtomicBool::new(false) }
+        AppState {
+            admission,
+            metrics,
+            max_body_bytes,
+            reviews: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_CONCURRENT_REVIEWS)),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// Changes how many decisions may run at once.
+    #[must_use]
+    pub fn with_max_concurrent_reviews(mut self, reviews: usize) -> AppState {
+        self.reviews = Arc::new(tokio::sync::Semaphore::new(reviews.max(1)));
+        self
     }
 
     /// Ready: the index has a complete view and the server is not shutting down.

@@ -61,7 +61,10 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
     // Decoding a multi-MiB payload is CPU work: keep it off the async workers so one large or
     // hostile request does not stall the others.
     let worker = state.clone();
+    // The semaphore is never closed, so acquiring only waits.
+    let permit = state.reviews.clone().acquire_owned().await;
     let decided = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let request = review::parse(&bytes)?;
         Ok::<_, review::ReviewError>(worker.admission.review(webhook, &request))
     })

@@ -26,6 +26,7 @@ pub struct Options {
     pub max_body_bytes: usize,
     pub tls_reload_every: Duration,
     pub shutdown_delay: Duration,
+    pub max_concurrent_reviews: usize,
 }
 
 impl Default for Options {
@@ -39,6 +40,7 @@ impl Default for Options {
             max_body_bytes: 8 * 1024 * 1024,
             tls_reload_every: Duration::from_secs(3600),
             shutdown_delay: Duration::ZERO,
+            max_concurrent_reviews: helm_guard::server::DEFAULT_MAX_CONCURRENT_REVIEWS,
         }
     }
 }
@@ -76,7 +78,10 @@ impl Guard {
             limits: DecodeLimits::default(),
             fetcher: None,
         };
-        let state = Arc::new(AppState::new(admission, Metrics::new(), options.max_body_bytes));
+        let state = Arc::new(
+            AppState::new(admission, Metrics::new(), options.max_body_bytes)
+                .with_max_concurrent_reviews(options.max_concurrent_reviews),
+        );
         let settings = ServerSettings {
             tls_reload_every: options.tls_reload_every,
             max_body_bytes: options.max_body_bytes,
