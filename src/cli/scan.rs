@@ -74,7 +74,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let releases = report(&records, now_secs(args.now.as_ref()), stuck_after);
     print_reports(&releases, args.output)?;
-    Ok(if releases.iter().any(ReleaseReport::is_broken) { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
 
 /// Lists the records of the cluster (or one namespace) with their payloads.
@@ -135,7 +135,7 @@ pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Resu
     for row in &rows {
         line(&row.each_ref().map(String::as_str));
     }
-    let broken = releases.iter().filter(|r| r.is_broken()).count();
+    let broken = releases.iter().filter(|r| r.broken).count();
     println!(
         "\n{} releases, {} healthy or uninstalled, {broken} need attention",
         releases.len(),

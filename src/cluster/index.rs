@@ -97,10 +97,6 @@ impl ReleaseIndex {
         }
     }
 
-    pub fn source(&self) -> SourceKind {
-        self.source
-    }
-
     fn lock(&self) -> MutexGuard<'_, IndexState> {
         // A panic while holding the lock cannot leave the maps half-written in a way that matters
         // more than refusing all further verdicts would.

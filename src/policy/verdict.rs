@@ -32,29 +32,6 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 20] = [
-        Reason::NamespaceTeardown,
-        Reason::BreakGlass,
-        Reason::Exempt,
-        Reason::UndecodableRecord,
-        Reason::LastDeployedRevision,
-        Reason::HistoryPruning,
-        Reason::Uninstall,
-        Reason::StuckRevisionRecovery,
-        Reason::LatestDeployedRevision,
-        Reason::WouldOrphanRelease,
-        Reason::IdentityLabelChange,
-        Reason::StatusLabelMismatch,
-        Reason::PayloadCorruption,
-        Reason::HelmUpdate,
-        Reason::HelmCreate,
-        Reason::NotAReleaseRecord,
-        Reason::NotAHelmInstallPod,
-        Reason::ReleaseStateUnavailable,
-        Reason::ReleaseStateAnnotated,
-        Reason::AlreadyAnnotated,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NamespaceTeardown => "namespace-teardown",

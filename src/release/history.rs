@@ -78,14 +78,6 @@ impl History {
         self.revisions.iter().filter(|(_, s)| *s == Status::Deployed).map(|(r, _)| *r)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.revisions.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.revisions.len()
-    }
-
     /// This history with one more revision (or a revision's status replaced).
     pub fn with(&self, revision: u32, status: Status) -> History {
         let mut revisions = self.without(revision).revisions;

@@ -62,14 +62,10 @@ pub struct ReleaseReport {
     pub chart: Option<String>,
     pub app_version: Option<String>,
     pub anomalies: Vec<String>,
+    /// Needs an operator: any state but healthy/absent/uninstalled, or an anomaly.
+    pub broken: bool,
     pub hint: String,
     pub records: usize,
-}
-
-impl ReleaseReport {
-    pub fn is_broken(&self) -> bool {
-        !self.state.is_ok() || !self.anomalies.is_empty()
-    }
 }
 
 /// Groups records by release and classifies each release. `now` is Unix seconds.
@@ -106,6 +102,7 @@ fn release_report(key: &ReleaseKey, records: &[&DecodedRecord], c: &Classificati
         chart: latest.as_ref().and_then(Summary::chart_ref),
         app_version: latest.and_then(|s| s.app_version),
         anomalies: c.anomalies.iter().map(|a| a.as_str().to_owned()).collect(),
+        broken: c.is_broken(),
         hint: c.hint(&key.release),
         records: records.len(),
     }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
+use super::codec::ReleasePayload;
 use super::record::{Driver, Record};
 use super::status::Status;
 
@@ -45,11 +45,6 @@ impl Summary {
             description: payload.info.description.clone(),
             identity_agrees: record.identity_agrees,
         }
-    }
-
-    pub fn decode(record: &Record, limits: DecodeLimits) -> Result<(Summary, ReleasePayload), DecodeError> {
-        let payload = record.decode(limits)?;
-        Ok((Summary::new(record, &payload), payload))
     }
 
     /// `demo-0.1.0`, as `helm ls` prints a chart.
