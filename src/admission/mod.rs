@@ -64,9 +64,12 @@ impl Admission {
         reviewed
     }
 
-    /// The mode for a namespace: its `helm-guard.io/mode` label, else the global default.
-    fn mode_for(&self, namespace: &str) -> crate::policy::Mode {
-        self.index.namespace(namespace).mode.unwrap_or(self.config.default_mode)
+    /// What the index knows of a namespace, and its mode: the `helm-guard.io/mode` label, else
+    /// the global default.
+    fn namespace(&self, namespace: &str) -> (crate::cluster::NamespaceInfo, crate::policy::Mode) {
+        let info = self.index.namespace(namespace);
+        let mode = info.mode.unwrap_or(self.config.default_mode);
+        (info, mode)
     }
 
     /// A metadata-only index knows a revision's status from its label; where the label is missing

@@ -6,13 +6,12 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::Value;
 
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
+use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod};
-use crate::policy::{Decision, Reason};
 use crate::release::{ReleaseKey, classify};
 
 pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
     let mut entry = LedgerEntry::new(Webhook::Mutate, request);
-    entry.decision = Decision::Allowed.as_str();
     let mut response = AdmissionResponse::from(request);
     let namespace = request.namespace.as_deref().unwrap_or_default();
     entry.reason = match chart_pod(request) {

@@ -42,22 +42,20 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
                 None => not_a_record(&mut entry),
             }
         }
-        (Some(_), Operation::Update) => match (old_record, new.as_ref()) {
-            (Some(old_record), Some(new)) => {
-                let new_side = Record::from_object_as(new, old_record.id.key.driver).ok();
-                match new_side {
-                    Some(new_side) => {
-                        update(admission, request, old_record, new_side, new_record.is_some(), &mut entry)
-                    }
-                    None => not_a_record(&mut entry),
+        (Some(_), Operation::Update) => match (old_record, new_record, new.as_ref()) {
+            (Some(old_record), Some(new_record), _) => {
+                update(admission, request, old_record, new_record, true, &mut entry)
+            }
+            // The new object may no longer look like a record (a label removed): read it as one.
+            (Some(old_record), None, Some(new)) => {
+                match Record::from_object_as(new, old_record.id.key.driver) {
+                    Ok(new_side) => update(admission, request, old_record, new_side, false, &mut entry),
+                    Err(_) => not_a_record(&mut entry),
                 }
             }
-            (None, _) => match new_record {
-                // The update turns an object into a record (a label added): Helm's business.
-                Some(record) => create(admission, request, record, &mut entry),
-                None => not_a_record(&mut entry),
-            },
-            (Some(_), None) => not_a_record(&mut entry),
+            // The update turns an object into a record (a label added): Helm's business.
+            (None, Some(record), _) => create(admission, request, record, &mut entry),
+            _ => not_a_record(&mut entry),
         },
         (Some(_), Operation::Create) => match new_record {
             Some(record) => create(admission, request, record, &mut entry),
@@ -73,7 +71,7 @@ fn respond(request: &AdmissionRequest<DynamicObject>, outcome: Outcome, mut entr
     entry.decision = outcome.decision.as_str();
     entry.mode = outcome.mode;
     let mut response = AdmissionResponse::from(request);
-    if let Some(message) = outcome.denial.clone().filter(|_| !outcome.allowed) {
+    if let Some(message) = outcome.denial.clone() {
         response.allowed = false;
         response.result = kube::core::Status::failure(&message, "Forbidden").with_code(403);
         entry.message = Some(message);
@@ -146,8 +144,7 @@ fn delete(
     };
     entry.status = status;
     entry.transition = Some(format!("{} -> (deleted)", status_text(status)));
-    let namespace = admission.index.namespace(&id.key.namespace);
-    let mode = admission.mode_for(&id.key.namespace);
+    let (namespace, mode) = admission.namespace(&id.key.namespace);
     let facts = DeleteFacts {
         namespace: &id.key.namespace,
         release: &id.key.release,
@@ -195,7 +192,7 @@ fn update(
         requester: requester(request),
         break_glass: break_glass_reason(&new.record.annotations),
     };
-    let mode = admission.mode_for(&old.record.id.key.namespace);
+    let (_, mode) = admission.namespace(&old.record.id.key.namespace);
     let verdict = decide_update(&facts, &admission.config);
     let outcome = apply_mode(&verdict, mode);
     if outcome.allowed && !request.dry_run {
