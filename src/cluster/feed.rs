@@ -7,7 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 use super::index::{NamespaceInfo, ReleaseIndex};
-use super::snapshot::namespace_info;
 use crate::release::history::{PayloadStatus, RevisionFacts};
 use crate::release::record::{LABEL_OWNER, NAME_PREFIX, identify};
 use crate::release::{Driver, RecordId};
@@ -39,8 +38,7 @@ pub fn facts_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<(RecordId, R
 
 /// What a Namespace's metadata tells.
 pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
-    let labels = meta.labels.as_ref().map(|l| serde_json::to_value(l).unwrap_or_default());
-    Some((meta.name.clone()?, namespace_info(labels.as_ref(), meta.deletion_timestamp.is_some())))
+    Some((meta.name.clone()?, NamespaceInfo::from_meta(meta)))
 }
 
 /// Applies one watcher's events for release records of one driver.

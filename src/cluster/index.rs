@@ -33,6 +33,20 @@ pub struct NamespaceInfo {
     pub terminating: bool,
 }
 
+impl NamespaceInfo {
+    /// From a Namespace's metadata: its mode label and whether it is being deleted.
+    pub fn from_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> NamespaceInfo {
+        NamespaceInfo {
+            mode: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::policy::MODE_LABEL))
+                .and_then(|m| m.parse().ok()),
+            terminating: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
+
 /// A change a verdict makes to the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexChange {

@@ -7,18 +7,10 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::index::{NamespaceInfo, ReleaseIndex};
-use crate::policy::MODE_LABEL;
 use crate::release::objects::parse_objects;
 use crate::release::scan::{Problem, collect_records};
 use crate::release::{DecodeLimits, Driver};
-
-/// What a Namespace object contributes to verdicts.
-pub fn namespace_info(labels: Option<&Value>, deleting: bool) -> NamespaceInfo {
-    NamespaceInfo {
-        mode: labels.and_then(|l| l.get(MODE_LABEL)).and_then(Value::as_str).and_then(|m| m.parse().ok()),
-        terminating: deleting,
-    }
-}
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Summary of a loaded snapshot.
 #[derive(Debug)]
@@ -37,10 +29,10 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
         .iter()
         .filter(|o| o["kind"] == "Namespace")
         .filter_map(|o| {
-            let name = o.pointer("/metadata/name")?.as_str()?.to_owned();
-            let deleting = o.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
-                || o.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating");
-            Some((name, namespace_info(o.pointer("/metadata/labels"), deleting)))
+            let meta: ObjectMeta = serde_json::from_value(o.get("metadata")?.clone()).ok()?;
+            let mut info = NamespaceInfo::from_meta(&meta);
+            info.terminating |= o.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating");
+            Some((meta.name?, info))
         })
         .collect();
     let loaded = Loaded { records: records.len(), namespaces: namespaces.len(), problems };
