@@ -8,7 +8,7 @@ use kube::runtime::watcher::Event;
 
 use super::index::{NamespaceInfo, ReleaseIndex};
 use crate::release::history::{PayloadStatus, RevisionFacts};
-use crate::release::record::{LABEL_OWNER, NAME_PREFIX, identify};
+use crate::release::record::{changed_at_label, identify, is_configmap_record, status_label};
 use crate::release::{Driver, RecordId};
 
 /// What a record's metadata tells without its payload: the status label stands in.
@@ -16,22 +16,16 @@ pub fn facts_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<(RecordId, R
     let empty = BTreeMap::new();
     let labels = meta.labels.as_ref().unwrap_or(&empty);
     let name = meta.name.as_deref()?;
-    // The Secret watch selects on type=helm.sh/release.v1; ConfigMaps have no type, so the name
-    // and the owner label must say it.
-    if driver == Driver::ConfigMap
-        && (labels.get(LABEL_OWNER).map(String::as_str) != Some("helm") || !name.starts_with(NAME_PREFIX))
-    {
+    // The Secret watch selects on type=helm.sh/release.v1; a ConfigMap must say it itself.
+    if driver == Driver::ConfigMap && !is_configmap_record(name, labels) {
         return None;
     }
     let (id, _) = identify(driver, meta.namespace.as_deref().unwrap_or_default(), name, labels)?;
-    let label = |key: &str| labels.get(key);
     let facts = RevisionFacts {
         revision: id.revision,
         payload: PayloadStatus::NotLoaded,
-        label: label(crate::release::record::LABEL_STATUS).and_then(|s| s.parse().ok()),
-        changed_at: [crate::release::record::LABEL_MODIFIED_AT, crate::release::record::LABEL_CREATED_AT]
-            .iter()
-            .find_map(|key| label(key)?.parse().ok()),
+        label: status_label(labels),
+        changed_at: changed_at_label(labels),
     };
     Some((id, facts))
 }

@@ -125,6 +125,21 @@ pub fn identify(
     Some((RecordId { key, revision }, agrees))
 }
 
+/// A ConfigMap has no type: it is a record when Helm's owner label and name prefix say so.
+pub fn is_configmap_record(name: &str, labels: &BTreeMap<String, String>) -> bool {
+    labels.get(LABEL_OWNER).map(String::as_str) == Some("helm") && name.starts_with(NAME_PREFIX)
+}
+
+/// The `status` label, when it is one of Helm's statuses.
+pub fn status_label(labels: &BTreeMap<String, String>) -> Option<Status> {
+    labels.get(LABEL_STATUS)?.parse().ok()
+}
+
+/// When Helm last wrote a record: `modifiedAt`, else `createdAt` (Unix seconds).
+pub fn changed_at_label(labels: &BTreeMap<String, String>) -> Option<i64> {
+    [LABEL_MODIFIED_AT, LABEL_CREATED_AT].iter().find_map(|key| labels.get(*key)?.parse().ok())
+}
+
 /// Why an object that looks like a record cannot be read as one.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -207,16 +222,12 @@ impl Record {
     pub fn from_object(object: &Value, fallback_kind: Option<&str>) -> Result<Option<Record>, RecordError> {
         let raw = RawObject::read(object)?;
         let kind = raw.kind.as_deref().or(fallback_kind).unwrap_or_default();
-        let labels = raw.metadata.labels.as_ref();
+        let empty = BTreeMap::new();
+        let labels = raw.metadata.labels.as_ref().unwrap_or(&empty);
         let name = raw.metadata.name.as_deref().unwrap_or_default();
         let driver = match kind {
             "Secret" if raw.type_.as_deref() == Some(SECRET_TYPE) => Driver::Secret,
-            "ConfigMap"
-                if labels.and_then(|l| l.get(LABEL_OWNER)).map(String::as_str) == Some("helm")
-                    && name.starts_with(NAME_PREFIX) =>
-            {
-                Driver::ConfigMap
-            }
+            "ConfigMap" if is_configmap_record(name, labels) => Driver::ConfigMap,
             _ => return Ok(None),
         };
         raw.into_record(driver).map(Some)
@@ -230,12 +241,12 @@ impl Record {
 
     /// The `status` label, when it is one of Helm's statuses.
     pub fn status_label(&self) -> Option<Status> {
-        self.labels.get(LABEL_STATUS)?.parse().ok()
+        status_label(&self.labels)
     }
 
-    /// When Helm last wrote the record, from `modifiedAt`, else `createdAt` (Unix seconds).
+    /// When Helm last wrote the record, from its labels (Unix seconds).
     pub fn changed_at_label(&self) -> Option<i64> {
-        [LABEL_MODIFIED_AT, LABEL_CREATED_AT].iter().find_map(|key| self.labels.get(*key)?.parse().ok())
+        changed_at_label(&self.labels)
     }
 
     /// Decodes the payload to the release JSON bytes.
