@@ -51,13 +51,8 @@ async fn end_to_end_against_a_real_cluster() {
     let names = [host.clone(), "localhost".to_owned()];
     let (running, index, ca_pem) =
         common::guard::start_live(client.clone(), listen, &names, dir.path(), Duration::from_secs(30)).await;
-    for _ in 0..300 {
-        if index.is_ready() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(index.is_ready(), "the watchers listed the cluster within 30 s");
+    let ready = eventually(Duration::from_secs(30), || async { index.is_ready() }).await;
+    assert!(ready, "the watchers listed the cluster within 30 s");
 
     let url = format!("https://{host}:{port}");
     let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_pem))
@@ -131,14 +126,10 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     // Wait until the API server calls the guard: a dry-run delete of the latest deployed revision
     // gets refused.
     let dry_run = DeleteParams { dry_run: true, ..DeleteParams::default() };
-    let mut guarded = false;
-    for _ in 0..60 {
-        if secrets.delete("sh.helm.release.v1.web.v3", &dry_run).await.is_err() {
-            guarded = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let guarded = eventually(Duration::from_secs(30), || async {
+        secrets.delete("sh.helm.release.v1.web.v3", &dry_run).await.is_err()
+    })
+    .await;
     assert!(guarded, "the webhook took effect within 30 s");
 
     // Deleting the latest deployed revision is refused, with the reason.
@@ -191,12 +182,8 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     }
     // A new namespace gets its `default` service account a moment after it is created.
     let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns);
-    for _ in 0..60 {
-        if accounts.get_opt("default").await.unwrap().is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually(Duration::from_secs(30), || async { accounts.get_opt("default").await.unwrap().is_some() })
+        .await;
     let created = pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     let annotations = created.metadata.annotations.unwrap_or_default();
     assert_eq!(
@@ -210,14 +197,9 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
 
     // Deleting the whole namespace completes (the namespace controller's deletions are allowed).
     namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
-    let mut gone = false;
-    for _ in 0..240 {
-        if namespaces.get_opt(ns).await.unwrap().is_none() {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let gone =
+        eventually(Duration::from_secs(120), || async { namespaces.get_opt(ns).await.unwrap().is_none() })
+            .await;
     assert!(gone, "the namespace was deleted within 2 minutes");
 }
 

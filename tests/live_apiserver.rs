@@ -156,13 +156,8 @@ async fn the_watchers_list_become_ready_and_follow_events() {
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let restarts = prometheus_client::metrics::counter::Counter::default();
     tokio::spawn(live::run(client, index.clone(), restarts.clone()));
-    for _ in 0..100 {
-        if index.is_ready() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(index.is_ready(), "ready once the three initial lists are done");
+    let ready = eventually(Duration::from_secs(5), || async { index.is_ready() }).await;
+    assert!(ready, "ready once the three initial lists are done");
     assert_eq!(index.revision_count(), 10);
     assert_eq!(state(&index, "demo", "web"), ReleaseState::Failed);
     assert_eq!(state(&index, "orphan", "app"), ReleaseState::OrphanedSuperseded);
@@ -172,22 +167,15 @@ async fn the_watchers_list_become_ready_and_follow_events() {
     let app_v1 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1").unwrap();
     let mut app_v2 = rewrite(app_v1, 2, "deployed");
     app_v2["metadata"]["resourceVersion"] = json!("101"); // as every real watch event has
-    for _ in 0..100 {
-        if !watches.lock().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(5), || async { !watches.lock().unwrap().is_empty() }).await;
     for watch in watches.lock().unwrap().iter() {
         let _ = watch.send(json!({"type": "ADDED", "object": metadata_only(&app_v2)}));
     }
-    for _ in 0..100 {
-        if state(&index, "orphan", "app") == ReleaseState::Healthy {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(state(&index, "orphan", "app"), ReleaseState::Healthy);
+    let upgraded = eventually(Duration::from_secs(5), || async {
+        state(&index, "orphan", "app") == ReleaseState::Healthy
+    })
+    .await;
+    assert!(upgraded, "the watch event reached the index");
     assert_eq!(restarts.get(), 0, "no watch failed");
 }
 
@@ -214,22 +202,14 @@ async fn a_failed_watch_is_retried_while_the_last_good_state_serves() {
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let restarts = prometheus_client::metrics::counter::Counter::default();
     tokio::spawn(live::run(client, index.clone(), restarts.clone()));
-    for _ in 0..100 {
-        if index.is_ready() && !watches.lock().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(5), || async { index.is_ready() && !watches.lock().unwrap().is_empty() })
+        .await;
     // A broken event (no resourceVersion) fails the watch.
     for watch in watches.lock().unwrap().iter() {
         let _ = watch.send(json!({"type": "ADDED", "object": {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "x"}}}));
     }
-    for _ in 0..100 {
-        if restarts.get() > 0 && watches.lock().unwrap().len() > 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(5), || async { restarts.get() > 0 && watches.lock().unwrap().len() > 1 })
+        .await;
     assert!(restarts.get() > 0, "the failure is counted");
     assert!(watches.lock().unwrap().len() > 1, "and the watch is opened again");
     assert!(index.is_ready());
@@ -262,18 +242,16 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
         }
     }
     let metrics_addr = metrics_addr.expect("a `serving` log line");
-    let mut ready = String::new();
-    for _ in 0..100 {
+    let readyz = || async {
         let mut stream = tokio::net::TcpStream::connect(&metrics_addr).await.unwrap();
         stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-        ready.clear();
-        stream.read_to_string(&mut ready).await.unwrap();
-        if ready.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let ready =
+        eventually(Duration::from_secs(5), || async { readyz().await.starts_with("HTTP/1.1 200") }).await;
+    assert!(ready, "{}", readyz().await);
     child.kill().await.unwrap();
 }
 
@@ -299,13 +277,7 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     )
     .await;
     let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
-    for _ in 0..100 {
-        if index.is_ready() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(index.is_ready());
+    assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
 
     let post = |review: Value| {
         let https = https.clone();

@@ -175,15 +175,9 @@ async fn a_swapped_certificate_is_served_to_new_connections_and_open_ones_keep_w
     let rotated = localhost_bundle();
     mount(mounted.path(), "v2", &rotated);
     let new_client = HttpsClient::new(guard.running().addr, &rotated.ca_pem);
-    let mut served = None;
-    for _ in 0..200 {
-        if let Ok(tls) = new_client.tls().await {
-            served = Some(peer_certificate(&tls));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(served.expect("the new certificate is served within 5 s"), pem_to_der(&rotated.cert_pem));
+    let trusted = eventually(Duration::from_secs(5), || async { new_client.tls().await.is_ok() }).await;
+    assert!(trusted, "the new certificate is served within 5 s");
+    assert_eq!(peer_certificate(&new_client.tls().await.unwrap()), pem_to_der(&rotated.cert_pem));
     assert!(old_client.tls().await.is_err(), "new handshakes no longer get the old certificate");
 
     // The connection opened before the swap still works.
@@ -203,15 +197,10 @@ async fn a_broken_certificate_update_keeps_the_old_one() {
         "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
     )
     .unwrap();
-    let mut failed = false;
-    for _ in 0..200 {
-        let (_, metrics) = guard.metrics_get("/metrics").await;
-        if metrics.contains("helm_guard_tls_reloads_total{result=\"error\"}") {
-            failed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let failed = eventually(Duration::from_secs(5), || async {
+        guard.metrics_get("/metrics").await.1.contains("helm_guard_tls_reloads_total{result=\"error\"}")
+    })
+    .await;
     assert!(failed, "the bad files were seen and refused: {}", guard.metrics_get("/metrics").await.1);
     let (status, _) = guard.client.get("/healthz").await;
     assert_eq!(status, 200, "the old certificate still serves");
@@ -253,15 +242,8 @@ async fn shutdown_stops_being_ready_then_stops() {
     let (addr, metrics_addr) = (running.addr, running.metrics_addr);
     let stopping = tokio::spawn(running.shutdown());
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut unready = false;
-    for _ in 0..20 {
-        let (status, _) = guard.client.get("/readyz").await;
-        if status == 503 {
-            unready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let unready =
+        eventually(Duration::from_millis(300), || async { guard.client.get("/readyz").await.0 == 503 }).await;
     assert!(unready, "not ready while draining");
     assert_eq!(guard.client.get("/healthz").await.0, 200, "still serving while draining");
     stopping.await.unwrap();

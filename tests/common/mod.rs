@@ -87,6 +87,24 @@ pub fn rewrite(record: &Value, revision: u32, status: &str) -> Value {
     out
 }
 
+/// Polls `check` until it holds or `within` has passed; whether it held.
+pub async fn eventually<F, Fut>(within: std::time::Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
 /// A `kubectl get -o json` style List.
 pub fn list(items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
