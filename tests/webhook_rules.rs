@@ -293,3 +293,24 @@ async fn creates_are_logged_and_allowed_even_when_they_do_not_decode() {
     assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "helm-create"));
     assert!(response["warnings"][0].as_str().unwrap().contains("Helm will ignore this record"));
 }
+
+#[tokio::test]
+async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
+    use helm_guard::admission::{Admission, Webhook, review as admission_review};
+    use helm_guard::policy::PolicyConfig;
+    use helm_guard::release::DecodeLimits;
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let guard = guard_with(records.clone()).await;
+    let admission = Admission {
+        index: guard.index.clone(),
+        config: PolicyConfig { default_mode: Mode::Audit, ..PolicyConfig::default() },
+        limits: DecodeLimits::default(),
+        fetcher: None,
+    };
+    let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
+    let reviewed = admission.review(Webhook::Validate, &request);
+    assert!(reviewed.response.allowed);
+    assert_eq!(reviewed.entry.decision, "warned");
+    let message = reviewed.entry.message.unwrap_or_default();
+    assert!(message.contains("revision 3 is the latest, deployed revision of release demo/web"), "{message}");
+}

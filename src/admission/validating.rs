@@ -31,7 +31,7 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
     };
     let (old_record, new_record) = (as_record(&old), as_record(&new));
 
-    let outcome = match (driver, &request.operation) {
+    let decided = match (driver, &request.operation) {
         (Some(driver), Operation::Delete) => {
             // Without an oldObject (API servers before 1.15) the object name still tells the record.
             let target = if old.is_some() { old_record } else { record_from_name(request, driver) };
@@ -39,7 +39,7 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
                 Some(record) => {
                     delete(admission, request, DecodedRecord::new(record, admission.limits), &mut entry)
                 }
-                None => not_a_record(&mut entry),
+                None => not_a_record(),
             }
         }
         (Some(_), Operation::Update) => match (old_record, new_record, new.as_ref()) {
@@ -50,33 +50,45 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
             (Some(old_record), None, Some(new)) => {
                 match Record::from_object_as(new, old_record.id.key.driver) {
                     Ok(new_side) => update(admission, request, old_record, new_side, false, &mut entry),
-                    Err(_) => not_a_record(&mut entry),
+                    Err(_) => not_a_record(),
                 }
             }
             // The update turns an object into a record (a label added): Helm's business.
             (None, Some(record), _) => create(admission, request, record, &mut entry),
-            _ => not_a_record(&mut entry),
+            _ => not_a_record(),
         },
         (Some(_), Operation::Create) => match new_record {
             Some(record) => create(admission, request, record, &mut entry),
-            None => not_a_record(&mut entry),
+            None => not_a_record(),
         },
-        _ => not_a_record(&mut entry),
+        _ => not_a_record(),
     };
-    respond(request, outcome, entry)
+    respond(request, decided, entry)
+}
+
+/// A rule's verdict and what the mode made of it.
+type Decided = (Verdict, Outcome);
+
+/// A verdict that no mode changes: allowances.
+fn allowed(verdict: Verdict) -> Decided {
+    let outcome = apply_mode(&verdict, crate::policy::Mode::Enforce);
+    (verdict, outcome)
 }
 
 /// The answer: verdict with mode applied, warnings and audit annotations.
-fn respond(request: &AdmissionRequest<DynamicObject>, outcome: Outcome, mut entry: LedgerEntry) -> Reviewed {
+fn respond(request: &AdmissionRequest<DynamicObject>, decided: Decided, mut entry: LedgerEntry) -> Reviewed {
+    let (verdict, outcome) = decided;
+    entry.reason = verdict.reason;
+    entry.detail = verdict.detail;
+    // The full message goes to the ledger in every mode: in audit mode it is the only record of
+    // what would have been denied.
+    entry.message = verdict.message;
     entry.decision = outcome.decision.as_str();
     entry.mode = outcome.mode;
     let mut response = AdmissionResponse::from(request);
-    if let Some(message) = outcome.denial.clone() {
+    if let Some(message) = outcome.denial {
         response.allowed = false;
         response.result = kube::core::Status::failure(&message, "Forbidden").with_code(403);
-        entry.message = Some(message);
-    } else if entry.message.is_none() {
-        entry.message = outcome.warnings.first().cloned();
     }
     if !outcome.warnings.is_empty() {
         response.warnings = Some(outcome.warnings);
@@ -85,9 +97,8 @@ fn respond(request: &AdmissionRequest<DynamicObject>, outcome: Outcome, mut entr
     Reviewed { response, entry }
 }
 
-fn not_a_record(entry: &mut LedgerEntry) -> Outcome {
-    entry.reason = Reason::NotAReleaseRecord;
-    apply_mode(&Verdict::allow(Reason::NotAReleaseRecord), crate::policy::Mode::Enforce)
+fn not_a_record() -> Decided {
+    allowed(Verdict::allow(Reason::NotAReleaseRecord))
 }
 
 /// A record known only by its object name; its status comes from the index.
@@ -134,7 +145,7 @@ fn delete(
     request: &AdmissionRequest<DynamicObject>,
     record: DecodedRecord,
     entry: &mut LedgerEntry,
-) -> Outcome {
+) -> Decided {
     let id = &record.record.id;
     describe_record(entry, &record);
     // With the object at hand its payload says the status; with only a name, the index does.
@@ -155,15 +166,12 @@ fn delete(
         break_glass: break_glass_reason(&record.record.annotations),
     };
     admission.fill_missing_statuses(&id.key);
-    let (verdict, outcome) = admission.index.decide(&id.key, |revisions| {
+    admission.index.decide(&id.key, |revisions| {
         let verdict = decide_delete(&facts, &History::new(revisions), &admission.config);
         let outcome = apply_mode(&verdict, mode);
         let change = (outcome.allowed && !request.dry_run).then_some(IndexChange::Delete(id.revision));
         ((verdict, outcome), change)
-    });
-    entry.reason = verdict.reason;
-    entry.detail = verdict.detail;
-    outcome
+    })
 }
 
 fn update(
@@ -173,7 +181,7 @@ fn update(
     new: Record,
     new_is_record: bool,
     entry: &mut LedgerEntry,
-) -> Outcome {
+) -> Decided {
     let (old, new) = (DecodedRecord::new(old, admission.limits), DecodedRecord::new(new, admission.limits));
     describe_record(entry, &new);
     entry.transition = Some(format!("{} -> {}", status_text(old.status()), status_text(new.status())));
@@ -204,9 +212,7 @@ fn update(
             admission.index.apply(&new.record.id.key, IndexChange::Upsert(new.facts()));
         }
     }
-    entry.reason = verdict.reason;
-    entry.detail = verdict.detail;
-    outcome
+    (verdict, outcome)
 }
 
 fn create(
@@ -214,7 +220,7 @@ fn create(
     request: &AdmissionRequest<DynamicObject>,
     record: Record,
     entry: &mut LedgerEntry,
-) -> Outcome {
+) -> Decided {
     let record = DecodedRecord::new(record, admission.limits);
     describe_record(entry, &record);
     entry.transition = Some(format!("(new) -> {}", status_text(record.status())));
@@ -231,6 +237,5 @@ fn create(
     if !request.dry_run {
         admission.index.apply(&record.record.id.key, IndexChange::Upsert(record.facts()));
     }
-    entry.reason = verdict.reason;
-    apply_mode(&verdict, crate::policy::Mode::Enforce)
+    allowed(verdict)
 }
