@@ -203,51 +203,35 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     assert!(gone, "the namespace was deleted within 2 minutes");
 }
 
+/// Registers the shipped manifests/webhooks.yaml, pointed at the guard in this process and scoped
+/// to the test namespace, so the real configurations are what the API server uses.
 async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: &str) {
     use base64::Engine as _;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let name = format!("helm-guard-e2e-{namespace}");
-    let scope = json!({"matchLabels": {"helm-guard-e2e": namespace}});
-    let validating = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "records.helm-guard.io",
-            "clientConfig": {"url": format!("{url}/validate"), "caBundle": ca_bundle},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
-                       "resources": ["secrets", "configmaps"], "scope": "Namespaced"}],
-            "namespaceSelector": scope,
-            "objectSelector": {"matchLabels": {"owner": "helm"}},
-            "sideEffects": "NoneOnDryRun",
-            "admissionReviewVersions": ["v1"],
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 5
-        }]
-    });
-    let mutating = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "helm-install-pods.helm-guard.io",
-            "clientConfig": {"url": format!("{url}/mutate"), "caBundle": ca_bundle},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": scope,
-            "objectSelector": {"matchExpressions": [{"key": "helmcharts.helm.cattle.io/chart", "operator": "Exists"}]},
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "failurePolicy": "Ignore",
-            "reinvocationPolicy": "Never",
-            "timeoutSeconds": 5
-        }]
-    });
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &serde_json::from_value(validating).unwrap())
-        .await
-        .unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &serde_json::from_value(mutating).unwrap())
-        .await
-        .unwrap();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/webhooks.yaml")).unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    for mut configuration in documents.into_iter().filter(|d| !d.is_null()) {
+        configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{namespace}")});
+        for webhook in configuration["webhooks"].as_array_mut().unwrap() {
+            let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
+            webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": ca_bundle});
+            webhook["namespaceSelector"] = json!({"matchLabels": {"helm-guard-e2e": namespace}});
+        }
+        match configuration["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => {
+                Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                    .create(&PostParams::default(), &serde_json::from_value(configuration).unwrap())
+                    .await
+                    .unwrap();
+            }
+            Some("MutatingWebhookConfiguration") => {
+                Api::<MutatingWebhookConfiguration>::all(client.clone())
+                    .create(&PostParams::default(), &serde_json::from_value(configuration).unwrap())
+                    .await
+                    .unwrap();
+            }
+            other => panic!("unexpected kind {other:?} in manifests/webhooks.yaml"),
+        }
+    }
 }
