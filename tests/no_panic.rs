@@ -2,11 +2,12 @@
 
 mod common;
 
+use helm_guard::release::codec::read_release_json;
 use helm_guard::release::codec::{DecodeLimits, decode_helm_payload, decode_secret_payload};
 use helm_guard::release::history::{PayloadStatus, RevisionFacts, classify};
 use helm_guard::release::objects::parse_objects;
 use helm_guard::release::scan::{collect_records, report};
-use helm_guard::release::{Record, ReleasePayload, Status};
+use helm_guard::release::{Record, Status};
 use proptest::prelude::*;
 
 const SMALL: DecodeLimits = DecodeLimits { max_decoded_bytes: 1 << 20 };
@@ -31,7 +32,7 @@ proptest! {
         let cut = cut.min(payload.len());
         // A cut may land on a base64 boundary and still decode as base64; it never decodes to a
         // release.
-        let result = decode_secret_payload(&payload[..cut], SMALL).and_then(|json| ReleasePayload::from_json(&json));
+        let result = decode_secret_payload(&payload[..cut], SMALL).and_then(|json| read_release_json(&json, SMALL));
         if cut < payload.len() {
             prop_assert!(result.is_err());
         }

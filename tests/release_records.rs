@@ -57,7 +57,9 @@ fn helm3_and_helm4_payloads_both_summarise() {
     assert_eq!(helm3.id.key.driver, Driver::ConfigMap);
     let payload = helm3.decode(DecodeLimits::default()).unwrap();
     assert_eq!(payload.info.status, Status::Deployed);
-    assert!(payload.manifest.as_deref().unwrap().contains("kind: Service"));
+    let json = helm3.decode_json(DecodeLimits::default()).unwrap();
+    let release: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert!(release["manifest"].as_str().unwrap().contains("kind: Service"));
 }
 
 fn snapshot_reports() -> Vec<helm_guard::release::scan::ReleaseReport> {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, Output, read_input};
 use crate::release::objects::parse_objects;
 use crate::release::scan::collect_records;
-use crate::release::{ReleasePayload, Summary};
+use crate::release::{DecodedRecord, Summary};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -28,14 +28,32 @@ pub struct InspectArgs {
 }
 
 #[derive(Serialize)]
-struct Inspected<'a> {
+struct Inspected {
     #[serde(flatten)]
     summary: Summary,
     object: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    manifest: Option<&'a str>,
+    manifest: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    values: Option<&'a serde_json::Value>,
+    values: Option<serde_json::Value>,
+}
+
+/// The large parts of a release, read only when asked for (verdicts never hold them).
+#[derive(Default, serde::Deserialize)]
+struct Content {
+    #[serde(default)]
+    manifest: Option<String>,
+    #[serde(default)]
+    config: Option<serde_json::Value>,
+}
+
+fn content(record: &DecodedRecord, limits: crate::release::DecodeLimits) -> Content {
+    record
+        .record
+        .decode_json(limits)
+        .ok()
+        .and_then(|json| serde_json::from_slice(&json).ok())
+        .unwrap_or_default()
 }
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
@@ -58,35 +76,37 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
         );
         return Ok(EXIT_BAD_INPUT);
     }
-    let decoded: Vec<(String, Summary, &ReleasePayload)> = records
+    let wanted = args.manifest || args.values;
+    let decoded: Vec<(String, Summary, Content)> = records
         .iter()
         .filter_map(|r| {
             let payload = r.payload.as_ref().ok()?;
-            Some((r.record.describe(), Summary::new(&r.record, payload), payload))
+            let content = if wanted { content(r, args.decode.limits()) } else { Content::default() };
+            Some((r.record.describe(), Summary::new(&r.record, payload), content))
         })
         .collect();
     match args.output {
         Output::Json => {
             let items: Vec<Inspected> = decoded
                 .into_iter()
-                .map(|(object, summary, payload)| Inspected {
+                .map(|(object, summary, content)| Inspected {
                     summary,
                     object,
-                    manifest: payload.manifest.as_deref().filter(|_| args.manifest),
-                    values: payload.config.as_ref().filter(|_| args.values),
+                    manifest: content.manifest.filter(|_| args.manifest),
+                    values: content.config.filter(|_| args.values),
                 })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&items)?);
         }
         Output::Text => {
-            for (object, summary, payload) in decoded {
+            for (object, summary, content) in decoded {
                 print!("{}", render(&object, &summary));
                 if args.values {
-                    let values = payload.config.clone().unwrap_or(serde_json::Value::Null);
+                    let values = content.config.unwrap_or(serde_json::Value::Null);
                     println!("--- values\n{}", serde_saphyr::to_string(&values)?.trim_end());
                 }
                 if args.manifest {
-                    println!("--- manifest\n{}", payload.manifest.as_deref().unwrap_or("").trim_end());
+                    println!("--- manifest\n{}", content.manifest.as_deref().unwrap_or("").trim_end());
                 }
             }
         }

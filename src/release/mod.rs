@@ -2,8 +2,10 @@
 //! history. Pure: no I/O here.
 
 pub mod codec;
+pub mod gojson;
 pub mod history;
 pub mod objects;
+pub mod payload;
 pub mod record;
 pub mod status;
 pub mod summary;

@@ -258,8 +258,10 @@ impl Record {
         }
     }
 
+    /// Reads the payload as Helm does, keeping only what helm-guard needs.
     pub fn decode(&self, limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
-        ReleasePayload::from_json(&self.decode_json(limits)?)
+        let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
+        codec::read_payload(payload.as_bytes(), self.id.key.driver == Driver::Secret, limits)
     }
 
     /// `Kind namespace/name`, for messages.

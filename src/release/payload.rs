@@ -1,0 +1,690 @@
+//! Helm's release type, read the way Helm 3 and Helm 4 read it (`json.Unmarshal` into
+//! `release.Release`), streaming: what is kept is a few short strings and a fingerprint.
+//!
+//! The tables below are Helm's Go types (v3.17 `pkg/release`, `pkg/chart`; v4.1
+//! `pkg/release/v1`, `pkg/chart/v2`, `pkg/chart/common`): every field Go decodes is type-checked
+//! because one wrong type anywhere makes Helm skip the whole record. Fields only Helm 4 has
+//! (`apply_method`, `modtime`, `schemamodtime`) are checked too: a record the guard counts must
+//! be one both Helms read alike.
+//!
+//! Where Helm 3 and Helm 4 read a record differently it counts as unreadable (the safe side: a
+//! record the guard skips can only make it stricter). They differ on: an `info` or `last_run`
+//! given twice or with two spellings of one field (Helm 4 decodes those through a map first), and
+//! an empty string as an `info`/`last_run` time under a key spelt otherwise than Helm writes it
+//! (Helm 3's `pkg/time` reads `""` as unset under any spelling, Helm 4 only under its own).
+
+use std::io::Read;
+
+use serde::Serialize;
+
+use super::codec::DecodeError;
+use super::gojson::{Capture, Fingerprint, JsonError, JsonReader, Kind, fold_eq, parse_go_time};
+use super::status::Status;
+
+/// Go types of Helm's fields, as far as decoding cares.
+#[derive(Debug, Clone, Copy)]
+enum Ty {
+    Str,
+    Int,
+    Bool,
+    Time,
+    /// `[]byte`: base64 text (or an array of bytes).
+    Bytes,
+    /// `map[string]interface{}`
+    MapAny,
+    /// `map[string]string`
+    MapStr,
+    /// `[]string` (and the string kinds: hook events, delete policies)
+    StrList,
+    /// `[]interface{}`
+    AnyList,
+    /// `*T` or `T` for a struct T
+    Struct(&'static [Field]),
+    /// `[]*T`
+    StructList(&'static [Field]),
+    /// `map[string][]runtime.Object`: only nulls decode into an interface with no concrete type.
+    Resources,
+}
+
+/// What of a field the guard keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    None,
+    Name,
+    Namespace,
+    Version,
+    Status,
+    FirstDeployed,
+    LastDeployed,
+    Deleted,
+    Description,
+    ChartName,
+    ChartVersion,
+    AppVersion,
+}
+
+#[derive(Debug)]
+struct Field {
+    name: &'static str,
+    ty: Ty,
+    slot: Slot,
+    /// Part of the content fingerprint (what Helm never changes in an update).
+    content: bool,
+}
+
+const fn f(name: &'static str, ty: Ty) -> Field {
+    Field { name, ty, slot: Slot::None, content: true }
+}
+
+const fn kept(name: &'static str, ty: Ty, slot: Slot) -> Field {
+    Field { name, ty, slot, content: true }
+}
+
+/// A field Helm rewrites in its own updates, or that only records when (not what).
+const fn mutable(name: &'static str, ty: Ty, slot: Slot) -> Field {
+    Field { name, ty, slot, content: false }
+}
+
+const RELEASE: &[Field] = &[
+    kept("name", Ty::Str, Slot::Name),
+    mutable("info", Ty::Struct(INFO), Slot::None),
+    f("chart", Ty::Struct(CHART)),
+    f("config", Ty::MapAny),
+    f("manifest", Ty::Str),
+    f("hooks", Ty::StructList(HOOK)),
+    kept("version", Ty::Int, Slot::Version),
+    kept("namespace", Ty::Str, Slot::Namespace),
+    mutable("apply_method", Ty::Str, Slot::None),
+];
+
+const INFO: &[Field] = &[
+    mutable("first_deployed", Ty::Time, Slot::FirstDeployed),
+    mutable("last_deployed", Ty::Time, Slot::LastDeployed),
+    mutable("deleted", Ty::Time, Slot::Deleted),
+    mutable("description", Ty::Str, Slot::Description),
+    mutable("status", Ty::Str, Slot::Status),
+    mutable("notes", Ty::Str, Slot::None),
+    mutable("resources", Ty::Resources, Slot::None),
+];
+
+const CHART: &[Field] = &[
+    f("metadata", Ty::Struct(METADATA)),
+    f("lock", Ty::Struct(LOCK)),
+    f("templates", Ty::StructList(FILE)),
+    f("values", Ty::MapAny),
+    f("schema", Ty::Bytes),
+    mutable("schemamodtime", Ty::Time, Slot::None),
+    f("files", Ty::StructList(FILE)),
+    mutable("modtime", Ty::Time, Slot::None),
+];
+
+const FILE: &[Field] = &[f("name", Ty::Str), f("data", Ty::Bytes), mutable("modtime", Ty::Time, Slot::None)];
+
+const METADATA: &[Field] = &[
+    kept("name", Ty::Str, Slot::ChartName),
+    f("home", Ty::Str),
+    f("sources", Ty::StrList),
+    kept("version", Ty::Str, Slot::ChartVersion),
+    f("description", Ty::Str),
+    f("keywords", Ty::StrList),
+    f("maintainers", Ty::StructList(MAINTAINER)),
+    f("icon", Ty::Str),
+    f("apiVersion", Ty::Str),
+    f("condition", Ty::Str),
+    f("tags", Ty::Str),
+    kept("appVersion", Ty::Str, Slot::AppVersion),
+    f("deprecated", Ty::Bool),
+    f("annotations", Ty::MapStr),
+    f("kubeVersion", Ty::Str),
+    f("dependencies", Ty::StructList(DEPENDENCY)),
+    f("type", Ty::Str),
+];
+
+const MAINTAINER: &[Field] = &[f("name", Ty::Str), f("email", Ty::Str), f("url", Ty::Str)];
+
+const DEPENDENCY: &[Field] = &[
+    f("name", Ty::Str),
+    f("version", Ty::Str),
+    f("repository", Ty::Str),
+    f("condition", Ty::Str),
+    f("tags", Ty::StrList),
+    f("enabled", Ty::Bool),
+    f("import-values", Ty::AnyList),
+    f("alias", Ty::Str),
+];
+
+const LOCK: &[Field] =
+    &[f("generated", Ty::Time), f("digest", Ty::Str), f("dependencies", Ty::StructList(DEPENDENCY))];
+
+const HOOK: &[Field] = &[
+    f("name", Ty::Str),
+    f("kind", Ty::Str),
+    f("path", Ty::Str),
+    f("manifest", Ty::Str),
+    f("events", Ty::StrList),
+    mutable("last_run", Ty::Struct(HOOK_EXECUTION), Slot::None),
+    f("weight", Ty::Int),
+    f("delete_policies", Ty::StrList),
+    f("output_log_policies", Ty::StrList),
+];
+
+const HOOK_EXECUTION: &[Field] = &[
+    mutable("started_at", Ty::Time, Slot::None),
+    mutable("completed_at", Ty::Time, Slot::None),
+    mutable("phase", Ty::Str, Slot::None),
+];
+
+/// Structs that Helm 4 decodes through a `map[string]any` first (custom `UnmarshalJSON`).
+fn read_through_map(fields: &'static [Field]) -> bool {
+    // Constants have no fixed address: tell the tables apart by their first field.
+    let first = |table: &[Field]| table.first().map(|field| field.name);
+    first(fields) == first(INFO) || first(fields) == first(HOOK_EXECUTION)
+}
+
+/// How long a kept string may be; longer ones are cut (names: Kubernetes' own limit).
+const NAME_CAP: usize = 253;
+const TEXT_CAP: usize = 1024;
+
+/// What helm-guard keeps of a release Helm 3 and Helm 4 both read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleasePayload {
+    pub name: String,
+    pub namespace: String,
+    /// The revision Helm shows (`version`).
+    pub version: u32,
+    pub info: ReleaseInfo,
+    pub chart: Option<ChartMetadata>,
+    /// SHA-256 of what Helm never changes once a revision is written: name, namespace, version,
+    /// chart, manifest, config, and the hooks but for their `last_run`.
+    #[serde(skip)]
+    pub content: [u8; 32],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleaseInfo {
+    pub status: Status,
+    /// `info.status` as written when it is none of Helm's statuses (Helm shows it as it is).
+    pub status_text: Option<String>,
+    pub first_deployed: Option<String>,
+    pub last_deployed: Option<String>,
+    pub deleted: Option<String>,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChartMetadata {
+    pub name: String,
+    pub version: String,
+    pub app_version: Option<String>,
+}
+
+impl ReleasePayload {
+    pub fn chart_metadata(&self) -> Option<&ChartMetadata> {
+        self.chart.as_ref()
+    }
+
+    /// `last_deployed` as Unix seconds; Helm 4 omits zero times and Helm 3 writes year 1.
+    pub fn last_deployed_unix(&self) -> Option<i64> {
+        parse_helm_time(self.info.last_deployed.as_deref()?)
+    }
+}
+
+/// Parses a Helm timestamp (RFC 3339 as Go reads it); the zero time Helm 3 writes counts as absent.
+pub fn parse_helm_time(text: &str) -> Option<i64> {
+    parse_go_time(text.as_bytes()).filter(|secs| *secs > 0)
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    name: Option<String>,
+    namespace: Option<String>,
+    version: Option<i64>,
+    status: Option<String>,
+    first_deployed: Option<String>,
+    last_deployed: Option<String>,
+    deleted: Option<String>,
+    description: Option<String>,
+    chart_name: Option<String>,
+    chart_version: Option<String>,
+    app_version: Option<String>,
+    has_info: bool,
+}
+
+impl Kept {
+    fn text(&mut self, slot: Slot) -> Option<&mut Option<String>> {
+        Some(match slot {
+            Slot::Name => &mut self.name,
+            Slot::Namespace => &mut self.namespace,
+            Slot::Status => &mut self.status,
+            Slot::FirstDeployed => &mut self.first_deployed,
+            Slot::LastDeployed => &mut self.last_deployed,
+            Slot::Deleted => &mut self.deleted,
+            Slot::Description => &mut self.description,
+            Slot::ChartName => &mut self.chart_name,
+            Slot::ChartVersion => &mut self.chart_version,
+            Slot::AppVersion => &mut self.app_version,
+            Slot::None | Slot::Version => return None,
+        })
+    }
+}
+
+/// What an empty string means for a time field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EmptyTime {
+    /// Go's `time.Time`: an error.
+    Refused,
+    /// Helm's release times: unset, in Helm 3 and Helm 4 alike.
+    Unset,
+    /// Unset for Helm 3, an error for Helm 4.
+    Disagree,
+}
+
+struct Walk<R> {
+    json: JsonReader<R>,
+    kept: Kept,
+    /// The field path being read, for messages.
+    path: Vec<&'static str>,
+}
+
+type Step<T> = Result<T, DecodeError>;
+
+fn go_type(ty: Ty) -> &'static str {
+    match ty {
+        Ty::Str => "a string",
+        Ty::Int => "an integer (Go int)",
+        Ty::Bool => "a boolean",
+        Ty::Time => "an RFC 3339 time",
+        Ty::Bytes => "base64 text",
+        Ty::MapAny | Ty::MapStr | Ty::Struct(_) | Ty::Resources => "an object",
+        Ty::StrList | Ty::AnyList | Ty::StructList(_) => "an array",
+    }
+}
+
+impl<R: Read> Walk<R> {
+    fn path(&self) -> String {
+        self.path.join(".")
+    }
+
+    fn wrong_type(&self, ty: Ty, found: Kind) -> DecodeError {
+        DecodeError::Helm(format!(
+            "`{}` is {}; Helm reads {} there and skips the whole record",
+            self.path(),
+            match found {
+                Kind::Object => "an object",
+                Kind::Array => "an array",
+                Kind::String => "a string",
+                Kind::Number => "a number",
+                Kind::Bool => "a boolean",
+                Kind::Null => "null",
+            },
+            go_type(ty)
+        ))
+    }
+
+    fn helm(&self, what: &str) -> DecodeError {
+        DecodeError::Helm(format!("`{}` {what}; Helm skips the whole record", self.path()))
+    }
+
+    /// Reads one value of type `ty`; returns whether it is Go's zero value (so that an omitted
+    /// field and a written zero fingerprint alike, as Helm 3 and Helm 4 write them differently).
+    fn value(
+        &mut self,
+        ty: Ty,
+        slot: Slot,
+        empty_time: EmptyTime,
+        mut print: Option<&mut Fingerprint>,
+    ) -> Step<bool> {
+        let kind = self.json.peek_kind()?;
+        if kind == Kind::Null {
+            // Go leaves the field as it was.
+            self.json.null()?;
+            return Ok(true);
+        }
+        match (ty, kind) {
+            (Ty::Str, Kind::String) => {
+                let mut capture = Capture::new(if slot == Slot::Description { TEXT_CAP } else { NAME_CAP });
+                match print.as_deref_mut() {
+                    Some(p) => self.json.string(&mut (&mut capture, p))?,
+                    None => self.json.string(&mut capture)?,
+                }
+                let zero = capture.bytes.is_empty() && !capture.truncated;
+                if let Some(out) = self.kept.text(slot) {
+                    *out = Some(capture.text());
+                }
+                Ok(zero)
+            }
+            (Ty::Int, Kind::Number) => {
+                let Some(int) = self.json.number()?.int else {
+                    return Err(self.helm("is not an integer a Go int holds"));
+                };
+                if slot == Slot::Version {
+                    self.kept.version = Some(int);
+                }
+                if let Some(p) = print {
+                    p.bytes(&int.to_le_bytes());
+                }
+                Ok(int == 0)
+            }
+            (Ty::Bool, Kind::Bool) => {
+                let value = self.json.boolean()?;
+                if let Some(p) = print {
+                    p.tag(u8::from(value));
+                }
+                Ok(!value)
+            }
+            (Ty::Time, Kind::String) => {
+                let mut capture = Capture::new(64);
+                self.json.string(&mut capture)?;
+                let text = capture.whole().unwrap_or_default();
+                if text.is_empty() {
+                    match empty_time {
+                        EmptyTime::Unset => return Ok(true),
+                        EmptyTime::Disagree => {
+                            return Err(DecodeError::HelmDisagree(format!(
+                                "`{}` is an empty string under a key spelt otherwise than Helm writes it: \
+                                 Helm 3 reads it as unset, Helm 4 refuses the record",
+                                self.path()
+                            )));
+                        }
+                        EmptyTime::Refused => {}
+                    }
+                }
+                let Some(secs) = parse_go_time(text.as_bytes()) else {
+                    return Err(self.helm(&format!("is {text:?}, not an RFC 3339 time")));
+                };
+                if let Some(out) = self.kept.text(slot) {
+                    *out = Some(text);
+                }
+                if let Some(p) = print {
+                    p.bytes(&secs.to_le_bytes());
+                }
+                Ok(secs == parse_go_time(b"0001-01-01T00:00:00Z").unwrap_or_default())
+            }
+            (Ty::Bytes, Kind::String) => {
+                let mut check = Base64Check::default();
+                self.json.string(&mut check)?;
+                if !check.valid() {
+                    return Err(self.helm("is not base64 as Go decodes a []byte"));
+                }
+                if let Some(p) = print {
+                    p.bytes(&check.digest.finish());
+                }
+                Ok(check.len == 0)
+            }
+            (Ty::Bytes, Kind::Array) => {
+                // Go also decodes an array of numbers 0-255 into a []byte.
+                self.array(print, |walk, print| match walk.json.peek_kind()? {
+                    Kind::Null => walk.json.null().map_err(DecodeError::from),
+                    Kind::Number => match walk.json.number()?.int {
+                        Some(byte @ 0..=255) => {
+                            if let Some(p) = print {
+                                p.bytes(&[byte as u8]);
+                            }
+                            Ok(())
+                        }
+                        _ => Err(walk.helm("holds a number that is not a byte")),
+                    },
+                    found => Err(walk.wrong_type(Ty::Int, found)),
+                })
+            }
+            (Ty::MapAny, Kind::Object) => self.object(print, |walk, print| {
+                walk.json.any(print, true)?;
+                Ok(())
+            }),
+            (Ty::MapStr, Kind::Object) => self.object(print, |walk, print| {
+                walk.value(Ty::Str, Slot::None, EmptyTime::Refused, print).map(|_| ())
+            }),
+            (Ty::Resources, Kind::Object) => {
+                self.object(print, |walk, print| match walk.json.peek_kind()? {
+                    Kind::Null => walk.json.null().map_err(DecodeError::from),
+                    Kind::Array => walk
+                        .array(print, |walk, _| match walk.json.peek_kind()? {
+                            // runtime.Object is an interface with no concrete type: only null fits.
+                            Kind::Null => walk.json.null().map_err(DecodeError::from),
+                            found => Err(walk.wrong_type(Ty::Resources, found)),
+                        })
+                        .map(|_| ()),
+                    found => Err(walk.wrong_type(Ty::AnyList, found)),
+                })
+            }
+            (Ty::StrList, Kind::Array) => self.array(print, |walk, print| {
+                walk.value(Ty::Str, Slot::None, EmptyTime::Refused, print).map(|_| ())
+            }),
+            (Ty::AnyList, Kind::Array) => self.array(print, |walk, print| {
+                walk.json.any(print, true)?;
+                Ok(())
+            }),
+            (Ty::StructList(fields), Kind::Array) => {
+                self.array(print, |walk, print| walk.structure(fields, print).map(|_| ()))
+            }
+            (Ty::Struct(fields), Kind::Object) => self.structure(fields, print),
+            (ty, found) => Err(self.wrong_type(ty, found)),
+        }
+    }
+
+    /// An object whose values all have one type (a Go map); true when empty.
+    fn object(
+        &mut self,
+        mut print: Option<&mut Fingerprint>,
+        mut each: impl FnMut(&mut Self, Option<&mut Fingerprint>) -> Step<()>,
+    ) -> Step<bool> {
+        self.json.begin_object()?;
+        let mut count = 0u64;
+        loop {
+            let more = match print.as_deref_mut() {
+                Some(p) => {
+                    p.tag(b'k');
+                    let more = self.json.next_key(count == 0, p)?;
+                    p.tag(b':');
+                    more
+                }
+                None => self.json.next_key(count == 0, &mut ())?,
+            };
+            if !more {
+                return Ok(count == 0);
+            }
+            count += 1;
+            each(self, print.as_deref_mut())?;
+        }
+    }
+
+    /// An array; true when empty.
+    fn array(
+        &mut self,
+        mut print: Option<&mut Fingerprint>,
+        mut each: impl FnMut(&mut Self, Option<&mut Fingerprint>) -> Step<()>,
+    ) -> Step<bool> {
+        self.json.begin_array()?;
+        let mut count = 0u64;
+        while self.json.next_element(count == 0)? {
+            count += 1;
+            if let Some(p) = print.as_deref_mut() {
+                p.tag(b',');
+            }
+            each(self, print.as_deref_mut())?;
+        }
+        Ok(count == 0)
+    }
+
+    /// A Go struct: keys matched to fields as Go does, the last of repeated keys winning, unknown
+    /// keys skipped. Each field's fingerprint is taken apart and left out when the value is zero.
+    fn structure(&mut self, fields: &'static [Field], mut print: Option<&mut Fingerprint>) -> Step<bool> {
+        if self.json.peek_kind()? == Kind::Null {
+            self.json.null()?;
+            return Ok(true);
+        }
+        if self.json.peek_kind()? != Kind::Object {
+            let found = self.json.peek_kind()?;
+            return Err(self.wrong_type(Ty::Struct(fields), found));
+        }
+        let through_map = read_through_map(fields);
+        let mut seen = 0u64;
+        let mut zero = true;
+        self.json.begin_object()?;
+        let mut first = true;
+        loop {
+            let mut key = Capture::new(32);
+            if !self.json.next_key(first, &mut key)? {
+                return Ok(zero);
+            }
+            first = false;
+            let found = if key.truncated {
+                None
+            } else {
+                fields.iter().enumerate().find(|(_, field)| fold_eq(&key.bytes, field.name))
+            };
+            let Some((index, field)) = found else {
+                // Helm 4 reads info and last_run through a map: every value there must be one Go
+                // can hold in an interface{} (numbers in float64 range).
+                self.json.any(None, through_map)?;
+                continue;
+            };
+            if through_map && seen & (1 << index) != 0 {
+                return Err(DecodeError::HelmDisagree(format!(
+                    "`{}.{}` is given twice; Helm 3 and Helm 4 read that differently",
+                    self.path(),
+                    field.name
+                )));
+            }
+            seen |= 1 << index;
+            self.path.push(field.name);
+            // Helm's own times (Helm 3 `pkg/time`, Helm 4's map-first reading) take "" as unset.
+            let empty_time = match (through_map, key.bytes == field.name.as_bytes()) {
+                (false, _) => EmptyTime::Refused,
+                (true, true) => EmptyTime::Unset,
+                (true, false) => EmptyTime::Disagree,
+            };
+            let mut field_print = (field.content && print.is_some()).then(Fingerprint::default);
+            let field_zero = self.value(field.ty, field.slot, empty_time, field_print.as_mut())?;
+            self.path.pop();
+            zero &= field_zero;
+            if let (Some(p), Some(field_print), false) = (print.as_deref_mut(), field_print, field_zero) {
+                p.tag(b'f');
+                p.bytes(field.name.as_bytes());
+                p.bytes(&field_print.finish());
+            }
+        }
+    }
+}
+
+/// Checks base64 as Go's `base64.StdEncoding` decodes a `[]byte` (newlines ignored, padding
+/// required, any trailing bits), while fingerprinting the text.
+#[derive(Debug, Default)]
+struct Base64Check {
+    len: u64,
+    padding: u8,
+    bad: bool,
+    digest: Fingerprint,
+}
+
+impl super::gojson::Sink for Base64Check {
+    fn put(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            match b {
+                b'\r' | b'\n' => continue,
+                b'=' => self.padding += 1,
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' if self.padding == 0 => {}
+                _ => self.bad = true,
+            }
+            self.len += 1;
+        }
+        self.digest.put(bytes);
+    }
+}
+
+impl Base64Check {
+    fn valid(&self) -> bool {
+        !self.bad && self.len.is_multiple_of(4) && self.padding <= 2
+    }
+}
+
+impl From<JsonError> for DecodeError {
+    fn from(error: JsonError) -> DecodeError {
+        match error {
+            JsonError::TooLarge { limit } => DecodeError::TooLarge { limit: limit as usize },
+            other => DecodeError::Json(other),
+        }
+    }
+}
+
+/// Reads release JSON as Helm does. `Err`: Helm 3 or Helm 4 would skip the record.
+pub fn read_release<R: Read>(json: JsonReader<R>) -> Result<ReleasePayload, DecodeError> {
+    let mut walk = Walk { json, kept: Kept::default(), path: Vec::new() };
+    let mut content = Fingerprint::default();
+    if walk.json.peek_kind()? != Kind::Object {
+        let found = walk.json.peek_kind()?;
+        return Err(DecodeError::Helm(format!(
+            "the release is {}, not an object",
+            match found {
+                Kind::Null => "null",
+                _ => "not an object",
+            }
+        )));
+    }
+    // The top level is read field by field so that `info` is seen once (Helm 4 merges a second
+    // one differently from Helm 3).
+    walk.json.begin_object()?;
+    let mut first = true;
+    loop {
+        let mut key = Capture::new(32);
+        if !walk.json.next_key(first, &mut key)? {
+            break;
+        }
+        first = false;
+        let found =
+            (!key.truncated).then(|| RELEASE.iter().find(|field| fold_eq(&key.bytes, field.name))).flatten();
+        let Some(field) = found else {
+            walk.json.any(None, false)?;
+            continue;
+        };
+        if field.name == "info" {
+            if walk.kept.has_info {
+                return Err(DecodeError::HelmDisagree(
+                    "`info` is given twice; Helm 3 and Helm 4 merge them differently".to_owned(),
+                ));
+            }
+            walk.kept.has_info = walk.json.peek_kind()? != Kind::Null;
+        }
+        walk.path.push(field.name);
+        let mut field_print = field.content.then(Fingerprint::default);
+        let zero = walk.value(field.ty, field.slot, EmptyTime::Refused, field_print.as_mut())?;
+        walk.path.pop();
+        if let (Some(field_print), false) = (field_print, zero) {
+            content.tag(b'f');
+            content.bytes(field.name.as_bytes());
+            content.bytes(&field_print.finish());
+        }
+    }
+    walk.json.end()?;
+    let kept = walk.kept;
+    if !kept.has_info {
+        return Err(DecodeError::Helm("the release has no `info`; Helm cannot show or use it".to_owned()));
+    }
+    let version = kept.version.unwrap_or(0);
+    let version = u32::try_from(version).map_err(|_| {
+        DecodeError::Helm(format!("`version` is {version}; helm-guard counts revisions 0 to {}", u32::MAX))
+    })?;
+    let status_text = kept.status.unwrap_or_default();
+    let status = status_text.parse::<Status>().unwrap_or(Status::Unknown);
+    let chart = (kept.chart_name.is_some() || kept.chart_version.is_some() || kept.app_version.is_some())
+        .then(|| ChartMetadata {
+            name: kept.chart_name.unwrap_or_default(),
+            version: kept.chart_version.unwrap_or_default(),
+            app_version: kept.app_version.filter(|v| !v.is_empty()),
+        });
+    Ok(ReleasePayload {
+        name: kept.name.unwrap_or_default(),
+        namespace: kept.namespace.unwrap_or_default(),
+        version,
+        info: ReleaseInfo {
+            status,
+            status_text: (status.as_str() != status_text).then_some(status_text),
+            first_deployed: kept.first_deployed,
+            last_deployed: kept.last_deployed,
+            deleted: kept.deleted,
+            description: kept.description,
+        },
+        chart,
+        content: content.finish(),
+    })
+}
