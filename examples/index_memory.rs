@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use helm_guard::cluster::{ReleaseIndex, SourceKind};
+use helm_guard::cluster::{IndexedRecord, ReleaseIndex, SourceKind};
 use helm_guard::release::history::{PayloadStatus, RevisionFacts};
-use helm_guard::release::{Driver, RecordId, ReleaseKey, Status};
+use helm_guard::release::{Driver, ReleaseKey, Status};
 
 fn rss_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -38,7 +38,13 @@ fn main() {
             label: Some(status),
             changed_at: Some(1_795_968_000 + i64::from(n)),
         };
-        index.upsert(&RecordId { key, revision }, facts);
+        let object = format!("sh.helm.release.v1.{}.v{revision}", key.release);
+        index.upsert(IndexedRecord {
+            key,
+            object,
+            facts,
+            resource_version: Some(format!("{}", 4_000_000 + n)),
+        });
     }
     index.set_ready(true);
     let after = rss_bytes();

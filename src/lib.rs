@@ -45,7 +45,8 @@
 //!     requester: Requester { username: "admin", groups: &[] },
 //!     break_glass: None,
 //! };
-//! let verdict = decide_delete(&delete, &History::new(&facts), &PolicyConfig::default());
+//! // The verdict gets the other records of the release: all but revision 3.
+//! let verdict = decide_delete(&delete, &History::new(&facts[..1]), &PolicyConfig::default());
 //! assert!(!verdict.allowed);
 //! assert_eq!(verdict.reason, Reason::LatestDeployedRevision);
 //! ```

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use helm_guard::cluster::feed::{NamespaceFeed, RecordFeed};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
-use helm_guard::release::{DecodeLimits, Driver, History, ReleaseKey, ReleaseState, classify};
+use helm_guard::release::{DecodeLimits, Driver, History, ReleaseKey, ReleaseState, Status, classify};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::Event;
@@ -38,9 +38,11 @@ fn key(namespace: &str, release: &str) -> ReleaseKey {
     ReleaseKey { driver: Driver::Secret, namespace: namespace.into(), release: release.into() }
 }
 
-fn state(index: &ReleaseIndex, key: &ReleaseKey) -> (History, ReleaseState) {
+/// The revisions and statuses seen, and the state (a live index has read no payload yet: its
+/// labels stand in).
+fn state(index: &ReleaseIndex, key: &ReleaseKey) -> (Vec<(u32, Status)>, ReleaseState) {
     let facts = index.history(key);
-    (History::new(&facts), classify(&facts, 0, 900).state)
+    (History::new(&facts).revisions().to_vec(), classify(&facts, 0, 900).state)
 }
 
 #[test]

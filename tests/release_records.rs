@@ -97,7 +97,7 @@ fn scan_of_the_snapshot_agrees_with_helm_history_revision_by_revision() {
                 .iter()
                 .find(|r| r.record.id.key.release == report.release && r.record.id.revision == revision)
                 .unwrap();
-            let summary = record.summary().unwrap();
+            let summary = helm_guard::release::Summary::of(record).unwrap();
             assert_eq!(summary.status.as_str(), entry["status"], "{} r{revision}", report.release);
             assert_eq!(summary.description.as_deref(), entry["description"].as_str());
         }

@@ -306,6 +306,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
         config: PolicyConfig { default_mode: Mode::Audit, ..PolicyConfig::default() },
         limits: DecodeLimits::default(),
         fetcher: None,
+        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
     };
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, &request);

@@ -70,6 +70,13 @@ async fn objects_that_are_not_release_records_are_allowed_as_such() {
         "admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json",
     );
     opaque["request"]["oldObject"]["type"] = json!("Opaque");
+    // Helm selects records by their labels alone: an Opaque Secret labelled owner=helm and
+    // name=web is a record of web (Helm lists it), and is decided as one.
+    let response = guard.validate(&opaque).await;
+    assert_ne!(response["auditAnnotations"]["reason"], json!("not-a-release-record"), "{response}");
+    assert_eq!(response["auditAnnotations"]["release"], json!("demo/web"));
+    // Without Helm's labels it is no record, whatever its type or name.
+    opaque["request"]["oldObject"]["metadata"]["labels"].as_object_mut().unwrap().remove("name");
     let response = guard.validate(&opaque).await;
     assert_eq!(
         (response["allowed"].as_bool(), &response["auditAnnotations"]["reason"]),

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
-use crate::cluster::{PayloadFetcher, ReleaseIndex};
+use std::time::{Duration, Instant};
+
+use crate::cluster::{Fetched, PayloadFetcher, ReleaseIndex};
 use crate::policy::PolicyConfig;
-use crate::release::history::PayloadStatus;
-use crate::release::{DecodeLimits, RecordId, ReleaseKey};
+use crate::release::{DecodeLimits, ReleaseKey};
 pub use ledger::LedgerEntry;
 
 /// Which webhook a request came to.
@@ -44,7 +45,12 @@ pub struct Admission {
     pub limits: DecodeLimits,
     /// Live source only: reads a payload the index does not hold.
     pub fetcher: Option<Arc<dyn PayloadFetcher>>,
+    /// What one decision may spend on API calls; below the webhooks' `timeoutSeconds`.
+    pub decision_deadline: Duration,
 }
+
+/// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.
+pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(2);
 
 /// A request's answer and its ledger entry.
 #[derive(Debug)]
@@ -72,17 +78,25 @@ impl Admission {
         (info, mode)
     }
 
-    /// A metadata-only index knows a revision's status from its label; where the label is missing
-    /// or not a status, one GET of the payload tells it. Helm always writes the label, so this is
-    /// the exception (a hand edit), not the rule.
-    fn fill_missing_statuses(&self, key: &ReleaseKey) {
+    /// A metadata-only index knows a record by its labels, which anyone may set; a verdict that
+    /// depends on the release's history first reads what Helm reads: the payload of every record
+    /// not yet read at its current resourceVersion, all within the decision deadline. A record
+    /// still unread afterwards counts as unread in the history (and refuses what it must).
+    /// `except`: the record the request is about (its payload is in the request).
+    fn read_history(&self, key: &ReleaseKey, except: Option<&str>, started: Instant) {
         let Some(fetcher) = &self.fetcher else { return };
-        for facts in self.index.history(key) {
-            if facts.payload == PayloadStatus::NotLoaded && facts.label.is_none() {
-                let id = RecordId { key: key.clone(), revision: facts.revision };
-                if let Some(fetched) = fetcher.fetch(&id) {
-                    self.index.upsert(&id, fetched);
+        let unread = self.index.unverified(key, except);
+        if unread.is_empty() {
+            return;
+        }
+        let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
+        for (object, fetched) in fetcher.fetch(key, &objects, started + self.decision_deadline) {
+            let seen = unread.iter().find(|(o, _)| *o == object).and_then(|(_, rv)| rv.as_deref());
+            match fetched {
+                Fetched::Read { resource_version, facts } => {
+                    self.index.verified(key, &object, seen, resource_version.as_deref(), facts);
                 }
+                Fetched::Gone => self.index.remove(key, &object),
             }
         }
     }

@@ -11,6 +11,7 @@ use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod};
 use crate::release::{ReleaseKey, classify};
 
 pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    let started = std::time::Instant::now();
     let mut entry = LedgerEntry::new(Webhook::Mutate, request);
     let mut response = AdmissionResponse::from(request);
     let namespace = request.namespace.as_deref().unwrap_or_default();
@@ -21,7 +22,7 @@ pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) 
             None => Reason::NotAHelmInstallPod,
             Some(target) => {
                 entry.release = Some(format!("{}/{}", target.namespace, target.release));
-                match patch(admission, &pod, &target, &mut entry) {
+                match patch(admission, &pod, &target, started, &mut entry) {
                     Ok(patch) => match response.clone().with_patch(patch) {
                         Ok(patched) => {
                             response = patched;
@@ -58,6 +59,7 @@ fn patch(
     admission: &Admission,
     pod: &Value,
     target: &HelmInstallPod,
+    started: std::time::Instant,
     entry: &mut LedgerEntry,
 ) -> Result<json_patch::Patch, Reason> {
     if !admission.index.is_ready() {
@@ -69,9 +71,15 @@ fn patch(
         namespace: target.namespace.clone(),
         release: target.release.clone(),
     };
-    admission.fill_missing_statuses(&key);
+    admission.read_history(&key, None, started);
+    let history = admission.index.history(&key);
+    if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
+        entry.message =
+            Some("a record of the release could not be read in time: pod admitted unchanged".to_owned());
+        return Err(Reason::ReleaseStateUnavailable);
+    }
     let now = jiff::Timestamp::now().as_second();
-    let state = classify(&admission.index.history(&key), now, admission.config.stuck_after_secs());
+    let state = classify(&history, now, admission.config.stuck_after_secs());
     let plan = pod::plan(target, &state);
     entry.revision = state.revision;
     entry.status = state.status;

@@ -1,5 +1,7 @@
 //! The validating webhook on release records: DELETE (D1–D9), UPDATE (U1–U5), CREATE (logged).
 
+use std::time::Instant;
+
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::Value;
@@ -8,13 +10,13 @@ use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
 use crate::policy::delete::{DeleteFacts, decide_delete};
 use crate::policy::mode::apply_mode;
-use crate::policy::update::{RecordSide, UpdateFacts, decide_update};
+use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::release::record::DecodedRecord;
-use crate::release::record::parse_object_name;
-use crate::release::{Driver, History, Record, RecordId, ReleaseKey, ReleasePayload, Status};
+use crate::release::{Driver, History, Record, ReleasePayload, Status};
 
 pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    let started = Instant::now();
     let mut entry = LedgerEntry::new(Webhook::Validate, request);
     let kind = request.kind.kind.as_str();
     let driver = match (request.kind.group.as_str(), kind) {
@@ -32,16 +34,15 @@ pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>
     let (old_record, new_record) = (as_record(&old), as_record(&new));
 
     let decided = match (driver, &request.operation) {
-        (Some(driver), Operation::Delete) => {
-            // Without an oldObject (API servers before 1.15) the object name still tells the record.
-            let target = if old.is_some() { old_record } else { record_from_name(request, driver) };
-            match target {
-                Some(record) => {
-                    delete(admission, request, DecodedRecord::new(record, admission.limits), &mut entry)
-                }
-                None => not_a_record(),
+        (Some(_), Operation::Delete) => match (old_record, &old) {
+            (Some(record), _) => {
+                delete(admission, request, DecodedRecord::new(record, admission.limits), started, &mut entry)
             }
-        }
+            // Every supported API server sends the object being deleted; without it nothing can
+            // be shown harmless.
+            (None, None) => no_old_object(admission, request),
+            (None, Some(_)) => not_a_record(),
+        },
         (Some(_), Operation::Update) => match (old_record, new_record, new.as_ref()) {
             (Some(old_record), Some(new_record), _) => {
                 update(admission, request, old_record, new_record, true, &mut entry)
@@ -101,19 +102,19 @@ fn not_a_record() -> Decided {
     allowed(Verdict::allow(Reason::NotAReleaseRecord))
 }
 
-/// A record known only by its object name; its status comes from the index.
-fn record_from_name(request: &AdmissionRequest<DynamicObject>, driver: Driver) -> Option<Record> {
-    let (release, revision) = parse_object_name(&request.name)?;
-    let namespace = request.namespace.clone().unwrap_or_default();
-    Some(Record {
-        id: RecordId { key: ReleaseKey { driver, namespace, release: release.to_owned() }, revision },
-        object_name: request.name.clone(),
-        labels: Default::default(),
-        annotations: Default::default(),
-        secret_type: None,
-        identity_agrees: true,
-        payload: None,
-    })
+fn no_old_object(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Decided {
+    let verdict = Verdict::deny(
+        Reason::NoOldObject,
+        format!(
+            "helm-guard: the review of this DELETE of {}/{} carries no oldObject, so helm-guard cannot tell what \
+             is deleted; every supported API server sends it",
+            request.namespace.as_deref().unwrap_or_default(),
+            request.name
+        ),
+    );
+    let (_, mode) = admission.namespace(request.namespace.as_deref().unwrap_or_default());
+    let outcome = apply_mode(&verdict, mode);
+    (verdict, outcome)
 }
 
 fn requester(request: &AdmissionRequest<DynamicObject>) -> Requester<'_> {
@@ -144,16 +145,13 @@ fn delete(
     admission: &Admission,
     request: &AdmissionRequest<DynamicObject>,
     record: DecodedRecord,
+    started: Instant,
     entry: &mut LedgerEntry,
 ) -> Decided {
     let id = &record.record.id;
+    let object = record.record.object_name.as_str();
     describe_record(entry, &record);
-    // With the object at hand its payload says the status; with only a name, the index does.
-    let status = match record.record.payload {
-        Some(_) => record.status(),
-        None => History::new(&admission.index.history(&id.key)).status_of(id.revision),
-    };
-    entry.status = status;
+    let status = record.status();
     entry.transition = Some(format!("{} -> (deleted)", status_text(status)));
     let (namespace, mode) = admission.namespace(&id.key.namespace);
     let facts = DeleteFacts {
@@ -165,13 +163,22 @@ fn delete(
         requester: requester(request),
         break_glass: break_glass_reason(&record.record.annotations),
     };
-    admission.fill_missing_statuses(&id.key);
-    admission.index.decide(&id.key, |revisions| {
-        let verdict = decide_delete(&facts, &History::new(revisions), &admission.config);
-        let outcome = apply_mode(&verdict, mode);
-        let change = (outcome.allowed && !request.dry_run).then_some(IndexChange::Delete(id.revision));
-        ((verdict, outcome), change)
-    })
+    let decide = || {
+        admission.index.decide(&id.key, Some(object), |others| {
+            let verdict = decide_delete(&facts, &History::new(others), &admission.config);
+            let outcome = apply_mode(&verdict, mode);
+            let change = (outcome.allowed && !request.dry_run)
+                .then(|| IndexChange::Delete { object: object.to_owned() });
+            ((verdict, outcome), change)
+        })
+    };
+    let decided = decide();
+    if decided.0.reason != Reason::UnreadHistory {
+        return decided;
+    }
+    // The verdict depends on records known only by their labels: read them, then decide again.
+    admission.read_history(&id.key, Some(object), started);
+    decide()
 }
 
 fn update(
@@ -189,7 +196,13 @@ fn update(
         RecordSide {
             labels: &r.record.labels,
             secret_type: r.record.secret_type.as_deref(),
-            payload_status: r.status(),
+            payload: r
+                .payload
+                .as_ref()
+                .ok()
+                .map(|p| PayloadSide { status: p.info.status, content: p.content }),
+            owner_references: r.record.owner_references.len(),
+            finalizers: &r.record.finalizers,
         }
     }
     let facts = UpdateFacts {
@@ -204,12 +217,14 @@ fn update(
     let verdict = decide_update(&facts, &admission.config);
     let outcome = apply_mode(&verdict, mode);
     if outcome.allowed && !request.dry_run {
-        if !new_is_record || new.record.id != old.record.id {
-            // A forced identity change: the old record is gone from Helm's view.
-            admission.index.apply(&old.record.id.key, IndexChange::Delete(old.record.id.revision));
+        let object = new.record.object_name.clone();
+        if !new_is_record || new.record.id.key != old.record.id.key {
+            // A forced identity change: the old record is gone from the release Helm sees.
+            let gone = IndexChange::Delete { object: old.record.object_name.clone() };
+            admission.index.apply(&old.record.id.key, gone);
         }
         if new_is_record {
-            admission.index.apply(&new.record.id.key, IndexChange::Upsert(new.facts()));
+            admission.index.apply(&new.record.id.key, IndexChange::Upsert { object, facts: new.facts() });
         }
     }
     (verdict, outcome)
@@ -235,7 +250,8 @@ fn create(
         ),
     };
     if !request.dry_run {
-        admission.index.apply(&record.record.id.key, IndexChange::Upsert(record.facts()));
+        let change = IndexChange::Upsert { object: record.record.object_name.clone(), facts: record.facts() };
+        admission.index.apply(&record.record.id.key, change);
     }
     allowed(verdict)
 }

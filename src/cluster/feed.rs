@@ -6,28 +6,30 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
-use super::index::{NamespaceInfo, ReleaseIndex};
+use super::index::{IndexedRecord, NamespaceInfo, ReleaseIndex};
+use crate::release::Driver;
 use crate::release::history::{PayloadStatus, RevisionFacts};
-use crate::release::record::{changed_at_label, identify, is_configmap_record, status_label};
-use crate::release::{Driver, RecordId};
+use crate::release::record::{changed_at_label, release_key, status_label, version_hint};
 
-/// What a record's metadata tells without its payload: the status label stands in.
-pub fn facts_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<(RecordId, RevisionFacts)> {
+/// What a record's metadata tells without its payload: the labels stand in until a verdict needs
+/// the payload (it is read then, once per resourceVersion).
+pub fn record_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedRecord> {
     let empty = BTreeMap::new();
     let labels = meta.labels.as_ref().unwrap_or(&empty);
     let name = meta.name.as_deref()?;
-    // The Secret watch selects on type=helm.sh/release.v1; a ConfigMap must say it itself.
-    if driver == Driver::ConfigMap && !is_configmap_record(name, labels) {
-        return None;
-    }
-    let (id, _) = identify(driver, meta.namespace.as_deref().unwrap_or_default(), name, labels)?;
+    let key = release_key(driver, meta.namespace.as_deref().unwrap_or_default(), labels)?;
     let facts = RevisionFacts {
-        revision: id.revision,
+        revision: version_hint(name, labels),
         payload: PayloadStatus::NotLoaded,
         label: status_label(labels),
         changed_at: changed_at_label(labels),
     };
-    Some((id, facts))
+    Some(IndexedRecord {
+        key,
+        object: name.to_owned(),
+        facts,
+        resource_version: meta.resource_version.clone(),
+    })
 }
 
 /// What a Namespace's metadata tells.
@@ -40,7 +42,7 @@ pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)>
 pub struct RecordFeed {
     driver: Driver,
     /// Records of a (re-)list in progress, swapped in whole at `InitDone`.
-    relist: Option<Vec<(RecordId, RevisionFacts)>>,
+    relist: Option<Vec<IndexedRecord>>,
 }
 
 impl RecordFeed {
@@ -58,7 +60,7 @@ impl RecordFeed {
             }
             Event::InitApply(object) => {
                 if let (Some(relist), Some(found)) =
-                    (self.relist.as_mut(), facts_from_meta(self.driver, object.meta()))
+                    (self.relist.as_mut(), record_from_meta(self.driver, object.meta()))
                 {
                     relist.push(found);
                 }
@@ -69,14 +71,14 @@ impl RecordFeed {
                 true
             }
             Event::Apply(object) => {
-                if let Some((id, facts)) = facts_from_meta(self.driver, object.meta()) {
-                    index.upsert(&id, facts);
+                if let Some(record) = record_from_meta(self.driver, object.meta()) {
+                    index.upsert(record);
                 }
                 false
             }
             Event::Delete(object) => {
-                if let Some((id, _)) = facts_from_meta(self.driver, object.meta()) {
-                    index.remove(&id);
+                if let Some(record) = record_from_meta(self.driver, object.meta()) {
+                    index.remove(&record.key, &record.object);
                 }
                 false
             }

@@ -1,6 +1,8 @@
 //! The release index: per release, the revisions Helm sees, minus deletions the guard approved.
 //!
-//! Memory-lean on purpose: no payloads, only [`RevisionFacts`] (a few dozen bytes) per revision.
+//! Memory-lean on purpose: no payloads, only [`RevisionFacts`] (a few dozen bytes), the object
+//! name and its resourceVersion per record. Records are kept by object, as Helm lists them: two
+//! objects may hold one revision.
 //! Every verdict that may change the index runs inside [`ReleaseIndex::decide`], under one lock,
 //! so two concurrent deletions of one release are decided one after the other and the second
 //! sees the first.
@@ -11,8 +13,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::policy::Mode;
-use crate::release::history::{Classification, RevisionFacts, classify};
-use crate::release::{RecordId, ReleaseKey};
+use crate::release::ReleaseKey;
+use crate::release::history::{Classification, PayloadStatus, RevisionFacts, classify};
 
 /// Where the index's contents come from, which decides what an approved write does to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,16 +52,18 @@ impl NamespaceInfo {
 /// A change a verdict makes to the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexChange {
-    /// An approved CREATE or UPDATE.
-    Upsert(RevisionFacts),
-    /// An approved DELETE of this revision.
-    Delete(u32),
+    /// An approved CREATE or UPDATE of this object.
+    Upsert { object: String, facts: RevisionFacts },
+    /// An approved DELETE of this object.
+    Delete { object: String },
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Entry {
     facts: RevisionFacts,
-    /// Set when the guard approved this revision's deletion and the watch has not confirmed it.
+    /// The object's resourceVersion (live source): what its verified payload facts belong to.
+    resource_version: Option<Box<str>>,
+    /// Set when the guard approved this object's deletion and the watch has not confirmed it.
     hidden_until: Option<Instant>,
 }
 
@@ -67,30 +71,61 @@ impl Entry {
     fn visible(&self, now: Instant) -> bool {
         self.hidden_until.is_none_or(|until| until <= now)
     }
+
+    /// A new view of the same object: the payload facts read at this resourceVersion stay (a
+    /// metadata event does not carry them); anything newer must be read again.
+    fn refresh(&mut self, facts: RevisionFacts, resource_version: Option<&str>) {
+        let same = resource_version.is_some() && self.resource_version.as_deref() == resource_version;
+        if !(same
+            && facts.payload == PayloadStatus::NotLoaded
+            && self.facts.payload != PayloadStatus::NotLoaded)
+        {
+            self.facts = facts;
+        }
+        self.resource_version = resource_version.map(Into::into);
+    }
 }
+
+/// A release's records, by object name (two objects may hold one revision).
+type Records = BTreeMap<Box<str>, Entry>;
 
 #[derive(Debug, Default)]
 struct IndexState {
-    releases: HashMap<ReleaseKey, BTreeMap<u32, Entry>>,
+    releases: HashMap<ReleaseKey, Records>,
     namespaces: HashMap<String, NamespaceInfo>,
 }
 
 impl IndexState {
-    fn visible(&self, key: &ReleaseKey, now: Instant) -> Vec<RevisionFacts> {
+    fn visible(&self, key: &ReleaseKey, except: Option<&str>, now: Instant) -> Vec<RevisionFacts> {
         self.releases
             .get(key)
-            .map(|revisions| revisions.values().filter(|e| e.visible(now)).map(|e| e.facts).collect())
+            .map(|records| {
+                records
+                    .iter()
+                    .filter(|(object, entry)| entry.visible(now) && Some(&***object) != except)
+                    .map(|(_, entry)| entry.facts)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
-    fn remove(&mut self, id: &RecordId) {
-        if let Some(revisions) = self.releases.get_mut(&id.key) {
-            revisions.remove(&id.revision);
-            if revisions.is_empty() {
-                self.releases.remove(&id.key);
+    fn remove(&mut self, key: &ReleaseKey, object: &str) {
+        if let Some(records) = self.releases.get_mut(key) {
+            records.remove(object);
+            if records.is_empty() {
+                self.releases.remove(key);
             }
         }
     }
+}
+
+/// One record as a source delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedRecord {
+    pub key: ReleaseKey,
+    pub object: String,
+    pub facts: RevisionFacts,
+    pub resource_version: Option<String>,
 }
 
 #[derive(Debug)]
@@ -140,38 +175,56 @@ impl ReleaseIndex {
         self.last_sync.lock().unwrap_or_else(|p| p.into_inner()).map(|at| at.elapsed())
     }
 
-    /// Adds or replaces one revision (a watch event or a snapshot record). A pending approved
+    /// Adds or replaces one record (a watch event or a snapshot record). A pending approved
     /// deletion stays pending: the object still existing is no news until the watch deletes it.
-    pub fn upsert(&self, id: &RecordId, facts: RevisionFacts) {
+    pub fn upsert(&self, record: IndexedRecord) {
         let mut state = self.lock();
-        let revisions = state.releases.entry(id.key.clone()).or_default();
-        let hidden_until = revisions.get(&id.revision).and_then(|e| e.hidden_until);
-        revisions.insert(id.revision, Entry { facts, hidden_until });
+        let records = state.releases.entry(record.key).or_default();
+        match records.get_mut(record.object.as_str()) {
+            Some(entry) => entry.refresh(record.facts, record.resource_version.as_deref()),
+            None => {
+                let entry = Entry {
+                    facts: record.facts,
+                    resource_version: record.resource_version.map(Into::into),
+                    hidden_until: None,
+                };
+                records.insert(record.object.into(), entry);
+            }
+        }
     }
 
-    /// Removes one revision (the watch saw it deleted).
-    pub fn remove(&self, id: &RecordId) {
-        self.lock().remove(id);
+    /// Removes one record (the watch saw it deleted).
+    pub fn remove(&self, key: &ReleaseKey, object: &str) {
+        self.lock().remove(key, object);
     }
 
     /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load).
-    /// Approved deletions still waiting for confirmation stay hidden.
+    /// Approved deletions still waiting for confirmation stay hidden; payload facts read at an
+    /// unchanged resourceVersion stay.
     pub fn replace_records(
         &self,
         drivers: &[crate::release::Driver],
-        records: impl IntoIterator<Item = (RecordId, RevisionFacts)>,
+        records: impl IntoIterator<Item = IndexedRecord>,
     ) {
-        let mut fresh: HashMap<ReleaseKey, BTreeMap<u32, Entry>> = HashMap::new();
-        for (id, facts) in records {
-            fresh.entry(id.key).or_default().insert(id.revision, Entry { facts, hidden_until: None });
+        let mut fresh: HashMap<ReleaseKey, Records> = HashMap::new();
+        for record in records {
+            let entry = Entry {
+                facts: record.facts,
+                resource_version: record.resource_version.map(Into::into),
+                hidden_until: None,
+            };
+            fresh.entry(record.key).or_default().insert(record.object.into(), entry);
         }
         let now = Instant::now();
         let mut state = self.lock();
-        for (key, revisions) in fresh.iter_mut() {
-            if let Some(old) = state.releases.get(key) {
-                for (revision, entry) in revisions.iter_mut() {
-                    entry.hidden_until =
-                        old.get(revision).and_then(|e| e.hidden_until).filter(|until| *until > now);
+        for (key, records) in fresh.iter_mut() {
+            let Some(old) = state.releases.get(key) else { continue };
+            for (object, entry) in records.iter_mut() {
+                if let Some(before) = old.get(object) {
+                    let mut kept = before.clone();
+                    kept.refresh(entry.facts, entry.resource_version.as_deref());
+                    kept.hidden_until = before.hidden_until.filter(|until| *until > now);
+                    *entry = kept;
                 }
             }
         }
@@ -196,34 +249,73 @@ impl ReleaseIndex {
         self.lock().namespaces.get(name).cloned().unwrap_or_default()
     }
 
-    /// The revisions of a release as verdicts see them.
+    /// The records of a release as verdicts see them.
     pub fn history(&self, key: &ReleaseKey) -> Vec<RevisionFacts> {
-        self.lock().visible(key, Instant::now())
+        self.lock().visible(key, None, Instant::now())
     }
 
-    /// Runs a verdict on a release's history and applies the change it approves, atomically.
+    /// The visible records of a release (but `except`) whose payload has not been read at their
+    /// current resourceVersion: (object name, resourceVersion).
+    pub fn unverified(&self, key: &ReleaseKey, except: Option<&str>) -> Vec<(String, Option<String>)> {
+        let now = Instant::now();
+        let state = self.lock();
+        let Some(records) = state.releases.get(key) else { return Vec::new() };
+        records
+            .iter()
+            .filter(|(object, entry)| {
+                entry.visible(now)
+                    && entry.facts.payload == PayloadStatus::NotLoaded
+                    && Some(&***object) != except
+            })
+            .map(|(object, entry)| (object.to_string(), entry.resource_version.as_deref().map(str::to_owned)))
+            .collect()
+    }
+
+    /// Records what a record's payload says, as read at `read_at`. `seen`: the resourceVersion
+    /// the index had when the read began. The read is taken when the index has not moved since
+    /// (the watch may lag the read: the read is newer) or has moved to exactly the version read;
+    /// otherwise the watch brought something newer than the read, which is dropped.
+    pub fn verified(
+        &self,
+        key: &ReleaseKey,
+        object: &str,
+        seen: Option<&str>,
+        read_at: Option<&str>,
+        facts: RevisionFacts,
+    ) {
+        let mut state = self.lock();
+        if let Some(entry) = state.releases.get_mut(key).and_then(|records| records.get_mut(object)) {
+            let now = entry.resource_version.as_deref();
+            if now == seen || now == read_at {
+                entry.facts = facts;
+                entry.resource_version = read_at.map(Into::into);
+            }
+        }
+    }
+
+    /// Runs a verdict on a release's records (all but `except`, the object the request is about)
+    /// and applies the change it approves, atomically.
     pub fn decide<R>(
         &self,
         key: &ReleaseKey,
+        except: Option<&str>,
         verdict: impl FnOnce(&[RevisionFacts]) -> (R, Option<IndexChange>),
     ) -> R {
         let now = Instant::now();
         let mut state = self.lock();
-        let (result, change) = verdict(&state.visible(key, now));
+        let (result, change) = verdict(&state.visible(key, except, now));
         match (change, self.source) {
             (None, _) => {}
-            (Some(IndexChange::Upsert(facts)), SourceKind::Snapshot) => {
-                let revisions = state.releases.entry(key.clone()).or_default();
-                revisions.insert(facts.revision, Entry { facts, hidden_until: None });
+            (Some(IndexChange::Upsert { object, facts }), SourceKind::Snapshot) => {
+                let records = state.releases.entry(key.clone()).or_default();
+                records.insert(object.into(), Entry { facts, resource_version: None, hidden_until: None });
             }
             // Live: only the watch writes records; a write that a later admission step refuses
             // must not leave a phantom revision behind.
-            (Some(IndexChange::Upsert(_)), SourceKind::Live { .. }) => {}
-            (Some(IndexChange::Delete(revision)), SourceKind::Snapshot) => {
-                state.remove(&RecordId { key: key.clone(), revision });
-            }
-            (Some(IndexChange::Delete(revision)), SourceKind::Live { tombstone_ttl }) => {
-                if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(&revision)) {
+            (Some(IndexChange::Upsert { .. }), SourceKind::Live { .. }) => {}
+            (Some(IndexChange::Delete { object }), SourceKind::Snapshot) => state.remove(key, &object),
+            (Some(IndexChange::Delete { object }), SourceKind::Live { tombstone_ttl }) => {
+                if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(object.as_str())) {
                     entry.hidden_until = Some(now + tombstone_ttl);
                 }
             }
@@ -233,7 +325,7 @@ impl ReleaseIndex {
 
     /// Applies one approved change outside a verdict (CREATE and UPDATE need no history).
     pub fn apply(&self, key: &ReleaseKey, change: IndexChange) {
-        self.decide(key, |_| ((), Some(change)));
+        self.decide(key, None, |_| ((), Some(change)));
     }
 
     /// Every release with its classification (for metrics). The histories are copied under the
@@ -242,7 +334,7 @@ impl ReleaseIndex {
         let now = Instant::now();
         let histories: Vec<(ReleaseKey, Vec<RevisionFacts>)> = {
             let state = self.lock();
-            state.releases.keys().map(|key| (key.clone(), state.visible(key, now))).collect()
+            state.releases.keys().map(|key| (key.clone(), state.visible(key, None, now))).collect()
         };
         histories
             .into_iter()
@@ -253,7 +345,7 @@ impl ReleaseIndex {
             .collect()
     }
 
-    /// How many revisions the index holds (hidden ones included).
+    /// How many records the index holds (hidden ones included).
     pub fn revision_count(&self) -> usize {
         self.lock().releases.values().map(BTreeMap::len).sum()
     }
@@ -262,7 +354,6 @@ impl ReleaseIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::history::PayloadStatus;
     use crate::release::{Driver, Status};
 
     fn key() -> ReleaseKey {
@@ -273,19 +364,37 @@ mod tests {
         RevisionFacts { revision, payload: PayloadStatus::NotLoaded, label: Some(status), changed_at: None }
     }
 
+    fn object(revision: u32) -> String {
+        format!("sh.helm.release.v1.web.v{revision}")
+    }
+
+    fn record(revision: u32, status: Status, resource_version: &str) -> IndexedRecord {
+        IndexedRecord {
+            key: key(),
+            object: object(revision),
+            facts: facts(revision, status),
+            resource_version: Some(resource_version.to_owned()),
+        }
+    }
+
     fn index(source: SourceKind) -> ReleaseIndex {
         let index = ReleaseIndex::new(source);
         for (revision, status) in [(1, Status::Superseded), (2, Status::Deployed)] {
-            index.upsert(&RecordId { key: key(), revision }, facts(revision, status));
+            index.upsert(record(revision, status, "1"));
         }
         index
+    }
+
+    fn delete(revision: u32) -> Option<IndexChange> {
+        Some(IndexChange::Delete { object: object(revision) })
     }
 
     #[test]
     fn a_snapshot_applies_approved_changes_at_once() {
         let index = index(SourceKind::Snapshot);
-        index.decide(&key(), |_| ((), Some(IndexChange::Delete(1))));
-        index.decide(&key(), |_| ((), Some(IndexChange::Upsert(facts(3, Status::PendingUpgrade)))));
+        index.decide(&key(), None, |_| ((), delete(1)));
+        let upsert = IndexChange::Upsert { object: object(3), facts: facts(3, Status::PendingUpgrade) };
+        index.decide(&key(), None, |_| ((), Some(upsert)));
         let revisions: Vec<u32> = index.history(&key()).iter().map(|f| f.revision).collect();
         assert_eq!(revisions, vec![2, 3]);
     }
@@ -293,33 +402,67 @@ mod tests {
     #[test]
     fn live_hides_an_approved_deletion_until_confirmed_or_expired() {
         let waiting = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
-        waiting.decide(&key(), |_| ((), Some(IndexChange::Delete(2))));
+        waiting.decide(&key(), None, |_| ((), delete(2)));
         assert_eq!(waiting.history(&key()).len(), 1, "hidden from the next verdict");
-        waiting.upsert(&RecordId { key: key(), revision: 2 }, facts(2, Status::Deployed));
+        waiting.upsert(record(2, Status::Deployed, "2"));
         assert_eq!(waiting.history(&key()).len(), 1, "a watch update does not unhide it");
-        waiting.remove(&RecordId { key: key(), revision: 2 });
+        waiting.remove(&key(), &object(2));
         assert_eq!(waiting.revision_count(), 1, "the watch confirmed it");
 
         let expired = index(SourceKind::Live { tombstone_ttl: Duration::ZERO });
-        expired.decide(&key(), |_| ((), Some(IndexChange::Delete(2))));
+        expired.decide(&key(), None, |_| ((), delete(2)));
         assert_eq!(expired.history(&key()).len(), 2, "restored once the timeout passed");
 
         let live = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
-        live.decide(&key(), |_| ((), Some(IndexChange::Upsert(facts(3, Status::Deployed)))));
+        let upsert = IndexChange::Upsert { object: object(3), facts: facts(3, Status::Deployed) };
+        live.decide(&key(), None, |_| ((), Some(upsert)));
         assert_eq!(live.history(&key()).len(), 2, "live writes come from the watch only");
     }
 
     #[test]
     fn a_relist_keeps_pending_deletions_hidden_and_drops_vanished_releases() {
         let index = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
-        index.decide(&key(), |_| ((), Some(IndexChange::Delete(2))));
+        index.decide(&key(), None, |_| ((), delete(2)));
         let other = ReleaseKey { release: "other".into(), ..key() };
-        index.upsert(&RecordId { key: other.clone(), revision: 1 }, facts(1, Status::Deployed));
+        index.upsert(IndexedRecord { key: other.clone(), ..record(1, Status::Deployed, "1") });
         index.replace_records(
             &[Driver::Secret],
-            [1, 2].map(|revision| (RecordId { key: key(), revision }, facts(revision, Status::Deployed))),
+            [1, 2].map(|revision| record(revision, Status::Deployed, "1")),
         );
         assert_eq!(index.history(&key()).len(), 1);
         assert!(index.history(&other).is_empty());
+    }
+
+    #[test]
+    fn two_objects_of_one_revision_are_both_kept() {
+        let index = index(SourceKind::Snapshot);
+        index.upsert(IndexedRecord { object: "rb-copy".into(), ..record(2, Status::Superseded, "1") });
+        assert_eq!(index.history(&key()).len(), 3);
+        let others = index.decide(&key(), Some("rb-copy"), |others| (others.len(), None));
+        assert_eq!(others, 2, "the object a request is about is left out, its twin is not");
+    }
+
+    #[test]
+    fn payload_facts_last_while_the_object_is_unchanged() {
+        let index = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+        assert_eq!(index.unverified(&key(), None).len(), 2);
+        let read =
+            RevisionFacts { payload: PayloadStatus::Decoded(Status::Deployed), ..facts(2, Status::Deployed) };
+        index.verified(&key(), &object(2), Some("1"), Some("1"), read);
+        assert_eq!(index.unverified(&key(), None), vec![(object(1), Some("1".to_owned()))]);
+        index.upsert(record(2, Status::Deployed, "1"));
+        assert_eq!(index.unverified(&key(), None).len(), 1, "a relist at the same resourceVersion keeps it");
+        index.upsert(record(2, Status::Deployed, "7"));
+        assert_eq!(index.unverified(&key(), None).len(), 2, "a new resourceVersion must be read again");
+        index.verified(&key(), &object(2), Some("5"), Some("6"), read);
+        assert_eq!(
+            index.unverified(&key(), None).len(),
+            2,
+            "a read older than what the watch brought is dropped"
+        );
+        index.verified(&key(), &object(2), Some("7"), Some("8"), read);
+        assert_eq!(index.unverified(&key(), None).len(), 1, "a read newer than a lagging watch is taken");
+        index.upsert(record(2, Status::Deployed, "8"));
+        assert_eq!(index.unverified(&key(), None).len(), 1, "and kept when the watch catches up");
     }
 }

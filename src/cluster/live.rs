@@ -1,6 +1,6 @@
 //! The live source: kube-rs metadata watchers on release Secrets, release ConfigMaps and
-//! Namespaces keep the index current without holding a single payload. A payload is fetched with
-//! one GET only when a verdict needs a status its label does not give.
+//! Namespaces keep the index current without holding a single payload. A payload is read with a
+//! GET when a verdict needs what Helm sees (labels can lie), once per resourceVersion.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -15,17 +15,14 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use prometheus_client::metrics::counter::Counter;
 
-use super::PayloadFetcher;
 use super::feed::{NamespaceFeed, RecordFeed};
 use super::index::ReleaseIndex;
-use crate::release::history::RevisionFacts;
+use super::{Fetched, PayloadFetcher};
 use crate::release::record::DecodedRecord;
-use crate::release::record::SECRET_TYPE;
-use crate::release::{DecodeLimits, Driver, Record, RecordId};
+use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
 
-pub const SECRET_LABELS: &str = "owner=helm";
-pub const SECRET_FIELDS: &str = "type=helm.sh/release.v1";
-pub const CONFIGMAP_LABELS: &str = "owner=helm";
+/// Helm selects its records by label alone (any Secret type, any name): so does the guard.
+pub const RECORD_LABELS: &str = "owner=helm";
 
 /// Where to find the cluster: the usual inference (in-cluster, KUBECONFIG, ~/.kube/config) unless
 /// a file or context is named.
@@ -73,12 +70,7 @@ pub fn watch(
 ) -> (Arc<ReleaseIndex>, Arc<dyn PayloadFetcher>) {
     let index = Arc::new(ReleaseIndex::new(super::SourceKind::Live { tombstone_ttl }));
     tokio::spawn(run(client.clone(), index.clone(), watch_restarts));
-    let fetcher = ApiPayloadFetcher {
-        client,
-        runtime: tokio::runtime::Handle::current(),
-        limits,
-        timeout: Duration::from_secs(3),
-    };
+    let fetcher = ApiPayloadFetcher { client, runtime: tokio::runtime::Handle::current(), limits };
     (index, Arc::new(fetcher))
 }
 
@@ -102,8 +94,8 @@ impl InitialLists {
 /// index keeps serving its last good state.
 pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Counter) {
     let lists = Arc::new(InitialLists { remaining: AtomicU8::new(3) });
-    let secrets = watcher::Config::default().labels(SECRET_LABELS).fields(SECRET_FIELDS).any_semantic();
-    let configmaps = watcher::Config::default().labels(CONFIGMAP_LABELS).any_semantic();
+    let secrets = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
+    let configmaps = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
     let namespaces = watcher::Config::default().any_semantic();
 
     let mut secret_feed = RecordFeed::new(Driver::Secret);
@@ -163,55 +155,80 @@ async fn drive<K>(
     }
 }
 
-/// Fetches one record with a GET and decodes its status.
+/// Reads records with GETs, a few at a time, all within the verdict's deadline.
 #[derive(Clone)]
 pub struct ApiPayloadFetcher {
     pub client: kube::Client,
     pub runtime: tokio::runtime::Handle,
     pub limits: DecodeLimits,
-    pub timeout: Duration,
 }
+
+/// How many GETs one verdict keeps in flight.
+const PARALLEL_GETS: usize = 8;
 
 impl std::fmt::Debug for ApiPayloadFetcher {
     // kube::Client has no Debug of its own.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiPayloadFetcher").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("ApiPayloadFetcher").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl ApiPayloadFetcher {
+    async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
+        let found = match key.driver {
+            Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), &key.namespace)
+                .get_opt(object)
+                .await?
+                .map(|o| (o.metadata.resource_version.clone(), serde_json::to_value(o))),
+            Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &key.namespace)
+                .get_opt(object)
+                .await?
+                .map(|o| (o.metadata.resource_version.clone(), serde_json::to_value(o))),
+        };
+        let Some((resource_version, Ok(value))) = found else { return Ok(Fetched::Gone) };
+        match Record::from_object(&value, Some(key.driver.kind())) {
+            // Still a record of this release: what Helm reads of it.
+            Ok(Some(record)) if record.id.key == *key => {
+                Ok(Fetched::Read { resource_version, facts: DecodedRecord::new(record, self.limits).facts() })
+            }
+            // Relabelled since: no longer part of this release.
+            _ => Ok(Fetched::Gone),
+        }
     }
 }
 
 impl PayloadFetcher for ApiPayloadFetcher {
-    fn fetch(&self, id: &RecordId) -> Option<RevisionFacts> {
-        let name = id.object_name();
-        let namespace = &id.key.namespace;
-        let object = self.runtime.block_on(async {
-            let get = async {
-                match id.key.driver {
-                    Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), namespace)
-                        .get_opt(&name)
-                        .await
-                        .map(|o| o.and_then(|o| serde_json::to_value(o).ok())),
-                    Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
-                        .get_opt(&name)
-                        .await
-                        .map(|o| o.and_then(|o| serde_json::to_value(o).ok())),
+    fn fetch(
+        &self,
+        key: &ReleaseKey,
+        objects: &[String],
+        deadline: std::time::Instant,
+    ) -> Vec<(String, Fetched)> {
+        let reads = futures::stream::iter(objects.iter().cloned())
+            .map(|object| async move {
+                let result = self.get(key, &object).await;
+                (object, result)
+            })
+            .buffer_unordered(PARALLEL_GETS);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        self.runtime.block_on(async {
+            let mut reads = std::pin::pin!(reads);
+            let mut done = Vec::new();
+            loop {
+                match tokio::time::timeout_at(deadline, reads.next()).await {
+                    Ok(Some((object, Ok(fetched)))) => done.push((object, fetched)),
+                    Ok(Some((object, Err(error)))) => {
+                        tracing::warn!(namespace = %key.namespace, %object, %error, "could not read a record's payload");
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        tracing::warn!(namespace = %key.namespace, release = %key.release, "reading payloads ran out of the verdict's deadline");
+                        break;
+                    }
                 }
-            };
-            tokio::time::timeout(self.timeout, get).await
-        });
-        let object = match object {
-            Ok(Ok(object)) => object?,
-            Ok(Err(error)) => {
-                tracing::warn!(%namespace, %name, %error, "could not fetch a record's payload");
-                return None;
             }
-            Err(_) => {
-                tracing::warn!(%namespace, %name, "fetching a record's payload timed out");
-                return None;
-            }
-        };
-        let kind = id.key.driver.kind();
-        let record = Record::from_object(&object, Some(kind)).ok()??;
-        Some(DecodedRecord::new(record, self.limits).facts())
+            done
+        })
     }
 }
 
@@ -222,8 +239,8 @@ pub async fn list_records(
     release: Option<&str>,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
     let labels = match release {
-        Some(release) => format!("{SECRET_LABELS},name={release}"),
-        None => SECRET_LABELS.to_owned(),
+        Some(release) => format!("{RECORD_LABELS},name={release}"),
+        None => RECORD_LABELS.to_owned(),
     };
     let secrets: Api<Secret> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -235,11 +252,7 @@ pub async fn list_records(
     };
     let params = ListParams::default().labels(&labels);
     let mut objects = Vec::new();
-    for secret in secrets
-        .list(&params.clone().fields(&format!("type={SECRET_TYPE}")))
-        .await
-        .context("listing Secrets")?
-    {
+    for secret in secrets.list(&params).await.context("listing Secrets")? {
         objects.push(with_kind(serde_json::to_value(secret)?, "Secret"));
     }
     for configmap in configmaps.list(&params).await.context("listing ConfigMaps")? {

@@ -7,13 +7,25 @@ pub mod index;
 pub mod live;
 pub mod snapshot;
 
-pub use index::{IndexChange, NamespaceInfo, ReleaseIndex, SourceKind};
+pub use index::{IndexChange, IndexedRecord, NamespaceInfo, ReleaseIndex, SourceKind};
 
-use crate::release::RecordId;
+use std::time::Instant;
+
+use crate::release::ReleaseKey;
 use crate::release::history::RevisionFacts;
 
-/// Fetches one record's payload when a verdict needs a status the index does not hold. Called
-/// from a blocking thread.
+/// What reading one record's payload found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// The payload as Helm reads it, at this resourceVersion.
+    Read { resource_version: Option<String>, facts: RevisionFacts },
+    /// The object is gone (its deletion not yet seen by the watch).
+    Gone,
+}
+
+/// Reads the payloads of records the index knows only by their metadata, when a verdict needs
+/// what Helm sees. Called from a blocking thread; every read shares one deadline. A record left
+/// out of the answer could not be read in time.
 pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
-    fn fetch(&self, id: &RecordId) -> Option<RevisionFacts>;
+    fn fetch(&self, key: &ReleaseKey, objects: &[String], deadline: Instant) -> Vec<(String, Fetched)>;
 }

@@ -38,7 +38,12 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
     let loaded = Loaded { records: records.len(), namespaces: namespaces.len(), problems };
     index.replace_records(
         &[Driver::Secret, Driver::ConfigMap],
-        records.iter().map(|r| (r.record.id.clone(), r.facts())),
+        records.iter().map(|r| super::index::IndexedRecord {
+            key: r.record.id.key.clone(),
+            object: r.record.object_name.clone(),
+            facts: r.facts(),
+            resource_version: None,
+        }),
     );
     index.replace_namespaces(namespaces);
     index.set_ready(true);

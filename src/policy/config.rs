@@ -11,13 +11,10 @@ pub struct Requester<'a> {
     pub groups: &'a [String],
 }
 
-/// Identities that delete a namespace's contents when the namespace goes: the namespace
-/// controller and the garbage collector, with or without per-controller service accounts.
-const TEARDOWN_USERS: [&str; 3] = [
-    "system:serviceaccount:kube-system:namespace-controller",
-    "system:serviceaccount:kube-system:generic-garbage-collector",
-    "system:kube-controller-manager",
-];
+/// The namespace controller's identity with per-controller service accounts. Without them every
+/// controller is `system:kube-controller-manager`, which then proves nothing: the namespace must
+/// be terminating.
+const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
 
 #[derive(Debug, Clone)]
 pub struct PolicyConfig {
@@ -53,8 +50,8 @@ impl PolicyConfig {
             .map(|group| format!("group:{group}"))
     }
 
-    pub fn is_teardown_requester(requester: Requester<'_>) -> bool {
-        TEARDOWN_USERS.contains(&requester.username)
+    pub fn is_namespace_controller(requester: Requester<'_>) -> bool {
+        requester.username == NAMESPACE_CONTROLLER
     }
 
     pub fn stuck_after_secs(&self) -> i64 {

@@ -18,11 +18,13 @@ pub struct DeleteFacts<'a> {
     pub break_glass: Option<&'a str>,
 }
 
-/// Decides a deletion. `history` is the release as Helm sees it now, including this record.
-pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &PolicyConfig) -> Verdict {
+/// Decides a deletion. `others`: the release as Helm sees it now, without the record being
+/// deleted (another record may hold the same revision).
+pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> Verdict {
     let DeleteFacts { namespace, release, revision, .. } = *facts;
-    // D1
-    if facts.namespace_terminating || PolicyConfig::is_teardown_requester(facts.requester) {
+    // D1: only a namespace going away is teardown; the garbage collector elsewhere (an owner
+    // reference someone added) is decided like anyone.
+    if facts.namespace_terminating || PolicyConfig::is_namespace_controller(facts.requester) {
         return Verdict::allow(Reason::NamespaceTeardown);
     }
     // D2
@@ -41,15 +43,27 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &Policy
             ),
         );
     };
+    // D3b: the rules below depend on the other records; labels can lie, so each must have been
+    // read as Helm reads it.
+    if let Some(unread) = others.unread().first() {
+        return Verdict::deny(
+            Reason::UnreadHistory,
+            format!(
+                "helm-guard: could not read revision {unread} of {namespace}/{release} within the decision deadline, \
+                 so it cannot show that deleting revision {revision} is harmless; retry in a moment"
+            ),
+        );
+    }
     // The request carries the record itself: its status wins over what the index holds, and a
     // record the index has not seen yet still counts.
-    let history = history.with(revision, status);
+    let history = others.with(revision, status);
     let Some((latest, latest_status)) = history.latest() else {
         return Verdict::allow(Reason::HistoryPruning);
     };
-    if revision != latest {
+    // Not the latest when another record holds this revision or a later one.
+    if others.latest().is_some_and(|(other, _)| other >= revision) {
         // D4
-        let only_deployed = status == Status::Deployed && history.deployed().count() == 1;
+        let only_deployed = status == Status::Deployed && others.deployed().next().is_none();
         if only_deployed && !latest_status.is_uninstall() {
             let fix = remedies(
                 namespace,
@@ -72,11 +86,11 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, history: &History, config: &Policy
     if status.is_uninstall() {
         return Verdict::allow(Reason::Uninstall);
     }
-    let remaining = history.without(revision);
-    let after = aftermath(release, &remaining);
+    let remaining = others;
+    let after = aftermath(release, remaining);
     let rollback_target = remaining.deployed().last().or_else(|| remaining.latest().map(|(r, _)| r));
     let fix = remedies(namespace, release, rollback_target, "to go back");
-    let previous = history.previous().map(|(_, s)| s);
+    let previous = remaining.latest().map(|(_, s)| s);
     // D7
     if (status.is_pending() || status == Status::Failed) && matches!(previous, None | Some(Status::Deployed))
     {
@@ -165,8 +179,13 @@ mod tests {
         }
     }
 
+    /// Decides on a table that lists the whole history, the deleted record included.
     fn decide(revision: u32, status: Option<Status>, revisions: &[(u32, Status)]) -> Verdict {
-        decide_delete(&facts(revision, status), &history(revisions), &PolicyConfig::default())
+        let mut others = revisions.to_vec();
+        if let Some(at) = others.iter().position(|&(r, s)| r == revision && Some(s) == status) {
+            others.remove(at);
+        }
+        decide_delete(&facts(revision, status), &history(&others), &PolicyConfig::default())
     }
 
     /// (rule, revision deleted, its status, the history, allowed, reason)
@@ -285,25 +304,61 @@ mod tests {
     fn d1_namespace_teardown_comes_first() {
         let mut terminating = facts(3, Some(Deployed));
         terminating.namespace_terminating = true;
-        let latest_deployed = history(&[(3, Deployed)]);
-        let verdict = decide_delete(&terminating, &latest_deployed, &PolicyConfig::default());
+        let nothing_else = history(&[]);
+        let verdict = decide_delete(&terminating, &nothing_else, &PolicyConfig::default());
         assert_eq!((verdict.allowed, verdict.reason), (true, Reason::NamespaceTeardown));
-        for user in [
-            "system:serviceaccount:kube-system:namespace-controller",
-            "system:serviceaccount:kube-system:generic-garbage-collector",
-        ] {
+        let mut controller = facts(3, Some(Deployed));
+        controller.requester =
+            Requester { username: "system:serviceaccount:kube-system:namespace-controller", groups: &[] };
+        assert_eq!(
+            decide_delete(&controller, &nothing_else, &PolicyConfig::default()).reason,
+            Reason::NamespaceTeardown
+        );
+    }
+
+    #[test]
+    fn d1_the_garbage_collector_outside_a_terminating_namespace_is_decided_like_anyone() {
+        // An owner reference added by hand makes the garbage collector delete the record.
+        for user in
+            ["system:serviceaccount:kube-system:generic-garbage-collector", "system:kube-controller-manager"]
+        {
             let mut gc = facts(3, Some(Deployed));
             gc.requester = Requester { username: user, groups: &[] };
-            assert_eq!(
-                decide_delete(&gc, &latest_deployed, &PolicyConfig::default()).reason,
-                Reason::NamespaceTeardown
-            );
+            let verdict = decide_delete(&gc, &history(&[(2, Superseded)]), &PolicyConfig::default());
+            assert_eq!((verdict.allowed, verdict.reason), (false, Reason::LatestDeployedRevision), "{user}");
         }
     }
 
     #[test]
+    fn d3b_a_record_known_only_by_its_labels_is_not_trusted() {
+        let labels_only = RevisionFacts {
+            revision: 2,
+            payload: PayloadStatus::NotLoaded,
+            label: Some(Deployed),
+            changed_at: None,
+        };
+        let verdict = decide_delete(
+            &facts(1, Some(Superseded)),
+            &History::new(&[labels_only]),
+            &PolicyConfig::default(),
+        );
+        assert_eq!((verdict.allowed, verdict.reason), (false, Reason::UnreadHistory));
+        assert!(verdict.message.unwrap().contains("retry"));
+    }
+
+    #[test]
+    fn a_second_record_of_the_same_revision_is_kept_apart() {
+        // A crafted copy of revision 3 marked superseded: deleting it leaves the real one.
+        let verdict = decide(3, Some(Superseded), &[(2, Superseded), (3, Deployed), (3, Superseded)]);
+        assert_eq!((verdict.allowed, verdict.reason), (true, Reason::HistoryPruning));
+        // Deleting the real one leaves only the copy: refused.
+        let verdict = decide(3, Some(Deployed), &[(2, Superseded), (3, Deployed), (3, Superseded)]);
+        assert_eq!((verdict.allowed, verdict.reason), (false, Reason::LastDeployedRevision));
+    }
+
+    #[test]
     fn d2_break_glass_and_exemptions_carry_their_detail() {
-        let latest_deployed = history(&[(3, Deployed)]);
+        let latest_deployed = history(&[]);
         let mut glass = facts(3, Some(Deployed));
         glass.break_glass = Some("INC-1234 restore from backup");
         let verdict = decide_delete(&glass, &latest_deployed, &PolicyConfig::default());

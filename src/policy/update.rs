@@ -1,4 +1,6 @@
-//! UPDATE of a record: rules U1–U5 of POLICY.md, first match wins.
+//! UPDATE of a record: rules U1–U8 of POLICY.md, first match wins. An update is allowed only when
+//! it is one Helm (or the ecosystem's recovery tools) makes: a status moved along Helm's own
+//! transitions with its label following, timestamps, descriptions and hook runs rewritten.
 
 use std::collections::BTreeMap;
 
@@ -7,13 +9,23 @@ use super::verdict::{Reason, Verdict};
 use crate::release::Status;
 use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSION};
 
+/// What Helm reads of one side's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadSide {
+    pub status: Status,
+    /// Fingerprint of what Helm never rewrites (see `ReleasePayload::content`).
+    pub content: [u8; 32],
+}
+
 /// One side of the update.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordSide<'a> {
     pub labels: &'a BTreeMap<String, String>,
     pub secret_type: Option<&'a str>,
-    /// The payload's status, or `None` when the payload does not decode.
-    pub payload_status: Option<Status>,
+    /// `None` when the payload does not decode as Helm reads it.
+    pub payload: Option<PayloadSide>,
+    pub owner_references: usize,
+    pub finalizers: &'a [String],
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -27,8 +39,26 @@ pub struct UpdateFacts<'a> {
     pub break_glass: Option<&'a str>,
 }
 
+/// The status changes Helm's own actions make to a stored revision, and the recovery tools'
+/// (`helm set-status`, Flux's unlock, klipper-helm >= 0.9.9, RKE2): see POLICY.md.
+pub fn helm_transition(from: Status, to: Status) -> bool {
+    use Status::*;
+    let pending = |s: Status| s.is_pending();
+    from == to
+        // install, upgrade, rollback finish or fail
+        || (pending(from) && matches!(to, Deployed | Failed))
+        // upgrade and rollback supersede what was deployed (or the failed latest they replace)
+        || (matches!(from, Deployed | Failed) && to == Superseded)
+        // uninstall marks the latest, whatever it is, then finishes (--keep-history)
+        || (from != Uninstalled && to == Uninstalling)
+        || (from == Uninstalling && to == Uninstalled)
+        // recovery tools unlock a stuck or orphaned release
+        || (matches!(from, Superseded | Uninstalling | Unknown) || pending(from)) && to == Failed
+}
+
 pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
     let UpdateFacts { namespace, object_name, old, new, .. } = *facts;
+    let object = format!("{namespace}/{object_name}");
     // U1
     if let Some(reason) = facts.break_glass {
         return Verdict::allow(Reason::BreakGlass).with_detail(reason);
@@ -47,7 +77,7 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
             return Verdict::deny(
                 Reason::IdentityLabelChange,
                 format!(
-                    "helm-guard: this update of {namespace}/{object_name} {change}; that would hide the record from Helm \
+                    "helm-guard: this update of {object} {change}; that would hide the record from Helm \
                      (and from helm-guard). Helm's own updates never touch these labels"
                 ),
             );
@@ -57,40 +87,81 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
         return Verdict::deny(
             Reason::IdentityLabelChange,
             format!(
-                "helm-guard: this update of {namespace}/{object_name} changes the Secret type from {:?} to {:?}; \
-                 that would hide the record from Helm (and from helm-guard)",
+                "helm-guard: this update of {object} changes the Secret type from {:?} to {:?}; \
+                 Helm's own updates never do",
                 old.secret_type.unwrap_or_default(),
                 new.secret_type.unwrap_or_default()
             ),
         );
     }
-    // U3: only a label change this update makes, checked against the new payload.
+    // U3: Helm never sets owner references or finalizers; an owner reference to an object that
+    // goes away makes the garbage collector delete the record later.
+    let added_finalizer = new.finalizers.iter().find(|f| !old.finalizers.contains(f));
+    if new.owner_references > old.owner_references || added_finalizer.is_some() {
+        let what = match added_finalizer {
+            Some(finalizer) => format!("adds the finalizer {finalizer:?}"),
+            None => "adds an owner reference (the garbage collector would delete the record with its owner)"
+                .to_owned(),
+        };
+        return Verdict::deny(
+            Reason::ForeignMetadata,
+            format!("helm-guard: this update of {object} {what}; Helm never sets these on its records"),
+        );
+    }
+    // U4
+    let (Some(before), Some(after)) = (old.payload, new.payload) else {
+        if old.payload.is_some() {
+            return Verdict::deny(
+                Reason::PayloadCorruption,
+                format!(
+                    "helm-guard: the new `data.release` of {object} is not a release Helm can read while the old one was; \
+                     Helm would silently drop this revision"
+                ),
+            );
+        }
+        // Neither side is a release Helm reads: nothing Helm sees changes.
+        return Verdict::allow(Reason::HelmUpdate);
+    };
+    // U5
+    if before.content != after.content {
+        return Verdict::deny(
+            Reason::PayloadContentChange,
+            format!(
+                "helm-guard: this update of {object} changes what the revision is (its name, namespace, version, chart, \
+                 manifest, values or hooks); Helm rewrites only a revision's status, times, description and hook runs. \
+                 To change a release use `helm upgrade` or `helm rollback`"
+            ),
+        );
+    }
+    // U6
+    if !helm_transition(before.status, after.status) {
+        return Verdict::deny(
+            Reason::StatusTransition,
+            format!(
+                "helm-guard: this update of {object} moves its payload status from `{}` to `{}`; no Helm action or \
+                 recovery tool does that (they move pending-* to deployed or failed, deployed or failed to superseded, \
+                 anything to uninstalling, and pending-*, superseded or uninstalling to failed). To recover a release use \
+                 `helm rollback`, `helm upgrade`, or mark a stuck revision failed",
+                before.status, after.status
+            ),
+        );
+    }
+    // U7: the `status` label follows the payload, as Helm writes them together.
     let (label_before, label_after) = (old.labels.get(LABEL_STATUS), new.labels.get(LABEL_STATUS));
-    if let Some(payload) = new.payload_status
-        && label_before != label_after
-        && label_after.map(String::as_str) != Some(payload.as_str())
-    {
+    let changed = before.status != after.status || label_before != label_after;
+    if changed && label_after.map(String::as_str) != Some(after.status.as_str()) {
         let label = label_after.map_or_else(|| "(removed)".to_owned(), |l| format!("`{l}`"));
         return Verdict::deny(
             Reason::StatusLabelMismatch,
             format!(
-                "helm-guard: this update sets the `status` label of {namespace}/{object_name} to {label} while its payload says `{payload}`; \
-                 Helm reads the payload, so `helm ls` would still show `{payload}`. To really recover a release use \
-                 `helm rollback`, `helm upgrade`, or delete a stuck pending revision"
+                "helm-guard: after this update the `status` label of {object} would be {label} while its payload says `{}`; \
+                 Helm writes the two together (`helm ls` reads the payload, `helm upgrade` finds the deployed revision by the label). \
+                 To really recover a release use `helm rollback`, `helm upgrade`, or delete a stuck pending revision",
+                after.status
             ),
         );
     }
-    // U4
-    if old.payload_status.is_some() && new.payload_status.is_none() {
-        return Verdict::deny(
-            Reason::PayloadCorruption,
-            format!(
-                "helm-guard: the new `data.release` of {namespace}/{object_name} does not decode while the old one did; \
-                 Helm would silently drop this revision"
-            ),
-        );
-    }
-    // U5
+    // U8
     Verdict::allow(Reason::HelmUpdate)
 }
 
@@ -106,6 +177,15 @@ mod tests {
     }
 
     const TYPE: Option<&str> = Some("helm.sh/release.v1");
+    const CONTENT: [u8; 32] = [7; 32];
+
+    fn payload(status: Status) -> Option<PayloadSide> {
+        Some(PayloadSide { status, content: CONTENT })
+    }
+
+    fn side<'a>(labels: &'a BTreeMap<String, String>, payload: Option<PayloadSide>) -> RecordSide<'a> {
+        RecordSide { labels, secret_type: TYPE, payload, owner_references: 0, finalizers: &[] }
+    }
 
     fn decide(old: RecordSide<'_>, new: RecordSide<'_>) -> Verdict {
         let facts = UpdateFacts {
@@ -121,85 +201,161 @@ mod tests {
 
     #[test]
     fn the_rules_of_policy_md() {
+        use Status::*;
         let deployed = labels("deployed");
         let superseded = labels("superseded");
+        let failed = labels("failed");
+        let pending = labels("pending-upgrade");
         let mut no_owner = labels("deployed");
         no_owner.remove("owner");
         let mut renamed = labels("deployed");
         renamed.insert("name".into(), "other".into());
         let mut bumped = labels("deployed");
         bumped.insert("version".into(), "9".into());
-        let side = |labels, secret_type, payload_status| RecordSide { labels, secret_type, payload_status };
-        let d = Some(Status::Deployed);
-        let s = Some(Status::Superseded);
-        let table = [
-            (
-                "U2 owner removed",
-                side(&deployed, TYPE, d),
-                side(&no_owner, TYPE, d),
-                false,
-                Reason::IdentityLabelChange,
-            ),
-            (
-                "U2 name changed",
-                side(&deployed, TYPE, d),
-                side(&renamed, TYPE, d),
-                false,
-                Reason::IdentityLabelChange,
-            ),
-            (
-                "U2 version changed",
-                side(&deployed, TYPE, d),
-                side(&bumped, TYPE, d),
-                false,
-                Reason::IdentityLabelChange,
-            ),
+        let finalizers = ["example.com/keep".to_owned()];
+        let d = payload(Deployed);
+        let edited = Some(PayloadSide { status: Deployed, content: [8; 32] });
+        let table: Vec<(&str, RecordSide, RecordSide, bool, Reason)> = vec![
+            ("U2 owner removed", side(&deployed, d), side(&no_owner, d), false, Reason::IdentityLabelChange),
+            ("U2 name changed", side(&deployed, d), side(&renamed, d), false, Reason::IdentityLabelChange),
+            ("U2 version changed", side(&deployed, d), side(&bumped, d), false, Reason::IdentityLabelChange),
             (
                 "U2 type changed",
-                side(&deployed, TYPE, d),
-                side(&deployed, Some("Opaque"), d),
+                side(&deployed, d),
+                RecordSide { secret_type: Some("Opaque"), ..side(&deployed, d) },
                 false,
                 Reason::IdentityLabelChange,
             ),
             (
-                "U3 label set against payload",
-                side(&superseded, TYPE, s),
-                side(&deployed, TYPE, s),
+                "U3 owner reference added",
+                side(&deployed, d),
+                RecordSide { owner_references: 1, ..side(&deployed, d) },
                 false,
-                Reason::StatusLabelMismatch,
+                Reason::ForeignMetadata,
             ),
             (
-                "U3 not this update's mismatch",
-                side(&deployed, TYPE, s),
-                side(&deployed, TYPE, s),
-                true,
-                Reason::HelmUpdate,
+                "U3 finalizer added",
+                side(&deployed, d),
+                RecordSide { finalizers: &finalizers, ..side(&deployed, d) },
+                false,
+                Reason::ForeignMetadata,
             ),
             (
                 "U4 payload corrupted",
-                side(&deployed, TYPE, d),
-                side(&deployed, TYPE, None),
+                side(&deployed, d),
+                side(&deployed, None),
                 false,
                 Reason::PayloadCorruption,
             ),
             (
-                "U4 was already corrupt",
-                side(&deployed, TYPE, None),
-                side(&deployed, TYPE, None),
+                "U4 was already unreadable",
+                side(&deployed, None),
+                side(&deployed, None),
                 true,
                 Reason::HelmUpdate,
             ),
             (
-                "U5 Helm supersedes",
-                side(&deployed, TYPE, d),
-                side(&superseded, TYPE, s),
+                "U5 content edited",
+                side(&deployed, d),
+                side(&deployed, edited),
+                false,
+                Reason::PayloadContentChange,
+            ),
+            (
+                "U6 superseded back to deployed",
+                side(&superseded, payload(Superseded)),
+                side(&deployed, d),
+                false,
+                Reason::StatusTransition,
+            ),
+            (
+                "U6 deployed to failed",
+                side(&deployed, d),
+                side(&failed, payload(Failed)),
+                false,
+                Reason::StatusTransition,
+            ),
+            (
+                "U7 label set against payload",
+                side(&superseded, payload(Superseded)),
+                side(&deployed, payload(Superseded)),
+                false,
+                Reason::StatusLabelMismatch,
+            ),
+            (
+                "U7 payload changed, label left behind",
+                side(&deployed, d),
+                side(&deployed, payload(Superseded)),
+                false,
+                Reason::StatusLabelMismatch,
+            ),
+            (
+                "U7 not this update's mismatch",
+                side(&deployed, payload(Superseded)),
+                side(&deployed, payload(Superseded)),
                 true,
                 Reason::HelmUpdate,
             ),
+            (
+                "U8 Helm supersedes",
+                side(&deployed, d),
+                side(&superseded, payload(Superseded)),
+                true,
+                Reason::HelmUpdate,
+            ),
+            (
+                "U8 an upgrade completes",
+                side(&pending, payload(PendingUpgrade)),
+                side(&deployed, d),
+                true,
+                Reason::HelmUpdate,
+            ),
+            (
+                "U8 set-status unlocks a stuck upgrade",
+                side(&pending, payload(PendingUpgrade)),
+                side(&failed, payload(Failed)),
+                true,
+                Reason::HelmUpdate,
+            ),
+            ("U8 a hook run is recorded", side(&deployed, d), side(&deployed, d), true, Reason::HelmUpdate),
         ];
         for (rule, old, new, allowed, reason) in table {
             let verdict = decide(old, new);
             assert_eq!((verdict.allowed, verdict.reason), (allowed, reason), "{rule}: {verdict:?}");
+        }
+    }
+
+    #[test]
+    fn helms_own_transitions_and_no_others() {
+        use Status::*;
+        let allowed = [
+            (PendingInstall, Deployed),
+            (PendingInstall, Failed),
+            (PendingUpgrade, Deployed),
+            (PendingRollback, Failed),
+            (Deployed, Superseded),
+            (Failed, Superseded),
+            (Deployed, Uninstalling),
+            (Failed, Uninstalling),
+            (Uninstalling, Uninstalled),
+            (Uninstalling, Failed),
+            (Superseded, Failed),
+            (Deployed, Deployed),
+        ];
+        for (from, to) in allowed {
+            assert!(helm_transition(from, to), "{from} -> {to}");
+        }
+        let refused = [
+            (Superseded, Deployed),
+            (Failed, Deployed),
+            (Deployed, Failed),
+            (Deployed, PendingUpgrade),
+            (Uninstalled, Deployed),
+            (Uninstalled, Uninstalling),
+            (Superseded, PendingInstall),
+        ];
+        for (from, to) in refused {
+            assert!(!helm_transition(from, to), "{from} -> {to}");
         }
     }
 
@@ -211,8 +367,8 @@ mod tests {
         let facts = UpdateFacts {
             namespace: "demo",
             object_name: "sh.helm.release.v1.web.v3",
-            old: RecordSide { labels: &deployed, secret_type: TYPE, payload_status: Some(Status::Deployed) },
-            new: RecordSide { labels: &no_owner, secret_type: TYPE, payload_status: Some(Status::Deployed) },
+            old: side(&deployed, payload(Status::Deployed)),
+            new: side(&no_owner, payload(Status::Deployed)),
             requester: Requester { username: "admin", groups: &[] },
             break_glass: Some("migrating to another driver"),
         };

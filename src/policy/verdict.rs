@@ -18,6 +18,16 @@ pub enum Reason {
     IdentityLabelChange,
     StatusLabelMismatch,
     PayloadCorruption,
+    /// A DELETE whose verdict needs records the guard could not read within its deadline.
+    UnreadHistory,
+    /// An UPDATE that changes what Helm never changes in a written revision.
+    PayloadContentChange,
+    /// An UPDATE moving the payload status along a transition no Helm flow makes.
+    StatusTransition,
+    /// An UPDATE adding owner references or finalizers (Helm never sets them).
+    ForeignMetadata,
+    /// A DELETE review without the object being deleted (API servers send it since 1.15).
+    NoOldObject,
     HelmUpdate,
     HelmCreate,
     NotAReleaseRecord,
@@ -47,6 +57,11 @@ impl Reason {
             Reason::IdentityLabelChange => "identity-label-change",
             Reason::StatusLabelMismatch => "status-label-mismatch",
             Reason::PayloadCorruption => "payload-corruption",
+            Reason::UnreadHistory => "unread-history",
+            Reason::PayloadContentChange => "payload-content-change",
+            Reason::StatusTransition => "status-transition",
+            Reason::ForeignMetadata => "foreign-metadata",
+            Reason::NoOldObject => "no-old-object",
             Reason::HelmUpdate => "helm-update",
             Reason::HelmCreate => "helm-create",
             Reason::NotAReleaseRecord => "not-a-release-record",

@@ -47,48 +47,72 @@ impl RevisionFacts {
     }
 }
 
-/// The revisions Helm sees, in ascending order, with their status.
+/// The revisions Helm sees, in ascending order, with their status. Two records can hold one
+/// revision (Helm lists both); both are kept, and where they differ the one `deployed` is taken
+/// as that revision's status (Helm's `Deployed()` finds it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct History {
     revisions: Vec<(u32, Status)>,
+    /// Revisions known only by their labels (payload not read): counted by their `status` label,
+    /// which a verdict that must be sure cannot trust.
+    unread: Vec<u32>,
+}
+
+/// Among records of one revision, the one that counts: `deployed` last, so it wins.
+fn rank(status: Status) -> u8 {
+    u8::from(status == Status::Deployed)
 }
 
 impl History {
     pub fn new(facts: &[RevisionFacts]) -> History {
         let mut revisions: Vec<(u32, Status)> =
             facts.iter().filter_map(|f| Some((f.revision, f.status()?))).collect();
-        revisions.sort_unstable_by_key(|(revision, _)| *revision);
-        revisions.dedup_by_key(|(revision, _)| *revision);
-        History { revisions }
+        revisions.sort_unstable_by_key(|(revision, status)| (*revision, rank(*status)));
+        let unread =
+            facts.iter().filter(|f| f.payload == PayloadStatus::NotLoaded).map(|f| f.revision).collect();
+        History { revisions, unread }
+    }
+
+    /// The (revision, status) of each record, ascending.
+    pub fn revisions(&self) -> &[(u32, Status)] {
+        &self.revisions
+    }
+
+    /// Revisions whose payload was not read (their label stands in).
+    pub fn unread(&self) -> &[u32] {
+        &self.unread
     }
 
     pub fn latest(&self) -> Option<(u32, Status)> {
         self.revisions.last().copied()
     }
 
+    /// The highest revision below the latest.
     pub fn previous(&self) -> Option<(u32, Status)> {
-        self.revisions.iter().rev().nth(1).copied()
+        let (latest, _) = self.latest()?;
+        self.revisions.iter().rev().find(|(r, _)| *r < latest).copied()
     }
 
     pub fn status_of(&self, revision: u32) -> Option<Status> {
-        self.revisions.iter().find(|(r, _)| *r == revision).map(|(_, s)| *s)
+        self.revisions.iter().rev().find(|(r, _)| *r == revision).map(|(_, s)| *s)
     }
 
+    /// Revisions with a `deployed` record, ascending, each once.
     pub fn deployed(&self) -> impl Iterator<Item = u32> + '_ {
-        self.revisions.iter().filter(|(_, s)| *s == Status::Deployed).map(|(r, _)| *r)
+        let mut last = None;
+        self.revisions.iter().filter(|(_, s)| *s == Status::Deployed).map(|(r, _)| *r).filter(move |r| {
+            let new = last != Some(*r);
+            last = Some(*r);
+            new
+        })
     }
 
-    /// This history with one more revision (or a revision's status replaced).
+    /// This history with one more record.
     pub fn with(&self, revision: u32, status: Status) -> History {
-        let mut revisions = self.without(revision).revisions;
-        let at = revisions.partition_point(|(r, _)| *r < revision);
+        let mut revisions = self.revisions.clone();
+        let at = revisions.partition_point(|(r, s)| (*r, rank(*s)) < (revision, rank(status)));
         revisions.insert(at, (revision, status));
-        History { revisions }
-    }
-
-    /// This history without one revision: what Helm would see after deleting it.
-    pub fn without(&self, revision: u32) -> History {
-        History { revisions: self.revisions.iter().copied().filter(|(r, _)| *r != revision).collect() }
+        History { revisions, unread: self.unread.clone() }
     }
 }
 

@@ -164,8 +164,10 @@ const HOOK: &[Field] = &[
     f("events", Ty::StrList),
     mutable("last_run", Ty::Struct(HOOK_EXECUTION), Slot::None),
     f("weight", Ty::Int),
-    f("delete_policies", Ty::StrList),
-    f("output_log_policies", Ty::StrList),
+    // Helm fills in its default delete policy when it runs a hook (observed: Helm 3 writes
+    // `before-hook-creation` into a pending revision); the log policy likewise.
+    mutable("delete_policies", Ty::StrList, Slot::None),
+    mutable("output_log_policies", Ty::StrList, Slot::None),
 ];
 
 const HOOK_EXECUTION: &[Field] = &[
@@ -195,7 +197,8 @@ pub struct ReleasePayload {
     pub info: ReleaseInfo,
     pub chart: Option<ChartMetadata>,
     /// SHA-256 of what Helm never changes once a revision is written: name, namespace, version,
-    /// chart, manifest, config, and the hooks but for their `last_run`.
+    /// chart, manifest, config, and the hooks but for their `last_run` and the policies Helm
+    /// fills in when it runs them.
     #[serde(skip)]
     pub content: [u8; 32],
 }

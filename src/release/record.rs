@@ -9,7 +9,6 @@ use serde_json::Value;
 use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
 use super::history::{PayloadStatus, RevisionFacts};
 use super::status::Status;
-use super::summary::Summary;
 
 pub const NAME_PREFIX: &str = "sh.helm.release.v1.";
 pub const SECRET_TYPE: &str = "helm.sh/release.v1";
@@ -94,7 +93,7 @@ impl fmt::Display for RecordId {
     }
 }
 
-/// Splits `sh.helm.release.v1.<release>.v<revision>`.
+/// Splits `sh.helm.release.v1.<release>.v<revision>`, the name Helm gives a record's object.
 pub fn parse_object_name(name: &str) -> Option<(&str, u32)> {
     let rest = name.strip_prefix(NAME_PREFIX)?;
     let (release, revision) = rest.rsplit_once(".v")?;
@@ -104,30 +103,31 @@ pub fn parse_object_name(name: &str) -> Option<(&str, u32)> {
     Some((release, revision.parse().ok()?))
 }
 
-/// A record's identity from its metadata: the `name`/`version` labels, else the object name; and
-/// whether the two agree.
-pub fn identify(
-    driver: Driver,
-    namespace: &str,
-    name: &str,
-    labels: &BTreeMap<String, String>,
-) -> Option<(RecordId, bool)> {
-    let from_name = parse_object_name(name);
-    let from_labels =
-        labels.get(LABEL_NAME).zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
-    let agrees = matches!((from_name, from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv);
-    let (release, revision) = match (from_labels, from_name) {
-        (Some((release, revision)), _) => (release.clone(), revision),
-        (None, Some((release, revision))) => (release.to_owned(), revision),
-        (None, None) => return None,
-    };
-    let key = ReleaseKey { driver, namespace: namespace.to_owned(), release };
-    Some((RecordId { key, revision }, agrees))
+/// The release an object is a record of, as Helm's storage drivers select records: by the labels
+/// `owner=helm` and `name=<release>` in the namespace, whatever the object's name or Secret type.
+pub fn release_key(driver: Driver, namespace: &str, labels: &BTreeMap<String, String>) -> Option<ReleaseKey> {
+    if labels.get(LABEL_OWNER).map(String::as_str) != Some("helm") {
+        return None;
+    }
+    let release = labels.get(LABEL_NAME).filter(|name| !name.is_empty())?;
+    Some(ReleaseKey { driver, namespace: namespace.to_owned(), release: release.clone() })
 }
 
-/// A ConfigMap has no type: it is a record when Helm's owner label and name prefix say so.
-pub fn is_configmap_record(name: &str, labels: &BTreeMap<String, String>) -> bool {
-    labels.get(LABEL_OWNER).map(String::as_str) == Some("helm") && name.starts_with(NAME_PREFIX)
+/// The revision a record claims before its payload is read: the `version` label, else the object
+/// name's. Helm reads the payload's `version`; this is only what a metadata view can show.
+pub fn version_hint(name: &str, labels: &BTreeMap<String, String>) -> u32 {
+    labels
+        .get(LABEL_VERSION)
+        .and_then(|v| v.parse().ok())
+        .or_else(|| parse_object_name(name).map(|(_, revision)| revision))
+        .unwrap_or(0)
+}
+
+/// Whether the object is named and labelled as Helm names and labels this revision.
+fn helm_named(name: &str, labels: &BTreeMap<String, String>) -> bool {
+    let from_labels =
+        labels.get(LABEL_NAME).zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
+    matches!((parse_object_name(name), from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv)
 }
 
 /// The `status` label, when it is one of Helm's statuses.
@@ -145,10 +145,6 @@ pub fn changed_at_label(labels: &BTreeMap<String, String>) -> Option<i64> {
 pub enum RecordError {
     #[error("{object}: not a Kubernetes object: {detail}")]
     Malformed { object: String, detail: String },
-    #[error(
-        "{object}: neither the `name`/`version` labels nor the object name tell the release and revision"
-    )]
-    NoIdentity { object: String },
 }
 
 /// The shape shared by Secrets and ConfigMaps as far as helm-guard cares. Secret data stays base64
@@ -175,6 +171,10 @@ struct RawMeta {
     labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
+    #[serde(default, rename = "ownerReferences")]
+    owner_references: Option<Vec<Value>>,
+    #[serde(default)]
+    finalizers: Option<Vec<String>>,
 }
 
 impl RawObject {
@@ -183,60 +183,73 @@ impl RawObject {
             .map_err(|e| RecordError::Malformed { object: describe(object), detail: e.to_string() })
     }
 
-    fn into_record(self, driver: Driver) -> Result<Record, RecordError> {
+    /// `key`: the release, when the labels name one (the new side of an UPDATE may have lost them).
+    fn into_record(self, driver: Driver) -> Record {
         let labels = self.metadata.labels.unwrap_or_default();
         let name = self.metadata.name.unwrap_or_default();
         let namespace = self.metadata.namespace.unwrap_or_default();
-        let (id, identity_agrees) = identify(driver, &namespace, &name, &labels).ok_or_else(|| {
-            RecordError::NoIdentity { object: format!("{} {namespace}/{name}", driver.kind()) }
-        })?;
-        Ok(Record {
-            id,
+        let key = release_key(driver, &namespace, &labels).unwrap_or(ReleaseKey {
+            driver,
+            namespace,
+            release: labels.get(LABEL_NAME).cloned().unwrap_or_default(),
+        });
+        Record {
+            id: RecordId { key, revision: version_hint(&name, &labels) },
+            identity_agrees: helm_named(&name, &labels),
             object_name: name,
             labels,
             annotations: self.metadata.annotations.unwrap_or_default(),
+            owner_references: self.metadata.owner_references.unwrap_or_default(),
+            finalizers: self.metadata.finalizers.unwrap_or_default(),
             secret_type: self.type_,
-            identity_agrees,
             payload: self.data.and_then(|mut data| data.remove("release")),
-        })
+        }
     }
 }
 
 /// One stored release revision, as read from its Kubernetes object.
 #[derive(Debug, Clone)]
 pub struct Record {
+    /// The release (from the labels) and the revision: the `version` label until the payload is
+    /// read ([`DecodedRecord`] puts the payload's there, as Helm shows it).
     pub id: RecordId,
     pub object_name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    pub owner_references: Vec<Value>,
+    pub finalizers: Vec<String>,
     /// The Secret `type` (None for ConfigMaps).
     pub secret_type: Option<String>,
-    /// Whether the `name`/`version` labels agree with the object name.
+    /// Whether the object is named `sh.helm.release.v1.<name label>.v<version label>`, as Helm
+    /// names its records (Helm does not need it to be).
     pub identity_agrees: bool,
     /// `data.release` exactly as stored in the object (for a Secret: the API's base64).
     pub payload: Option<String>,
 }
 
 impl Record {
-    /// Reads a record from a Kubernetes object. `Ok(None)`: the object is not a release record.
+    /// Reads a record from a Kubernetes object. `Ok(None)`: not a record Helm would read (not a
+    /// Secret or ConfigMap, or without the `owner=helm` and `name` labels).
     pub fn from_object(object: &Value, fallback_kind: Option<&str>) -> Result<Option<Record>, RecordError> {
         let raw = RawObject::read(object)?;
         let kind = raw.kind.as_deref().or(fallback_kind).unwrap_or_default();
-        let empty = BTreeMap::new();
-        let labels = raw.metadata.labels.as_ref().unwrap_or(&empty);
-        let name = raw.metadata.name.as_deref().unwrap_or_default();
         let driver = match kind {
-            "Secret" if raw.type_.as_deref() == Some(SECRET_TYPE) => Driver::Secret,
-            "ConfigMap" if is_configmap_record(name, labels) => Driver::ConfigMap,
+            "Secret" => Driver::Secret,
+            "ConfigMap" => Driver::ConfigMap,
             _ => return Ok(None),
         };
-        raw.into_record(driver).map(Some)
+        let empty = BTreeMap::new();
+        let labels = raw.metadata.labels.as_ref().unwrap_or(&empty);
+        if release_key(driver, "", labels).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(raw.into_record(driver)))
     }
 
     /// Reads an object as a record of the given driver without asking whether it still looks like
     /// one: the new side of an UPDATE that may have removed the very labels that say so.
     pub fn from_object_as(object: &Value, driver: Driver) -> Result<Record, RecordError> {
-        RawObject::read(object)?.into_record(driver)
+        Ok(RawObject::read(object)?.into_record(driver))
     }
 
     /// The `status` label, when it is one of Helm's statuses.
@@ -278,8 +291,12 @@ pub struct DecodedRecord {
 }
 
 impl DecodedRecord {
-    pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
+    /// Reads the payload; when Helm can read it, the revision is the payload's `version`.
+    pub fn new(mut record: Record, limits: DecodeLimits) -> DecodedRecord {
         let payload = record.decode(limits);
+        if let Ok(payload) = &payload {
+            record.id.revision = payload.version;
+        }
         DecodedRecord { record, payload }
     }
 
@@ -300,10 +317,6 @@ impl DecodedRecord {
     /// The payload's status, `None` when it does not decode.
     pub fn status(&self) -> Option<Status> {
         self.payload.as_ref().ok().map(|payload| payload.info.status)
-    }
-
-    pub fn summary(&self) -> Option<Summary> {
-        self.payload.as_ref().ok().map(|payload| Summary::new(&self.record, payload))
     }
 }
 
@@ -329,30 +342,24 @@ mod tests {
     }
 
     #[test]
-    fn secrets_of_other_types_and_unlabelled_configmaps_are_not_records() {
-        let opaque =
-            json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "sh.helm.release.v1.a.v1"}});
-        assert!(Record::from_object(&opaque, None).unwrap().is_none());
-        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "sh.helm.release.v1.a.v1"}});
-        assert!(Record::from_object(&cm, None).unwrap().is_none());
+    fn records_are_selected_by_labels_as_helm_selects_them() {
+        let labels = json!({"owner": "helm", "name": "rb", "version": "4"});
+        let opaque = json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "rb-latest", "namespace": "n", "labels": labels}});
+        let record = Record::from_object(&opaque, None).unwrap().unwrap();
+        assert_eq!((record.id.key.release.as_str(), record.id.revision), ("rb", 4));
+        assert!(!record.identity_agrees, "not named as Helm names records");
+        let cm = json!({"kind": "ConfigMap", "metadata": {"name": "anything", "labels": labels}});
+        assert_eq!(Record::from_object(&cm, None).unwrap().unwrap().id.key.driver, Driver::ConfigMap);
+        let unlabelled =
+            json!({"kind": "Secret", "type": SECRET_TYPE, "metadata": {"name": "sh.helm.release.v1.a.v1"}});
+        assert!(Record::from_object(&unlabelled, None).unwrap().is_none(), "Helm's queries select on labels");
+        let no_name = json!({"kind": "ConfigMap", "metadata": {"name": "sh.helm.release.v1.a.v1", "labels": {"owner": "helm"}}});
+        assert!(Record::from_object(&no_name, None).unwrap().is_none());
     }
 
     #[test]
-    fn labels_win_over_the_object_name_and_disagreement_is_noted() {
-        let secret = json!({
-            "kind": "Secret", "type": SECRET_TYPE,
-            "metadata": {"name": "sh.helm.release.v1.web.v3", "namespace": "demo",
-                         "labels": {"owner": "helm", "name": "web", "version": "2"}}
-        });
-        let record = Record::from_object(&secret, None).unwrap().unwrap();
-        assert_eq!(record.id.revision, 2);
-        assert!(!record.identity_agrees);
-    }
-
-    #[test]
-    fn a_record_with_no_identity_is_an_error_naming_it() {
-        let secret =
-            json!({"kind": "Secret", "type": SECRET_TYPE, "metadata": {"name": "x", "namespace": "n"}});
+    fn a_malformed_object_is_an_error_naming_it() {
+        let secret = json!({"kind": "Secret", "metadata": {"name": "x", "namespace": "n", "labels": []}});
         let error = Record::from_object(&secret, None).unwrap_err();
         assert!(error.to_string().contains("Secret n/x"), "{error}");
     }

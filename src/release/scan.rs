@@ -89,7 +89,7 @@ fn release_report(key: &ReleaseKey, records: &[&DecodedRecord], c: &Classificati
         .iter()
         .filter(|r| r.payload.is_ok())
         .find(|r| Some(r.record.id.revision) == c.revision)
-        .and_then(|r| r.summary());
+        .and_then(|r| Summary::of(r));
     ReleaseReport {
         namespace: key.namespace.clone(),
         release: key.release.clone(),

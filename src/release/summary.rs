@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::codec::ReleasePayload;
-use super::record::{Driver, Record};
+use super::record::{DecodedRecord, Driver, Record};
 use super::status::Status;
 
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +45,11 @@ impl Summary {
             description: payload.info.description.clone(),
             identity_agrees: record.identity_agrees,
         }
+    }
+
+    /// The summary of a record Helm can read.
+    pub fn of(record: &DecodedRecord) -> Option<Summary> {
+        record.payload.as_ref().ok().map(|payload| Summary::new(&record.record, payload))
     }
 
     /// `demo-0.1.0`, as `helm ls` prints a chart.

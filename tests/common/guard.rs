@@ -77,6 +77,7 @@ impl Guard {
             },
             limits: DecodeLimits::default(),
             fetcher: None,
+            decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         };
         let state = Arc::new(
             AppState::new(admission, Metrics::new(), options.max_body_bytes)
@@ -164,6 +165,7 @@ pub async fn start_live(
         config: PolicyConfig::default(),
         limits: DecodeLimits::default(),
         fetcher: Some(fetcher),
+        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
     };
     let running =
         server::start(settings(listen, certs), Arc::new(AppState::new(admission, metrics, 8 << 20)))
