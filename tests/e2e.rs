@@ -16,27 +16,15 @@ use std::time::Duration;
 
 use common::*;
 use futures::FutureExt;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
-fn enabled() -> bool {
-    std::env::var("HELM_GUARD_E2E").as_deref() == Ok("1")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_against_a_real_cluster() {
-    if !enabled() {
-        // Straight to stderr: the test harness captures println!, and this line should be seen.
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "end_to_end_against_a_real_cluster: skipped (set HELM_GUARD_E2E=1 to run it against the cluster in KUBECONFIG)"
-        );
+    if !common::cluster::enabled() {
+        common::cluster::skipped("end_to_end_against_a_real_cluster");
         return;
     }
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
@@ -58,25 +46,10 @@ async fn end_to_end_against_a_real_cluster() {
     let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_pem))
         .catch_unwind()
         .await;
-    cleanup(&client, &namespace, checks.is_ok()).await;
+    common::cluster::cleanup(&client, &namespace, checks.is_ok()).await;
     running.shutdown().await;
     if let Err(panic) = checks {
         std::panic::resume_unwind(panic);
-    }
-}
-
-/// Webhook configurations first (so nothing stays guarded by a guard that is gone), then the
-/// namespace.
-async fn cleanup(client: &Client, namespace: &str, namespace_checked: bool) {
-    let name = format!("helm-guard-e2e-{namespace}");
-    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await;
-    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .delete(&name, &DeleteParams::default())
-        .await;
-    if !namespace_checked {
-        let _ = Api::<Namespace>::all(client.clone()).delete(namespace, &DeleteParams::default()).await;
     }
 }
 
@@ -122,7 +95,7 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
         secrets.create(&PostParams::default(), &secret(record.clone())).await.unwrap();
     }
 
-    register_webhooks(&client, ns, &url, &ca_pem).await;
+    common::cluster::register_webhooks(&client, ns, &url, &ca_pem).await;
     // Wait until the API server calls the guard: a dry-run delete of the latest deployed revision
     // gets refused.
     let dry_run = DeleteParams { dry_run: true, ..DeleteParams::default() };
@@ -201,37 +174,4 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
         eventually(Duration::from_secs(120), || async { namespaces.get_opt(ns).await.unwrap().is_none() })
             .await;
     assert!(gone, "the namespace was deleted within 2 minutes");
-}
-
-/// Registers the shipped manifests/webhooks.yaml, pointed at the guard in this process and scoped
-/// to the test namespace, so the real configurations are what the API server uses.
-async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: &str) {
-    use base64::Engine as _;
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/webhooks.yaml")).unwrap();
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    for mut configuration in documents.into_iter().filter(|d| !d.is_null()) {
-        configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{namespace}")});
-        for webhook in configuration["webhooks"].as_array_mut().unwrap() {
-            let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
-            webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": ca_bundle});
-            webhook["namespaceSelector"] = json!({"matchLabels": {"helm-guard-e2e": namespace}});
-        }
-        match configuration["kind"].as_str() {
-            Some("ValidatingWebhookConfiguration") => {
-                Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                    .create(&PostParams::default(), &serde_json::from_value(configuration).unwrap())
-                    .await
-                    .unwrap();
-            }
-            Some("MutatingWebhookConfiguration") => {
-                Api::<MutatingWebhookConfiguration>::all(client.clone())
-                    .create(&PostParams::default(), &serde_json::from_value(configuration).unwrap())
-                    .await
-                    .unwrap();
-            }
-            other => panic!("unexpected kind {other:?} in manifests/webhooks.yaml"),
-        }
-    }
 }

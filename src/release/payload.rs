@@ -50,6 +50,8 @@ enum Ty {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     None,
+    /// `info`: noted when present.
+    Info,
     Name,
     Namespace,
     Version,
@@ -70,24 +72,34 @@ struct Field {
     slot: Slot,
     /// Part of the content fingerprint (what Helm never changes in an update).
     content: bool,
+    /// Given twice (in any spelling), Helm 3 and Helm 4 read it differently.
+    once: bool,
 }
 
 const fn f(name: &'static str, ty: Ty) -> Field {
-    Field { name, ty, slot: Slot::None, content: true }
+    Field { name, ty, slot: Slot::None, content: true, once: false }
 }
 
 const fn kept(name: &'static str, ty: Ty, slot: Slot) -> Field {
-    Field { name, ty, slot, content: true }
+    Field { name, ty, slot, content: true, once: false }
 }
 
 /// A field Helm rewrites in its own updates, or that only records when (not what).
 const fn mutable(name: &'static str, ty: Ty, slot: Slot) -> Field {
-    Field { name, ty, slot, content: false }
+    Field { name, ty, slot, content: false, once: false }
+}
+
+impl Field {
+    const fn once(mut self) -> Field {
+        self.once = true;
+        self
+    }
 }
 
 const RELEASE: &[Field] = &[
     kept("name", Ty::Str, Slot::Name),
-    mutable("info", Ty::Struct(INFO), Slot::None),
+    // Helm 4 merges a second `info` otherwise than Helm 3.
+    mutable("info", Ty::Struct(INFO), Slot::Info).once(),
     f("chart", Ty::Struct(CHART)),
     f("config", Ty::MapAny),
     f("manifest", Ty::Str),
@@ -98,13 +110,13 @@ const RELEASE: &[Field] = &[
 ];
 
 const INFO: &[Field] = &[
-    mutable("first_deployed", Ty::Time, Slot::FirstDeployed),
-    mutable("last_deployed", Ty::Time, Slot::LastDeployed),
-    mutable("deleted", Ty::Time, Slot::Deleted),
-    mutable("description", Ty::Str, Slot::Description),
-    mutable("status", Ty::Str, Slot::Status),
-    mutable("notes", Ty::Str, Slot::None),
-    mutable("resources", Ty::Resources, Slot::None),
+    mutable("first_deployed", Ty::Time, Slot::FirstDeployed).once(),
+    mutable("last_deployed", Ty::Time, Slot::LastDeployed).once(),
+    mutable("deleted", Ty::Time, Slot::Deleted).once(),
+    mutable("description", Ty::Str, Slot::Description).once(),
+    mutable("status", Ty::Str, Slot::Status).once(),
+    mutable("notes", Ty::Str, Slot::None).once(),
+    mutable("resources", Ty::Resources, Slot::None).once(),
 ];
 
 const CHART: &[Field] = &[
@@ -171,9 +183,9 @@ const HOOK: &[Field] = &[
 ];
 
 const HOOK_EXECUTION: &[Field] = &[
-    mutable("started_at", Ty::Time, Slot::None),
-    mutable("completed_at", Ty::Time, Slot::None),
-    mutable("phase", Ty::Str, Slot::None),
+    mutable("started_at", Ty::Time, Slot::None).once(),
+    mutable("completed_at", Ty::Time, Slot::None).once(),
+    mutable("phase", Ty::Str, Slot::None).once(),
 ];
 
 /// Structs that Helm 4 decodes through a `map[string]any` first (custom `UnmarshalJSON`).
@@ -266,7 +278,7 @@ impl Kept {
             Slot::ChartName => &mut self.chart_name,
             Slot::ChartVersion => &mut self.chart_version,
             Slot::AppVersion => &mut self.app_version,
-            Slot::None | Slot::Version => return None,
+            Slot::None | Slot::Version | Slot::Info => return None,
         })
     }
 }
@@ -460,7 +472,10 @@ impl<R: Read> Walk<R> {
             (Ty::StructList(fields), Kind::Array) => {
                 self.array(print, |walk, print| walk.structure(fields, print).map(|_| ()))
             }
-            (Ty::Struct(fields), Kind::Object) => self.structure(fields, print),
+            (Ty::Struct(fields), Kind::Object) => {
+                self.kept.has_info |= slot == Slot::Info;
+                self.structure(fields, print)
+            }
             (ty, found) => Err(self.wrong_type(ty, found)),
         }
     }
@@ -511,7 +526,7 @@ impl<R: Read> Walk<R> {
 
     /// A Go struct: keys matched to fields as Go does, the last of repeated keys winning, unknown
     /// keys skipped. Each field's fingerprint is taken apart and left out when the value is zero.
-    fn structure(&mut self, fields: &'static [Field], mut print: Option<&mut Fingerprint>) -> Step<bool> {
+    fn structure(&mut self, fields: &'static [Field], print: Option<&mut Fingerprint>) -> Step<bool> {
         if self.json.peek_kind()? == Kind::Null {
             self.json.null()?;
             return Ok(true);
@@ -522,12 +537,26 @@ impl<R: Read> Walk<R> {
         }
         let through_map = read_through_map(fields);
         let mut seen = 0u64;
-        let mut zero = true;
+        // Each field's fingerprint, the last given winning as in Go, then taken in the table's
+        // order: field order in the text does not matter to Go, so it does not here.
+        let mut prints: Vec<Option<[u8; 32]>> = vec![None; fields.len()];
+        // Which fields hold something other than their zero value.
+        let mut set = vec![false; fields.len()];
         self.json.begin_object()?;
         let mut first = true;
         loop {
             let mut key = Capture::new(32);
             if !self.json.next_key(first, &mut key)? {
+                let zero = !set.contains(&true);
+                if let Some(p) = print {
+                    for (field, fingerprint) in fields.iter().zip(&prints) {
+                        if let Some(fingerprint) = fingerprint {
+                            p.tag(b'f');
+                            p.bytes(field.name.as_bytes());
+                            p.bytes(fingerprint);
+                        }
+                    }
+                }
                 return Ok(zero);
             }
             first = false;
@@ -542,10 +571,10 @@ impl<R: Read> Walk<R> {
                 self.json.any(None, through_map)?;
                 continue;
             };
-            if through_map && seen & (1 << index) != 0 {
+            if field.once && seen & (1 << index) != 0 {
+                let at = if self.path.is_empty() { String::new() } else { format!("{}.", self.path()) };
                 return Err(DecodeError::HelmDisagree(format!(
-                    "`{}.{}` is given twice; Helm 3 and Helm 4 read that differently",
-                    self.path(),
+                    "`{at}{}` is given twice; Helm 3 and Helm 4 read that differently",
                     field.name
                 )));
             }
@@ -560,11 +589,11 @@ impl<R: Read> Walk<R> {
             let mut field_print = (field.content && print.is_some()).then(Fingerprint::default);
             let field_zero = self.value(field.ty, field.slot, empty_time, field_print.as_mut())?;
             self.path.pop();
-            zero &= field_zero;
-            if let (Some(p), Some(field_print), false) = (print.as_deref_mut(), field_print, field_zero) {
-                p.tag(b'f');
-                p.bytes(field.name.as_bytes());
-                p.bytes(&field_print.finish());
+            if let Some(slot) = prints.get_mut(index) {
+                *slot = field_print.filter(|_| !field_zero).map(Fingerprint::finish);
+            }
+            if let Some(set) = set.get_mut(index) {
+                *set = !field_zero;
             }
         }
     }
@@ -624,40 +653,7 @@ pub fn read_release<R: Read>(json: JsonReader<R>) -> Result<ReleasePayload, Deco
             }
         )));
     }
-    // The top level is read field by field so that `info` is seen once (Helm 4 merges a second
-    // one differently from Helm 3).
-    walk.json.begin_object()?;
-    let mut first = true;
-    loop {
-        let mut key = Capture::new(32);
-        if !walk.json.next_key(first, &mut key)? {
-            break;
-        }
-        first = false;
-        let found =
-            (!key.truncated).then(|| RELEASE.iter().find(|field| fold_eq(&key.bytes, field.name))).flatten();
-        let Some(field) = found else {
-            walk.json.any(None, false)?;
-            continue;
-        };
-        if field.name == "info" {
-            if walk.kept.has_info {
-                return Err(DecodeError::HelmDisagree(
-                    "`info` is given twice; Helm 3 and Helm 4 merge them differently".to_owned(),
-                ));
-            }
-            walk.kept.has_info = walk.json.peek_kind()? != Kind::Null;
-        }
-        walk.path.push(field.name);
-        let mut field_print = field.content.then(Fingerprint::default);
-        let zero = walk.value(field.ty, field.slot, EmptyTime::Refused, field_print.as_mut())?;
-        walk.path.pop();
-        if let (Some(field_print), false) = (field_print, zero) {
-            content.tag(b'f');
-            content.bytes(field.name.as_bytes());
-            content.bytes(&field_print.finish());
-        }
-    }
+    walk.structure(RELEASE, Some(&mut content))?;
     walk.json.end()?;
     let kept = walk.kept;
     if !kept.has_info {

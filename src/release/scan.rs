@@ -62,10 +62,20 @@ pub struct ReleaseReport {
     pub chart: Option<String>,
     pub app_version: Option<String>,
     pub anomalies: Vec<String>,
+    /// Every revision Helm reads, ascending, as `helm history` lists them (a revision held by two
+    /// records appears twice).
+    pub history: Vec<RevisionReport>,
     /// Needs an operator: any state but healthy/absent/uninstalled, or an anomaly.
     pub broken: bool,
     pub hint: String,
     pub records: usize,
+}
+
+/// One line of `helm history`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RevisionReport {
+    pub revision: u32,
+    pub status: super::status::Status,
 }
 
 /// Groups records by release and classifies each release. `now` is Unix seconds.
@@ -79,12 +89,22 @@ pub fn report(records: &[DecodedRecord], now: i64, stuck_after_secs: i64) -> Vec
         .map(|(key, records)| {
             let facts: Vec<RevisionFacts> = records.iter().map(|r| r.facts()).collect();
             let classification = classify(&facts, now, stuck_after_secs);
-            release_report(key, &records, &classification)
+            let history = super::history::History::new(&facts)
+                .revisions()
+                .iter()
+                .map(|&(revision, status)| RevisionReport { revision, status })
+                .collect();
+            release_report(key, &records, &classification, history)
         })
         .collect()
 }
 
-fn release_report(key: &ReleaseKey, records: &[&DecodedRecord], c: &Classification) -> ReleaseReport {
+fn release_report(
+    key: &ReleaseKey,
+    records: &[&DecodedRecord],
+    c: &Classification,
+    history: Vec<RevisionReport>,
+) -> ReleaseReport {
     let latest = records
         .iter()
         .filter(|r| r.payload.is_ok())
@@ -102,6 +122,7 @@ fn release_report(key: &ReleaseKey, records: &[&DecodedRecord], c: &Classificati
         chart: latest.as_ref().and_then(Summary::chart_ref),
         app_version: latest.and_then(|s| s.app_version),
         anomalies: c.anomalies.iter().map(|a| a.as_str().to_owned()).collect(),
+        history,
         broken: c.is_broken(),
         hint: c.hint(&key.release),
         records: records.len(),

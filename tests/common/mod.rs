@@ -2,6 +2,7 @@
 //! another status or revision.
 #![allow(dead_code)] // each test binary uses its own subset of these helpers
 
+pub mod cluster;
 pub mod guard;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,71 @@
+//! Helpers of the opt-in end-to-end suites against a real API server.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+/// The suites run only with HELM_GUARD_E2E=1, against the cluster in KUBECONFIG.
+pub fn enabled() -> bool {
+    std::env::var("HELM_GUARD_E2E").as_deref() == Ok("1")
+}
+
+/// Says on stderr that a suite is skipped (the harness captures println!).
+pub fn skipped(test: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: skipped (set HELM_GUARD_E2E=1 to run it against the cluster in KUBECONFIG)"
+    );
+}
+
+/// Webhook configurations first (so nothing stays guarded by a guard that is gone), then the
+/// namespace.
+pub async fn cleanup(client: &Client, namespace: &str, namespace_checked: bool) {
+    let name = format!("helm-guard-e2e-{namespace}");
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
+    if !namespace_checked {
+        let _ = Api::<Namespace>::all(client.clone()).delete(namespace, &DeleteParams::default()).await;
+    }
+}
+
+/// Registers the shipped manifests/webhooks.yaml, pointed at the guard in this process and scoped
+/// to the test namespace, so the real configurations are what the API server uses.
+pub async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: &str) {
+    use base64::Engine as _;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/webhooks.yaml")).unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    for mut configuration in documents.into_iter().filter(|d| !d.is_null()) {
+        configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{namespace}")});
+        for webhook in configuration["webhooks"].as_array_mut().unwrap() {
+            let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
+            webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": ca_bundle});
+            webhook["namespaceSelector"] = json!({"matchLabels": {"helm-guard-e2e": namespace}});
+        }
+        match configuration["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => {
+                Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                    .create(&PostParams::default(), &serde_json::from_value(configuration).unwrap())
+                    .await
+                    .unwrap();
+            }
+            Some("MutatingWebhookConfiguration") => {
+                Api::<MutatingWebhookConfiguration>::all(client.clone())
+                    .create(&PostParams::default(), &serde_json::from_value(configuration).unwrap())
+                    .await
+                    .unwrap();
+            }
+            other => panic!("unexpected kind {other:?} in manifests/webhooks.yaml"),
+        }
+    }
+}
