@@ -94,6 +94,11 @@ impl Run {
 
     /// `helm history` as (revision, status), sorted; empty when Helm knows no such release.
     fn helm_history(&self, bin: &str, release: &str) -> Vec<(i64, String)> {
+        self.try_helm_history(bin, release).unwrap_or_else(|text| panic!("{bin} history {release}: {text}"))
+    }
+
+    /// `Err`: Helm failed (or crashed) on the release.
+    fn try_helm_history(&self, bin: &str, release: &str) -> Result<Vec<(i64, String)>, String> {
         match helm(bin, &["history", release, "-n", &self.ns, "-o", "json"]) {
             Ok(text) => {
                 let start = text.find('[').unwrap_or(0);
@@ -103,10 +108,10 @@ impl Run {
                     .map(|r| (r["revision"].as_i64().unwrap(), r["status"].as_str().unwrap().to_owned()))
                     .collect();
                 rows.sort();
-                rows
+                Ok(rows)
             }
-            Err(text) if text.contains("not found") => Vec::new(),
-            Err(text) => panic!("{bin} history {release}: {text}"),
+            Err(text) if text.contains("not found") => Ok(Vec::new()),
+            Err(text) => Err(text),
         }
     }
 
@@ -232,6 +237,8 @@ async fn checks(run: Run, url: String, ca_pem: String) {
     let namespaces = Api::<Namespace>::all(run.client.clone());
     let labelled = json!({"metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}});
     namespaces.create(&PostParams::default(), &serde_json::from_value(labelled).unwrap()).await.unwrap();
+    // Before the webhooks: the single-record releases are then deleted without a verdict.
+    crafted_table_against_real_helm(&run).await;
     common::cluster::register_webhooks(&run.client, &ns, &url, &ca_pem).await;
     let chart = run.chart.clone();
 
@@ -357,4 +364,51 @@ async fn checks(run: Run, url: String, ca_pem: String) {
     run.settled("rb").await;
     run.helm_ok("helm", &["upgrade", "rb", &chart]);
     run.helm_ok("helm", &["uninstall", "rb"]);
+}
+
+/// The crafted-record table of tests/common/crafted.rs, checked against real Helm 3 and Helm 4:
+/// each Helm still reads each record as recorded, and `scan` reads what both read alike.
+async fn crafted_table_against_real_helm(run: &Run) {
+    let cases = common::crafted::cases();
+    for case in &cases {
+        let secret: Secret = serde_json::from_value(case.secret(&run.ns)).unwrap();
+        run.secrets().create(&PostParams::default(), &secret).await.unwrap();
+    }
+    let mut wrong = Vec::new();
+    for case in &cases {
+        let reading = |bin| match run.try_helm_history(bin, case.name) {
+            Ok(rows) => Ok(rows.into_iter().next()),
+            Err(text) if text.contains("panic") => Err(()),
+            Err(text) => panic!("{bin} history {}: {text}", case.name),
+        };
+        let (helm3, helm4) = (reading("helm3"), reading("helm"));
+        let recorded = |r: Option<(i64, &str)>| Ok(r.map(|(v, s)| (v, s.to_owned())));
+        let crashed = Err(());
+        if case.crashes {
+            if helm3 != crashed || helm4 != crashed {
+                wrong.push(format!("{}: Helm no longer crashes: {helm3:?} {helm4:?}", case.name));
+            }
+        } else if helm3 != recorded(case.helm3) || helm4 != recorded(case.helm4) {
+            wrong.push(format!(
+                "{}: Helm 3 {helm3:?}, Helm 4 {helm4:?}; recorded {:?} {:?}",
+                case.name, case.helm3, case.helm4
+            ));
+        }
+        let guard = run.guard_history(case.name);
+        let expected: Vec<(i64, String)> = case
+            .expected()
+            .map(|(v, s)| {
+                (v, if s.parse::<helm_guard::release::Status>().is_ok() { s } else { "unknown" }.to_owned())
+            })
+            .into_iter()
+            .collect();
+        if guard != expected {
+            wrong.push(format!("{}: scan {guard:?}, expected {expected:?}", case.name));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for case in &cases {
+        let name = format!("sh.helm.release.v1.{}.v1", case.name);
+        run.secrets().delete(&name, &DeleteParams::default()).await.unwrap();
+    }
 }

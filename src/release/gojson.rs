@@ -691,7 +691,8 @@ pub fn parse_go_time(text: &[u8]) -> Option<i64> {
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
     let mut i = 19;
-    if at(i) == Some(b'.') {
+    // Go takes a comma for the decimal point too (checked with Helm 3.17 and 4.1).
+    if matches!(at(i), Some(b'.' | b',')) {
         i += 1;
         let start = i;
         while at(i).is_some_and(|b| b.is_ascii_digit()) {
@@ -835,6 +836,7 @@ mod tests {
         assert_eq!(parse_go_time(b"2026-11-29T16:04:02.491141154Z"), Some(1_795_968_242));
         assert_eq!(parse_go_time(b"1970-01-01T01:00:00+01:00"), Some(0));
         assert_eq!(parse_go_time(b"0001-01-01T00:00:00Z"), Some(-62_135_596_800));
+        assert_eq!(parse_go_time(b"2026-11-29T16:04:02,5Z"), Some(1_795_968_242));
         for bad in [
             "yesterday",
             "2026-11-29",
@@ -844,7 +846,9 @@ mod tests {
             "2026-11-29T16:04:02",
             "2026-11-29T16:04:02+24:00",
             "2026-11-29T16:04:02.Z",
-            "2026-11-29T16:04:02,5Z",
+            "2026-12-31T23:59:60Z",
+            "2026-11-29t16:04:02Z",
+            "2026-11-29T16:04:02z",
             "2026-11-29T16:04:02ZZ",
         ] {
             assert_eq!(parse_go_time(bad.as_bytes()), None, "{bad}");

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset of these helpers
 
 pub mod cluster;
+pub mod crafted;
 pub mod guard;
 
 use std::path::{Path, PathBuf};
