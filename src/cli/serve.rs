@@ -13,7 +13,8 @@ use crate::admission::Admission;
 use crate::cluster::live::{self, ClusterArgs};
 use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
-use crate::server::{self, AppState, Metrics, ServerSettings, TlsFiles};
+use crate::server::limits::ConnectionLimits;
+use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -60,9 +61,31 @@ pub struct ServeArgs {
     pub metrics_listen: SocketAddr,
     #[arg(long, env = "HELM_GUARD_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
+    /// Only the API server may call: require a client certificate signed by a CA in this PEM file
+    /// (reloaded on change). See README, "Only the API server may call".
+    #[arg(long, env = "HELM_GUARD_CLIENT_CA_FILE", value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// With --client-ca-file: the client certificate's subject CN must be this (repeatable).
+    #[arg(long, env = "HELM_GUARD_CLIENT_CN", value_delimiter = ',', requires = "client_ca_file")]
+    pub client_cn: Vec<String>,
     /// Largest AdmissionReview body accepted.
     #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// A request's body must have arrived this long after its turn came; else 408 and the
+    /// connection is closed.
+    #[arg(long, env = "HELM_GUARD_BODY_READ_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub body_read_timeout: Duration,
+    /// A whole request (its turn, its body, its decision) past this gets 503. Keep it above
+    /// --decision-deadline and at or below the webhooks' timeoutSeconds.
+    #[arg(long, env = "HELM_GUARD_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+    /// Open HTTPS connections at once; more are closed as soon as they are accepted.
+    #[arg(long, env = "HELM_GUARD_MAX_CONNECTIONS", default_value_t = 256)]
+    pub max_connections: usize,
+    /// A connection whose client sends nothing for this long is closed (above the API server's
+    /// own 90 s idle timeout, so that it closes first).
+    #[arg(long, env = "HELM_GUARD_IDLE_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
     /// Decisions under way at once (each may decode a payload up to --max-decoded-bytes); more
     /// requests wait their turn.
     #[arg(long, env = "HELM_GUARD_MAX_CONCURRENT_REVIEWS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_REVIEWS)]
@@ -106,11 +129,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
 }
 
 async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
-    let tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
+    let mut tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
         (Some(dir), _, _) => dev_certs(dir)?,
-        (None, Some(cert), Some(key)) => TlsFiles { cert: cert.clone(), key: key.clone() },
+        (None, Some(cert), Some(key)) => TlsFiles::new(cert.clone(), key.clone()),
         _ => anyhow::bail!("--tls-cert and --tls-key are required (or --dev-certs DIR for a local trial)"),
     };
+    tls.client_ca = args.client_ca_file.clone();
+    tls.client_names = args.client_cn.clone();
     let metrics = Metrics::new();
     let (index, fetcher) = match &args.snapshot {
         Some(path) => (load_snapshot(path, args)?, None),
@@ -129,7 +154,15 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         decision_deadline: args.decision_deadline,
     };
     let state = Arc::new(
-        AppState::new(admission, metrics, args.max_body_bytes)
+        AppState::new(
+            admission,
+            metrics,
+            RequestLimits {
+                max_body_bytes: args.max_body_bytes,
+                body_read_timeout: args.body_read_timeout,
+                request_timeout: args.request_timeout,
+            },
+        )
             .with_max_concurrent_reviews(args.max_concurrent_reviews),
     );
     let settings = ServerSettings {
@@ -137,7 +170,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         metrics_listen: args.metrics_listen,
         tls,
         tls_reload_every: args.tls_reload_interval,
-        max_body_bytes: args.max_body_bytes,
+        connections: ConnectionLimits { max_connections: args.max_connections, idle_timeout: args.idle_timeout },
         shutdown_delay: args.shutdown_delay,
         shutdown_grace: args.shutdown_grace,
     };
@@ -171,7 +204,7 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
 
 /// Reuses the certificates in `dir`, or makes them for localhost.
 fn dev_certs(dir: &std::path::Path) -> anyhow::Result<TlsFiles> {
-    let files = TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key") };
+    let files = TlsFiles::new(dir.join("tls.crt"), dir.join("tls.key"));
     if !files.cert.exists() || !files.key.exists() {
         let names = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
         let bundle = super::certs::generate(&names, 30).context("making development certificates")?;

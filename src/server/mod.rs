@@ -3,6 +3,7 @@
 //! [`start`] binds both listeners and returns a [`Running`] server; [`routes`] holds the
 //! handlers, [`tls`] the certificate and its reload, [`metrics`] the Prometheus registry.
 
+pub mod limits;
 pub mod metrics;
 pub mod routes;
 pub mod tls;
@@ -28,8 +29,8 @@ pub struct ServerSettings {
     pub tls: TlsFiles,
     /// How often the certificate files are checked for changes.
     pub tls_reload_every: Duration,
-    /// Largest request body accepted; larger gets 413.
-    pub max_body_bytes: usize,
+    /// Open connections and how long a silent one stays.
+    pub connections: limits::ConnectionLimits,
     /// After SIGTERM: how long to stay up unready, so endpoints drop this pod before it stops.
     pub shutdown_delay: Duration,
     /// After that: how long in-flight requests may take to finish.
@@ -40,22 +41,44 @@ pub struct ServerSettings {
 /// bounds the memory a burst of large requests can take. Requests beyond it wait their turn.
 pub const DEFAULT_MAX_CONCURRENT_REVIEWS: usize = 16;
 
+/// Bounds per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Largest request body accepted; larger gets 413.
+    pub max_body_bytes: usize,
+    /// The body must have arrived this long after its permit was taken; else 408.
+    pub body_read_timeout: Duration,
+    /// A whole request (waiting for a permit, the body, the decision); else 503.
+    pub request_timeout: Duration,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_body_bytes: 8 * 1024 * 1024,
+            body_read_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
 /// What the handlers share.
 #[derive(Debug)]
 pub struct AppState {
     pub admission: Admission,
     pub metrics: Arc<Metrics>,
-    pub max_body_bytes: usize,
+    pub limits: RequestLimits,
+    /// Decisions under way at once; the permit is taken before the body is read.
     pub(crate) reviews: Arc<tokio::sync::Semaphore>,
     shutting_down: AtomicBool,
 }
 
 impl AppState {
-    pub fn new(admission: Admission, metrics: Arc<Metrics>, max_body_bytes: usize) -> AppState {
+    pub fn new(admission: Admission, metrics: Arc<Metrics>, limits: RequestLimits) -> AppState {
         AppState {
             admission,
             metrics,
-            max_body_bytes,
+            limits,
             reviews: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_CONCURRENT_REVIEWS)),
             shutting_down: AtomicBool::new(false),
         }
@@ -66,6 +89,11 @@ impl AppState {
     pub fn with_max_concurrent_reviews(mut self, reviews: usize) -> AppState {
         self.reviews = Arc::new(tokio::sync::Semaphore::new(reviews.max(1)));
         self
+    }
+
+    /// SIGTERM came: answers now close their connections.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
     }
 
     /// Ready: the index has a complete view and the server is not shutting down.
@@ -92,9 +120,20 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
     let handle: Handle<SocketAddr> = Handle::new();
     let mut tasks = Vec::new();
 
-    let mut server = axum_server::bind_rustls(settings.listen, tls_config.clone()).handle(handle.clone());
-    // A client that never finishes its headers must not hold a connection forever.
-    server.http_builder().http1().header_read_timeout(Duration::from_secs(10));
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config.clone())
+        .handshake_timeout(Duration::from_secs(10))
+        .acceptor(limits::LimitAcceptor::new(settings.connections));
+    let mut server = axum_server::bind(settings.listen)
+        .acceptor(acceptor)
+        .handle(handle.clone())
+        .first_request_timeout(Duration::from_secs(10));
+    let http = server.http_builder();
+    // A client that never finishes its headers must not hold a connection forever; headers are
+    // small (an AdmissionReview's are a few hundred bytes).
+    http.http1().header_read_timeout(Duration::from_secs(10)).max_buf_size(64 * 1024);
+    // The API server multiplexes its calls; a handful of streams each is plenty, and each
+    // stream's body waits for a permit before it is read.
+    http.http2().max_concurrent_streams(32).max_header_list_size(64 * 1024).max_send_buf_size(256 * 1024);
     let app = routes::webhook_router(state.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(error) = server.serve(app.into_make_service()).await {

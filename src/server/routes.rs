@@ -5,11 +5,16 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, to_bytes};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
+
+use axum_server::ConnectionShutdown;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
 
 use super::AppState;
 use super::metrics::DecisionLabels;
@@ -17,11 +22,19 @@ use crate::admission::{Webhook, review};
 
 /// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
 /// either port.
+///
+/// The webhooks are bounded by layers, outermost first: a request timeout (waiting for a permit
+/// counts), then a concurrency permit taken before the body is read, so a burst of large or
+/// slow bodies holds at most `max_concurrent_reviews` of them in memory.
 pub fn webhook_router(state: Arc<AppState>) -> Router {
+    let limits = state.limits;
     let webhooks = Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .layer(GlobalConcurrencyLimitLayer::with_semaphore(state.reviews.clone()))
+        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout))
+        .layer(TraceLayer::new_for_http());
     webhooks.merge(metrics_router(state))
 }
 
@@ -34,38 +47,59 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn validate(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    admit(state, Webhook::Validate, body).await
+/// The connection a request came on (absent when the router is served by something other than
+/// axum-server, as in some tests).
+type Connection = Option<Extension<ConnectionShutdown>>;
+
+async fn validate(State(state): State<Arc<AppState>>, connection: Connection, body: Body) -> Response {
+    admit(state, Webhook::Validate, connection, body).await
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    admit(state, Webhook::Mutate, body).await
+async fn mutate(State(state): State<Arc<AppState>>, connection: Connection, body: Body) -> Response {
+    admit(state, Webhook::Mutate, connection, body).await
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into(), "code": status.as_u16()}))).into_response()
 }
 
-async fn admit(state: Arc<AppState>, webhook: Webhook, body: Body) -> Response {
+async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, body: Body) -> Response {
     let started = Instant::now();
-    let bytes = match to_bytes(body, state.max_body_bytes).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
+    // During a rollout each answer closes its connection (HTTP/1.1 `Connection: close`, HTTP/2
+    // GOAWAY), so the API server moves to another replica before this one drains.
+    if state.is_shutting_down()
+        && let Some(Extension(connection)) = &connection
+    {
+        connection.graceful_shutdown();
+    }
+    let limits = state.limits;
+    let bytes = match tokio::time::timeout(limits.body_read_timeout, to_bytes(body, limits.max_body_bytes)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
             state.metrics.rejected(webhook.as_str(), "too-large");
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is larger than {} bytes (--max-body-bytes)", state.max_body_bytes),
+                format!("the request body is larger than {} bytes (--max-body-bytes)", limits.max_body_bytes),
+            );
+        }
+        Err(_) => {
+            // A client that cannot send its body in time does not keep the connection either.
+            if let Some(Extension(connection)) = &connection {
+                connection.graceful_shutdown();
+            }
+            state.metrics.rejected(webhook.as_str(), "body-timeout");
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {:?} (--body-read-timeout)", limits.body_read_timeout),
             );
         }
     };
     // Decoding a multi-MiB payload is CPU work: keep it off the async workers so one large or
     // hostile request does not stall the others.
     let worker = state.clone();
-    // The semaphore is never closed, so acquiring only waits.
-    let permit = state.reviews.clone().acquire_owned().await;
     let decided = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
         let request = review::parse(&bytes)?;
+        drop(bytes);
         Ok::<_, review::ReviewError>(worker.admission.review(webhook, &request))
     })
     .await;

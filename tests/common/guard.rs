@@ -10,7 +10,8 @@ use helm_guard::cli::certs::{CertBundle, generate, write};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
 use helm_guard::policy::{Mode, PolicyConfig};
 use helm_guard::release::DecodeLimits;
-use helm_guard::server::{self, AppState, Metrics, Running, ServerSettings, TlsFiles};
+use helm_guard::server::limits::ConnectionLimits;
+use helm_guard::server::{self, AppState, Metrics, RequestLimits, Running, ServerSettings, TlsFiles};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -27,6 +28,10 @@ pub struct Options {
     pub tls_reload_every: Duration,
     pub shutdown_delay: Duration,
     pub max_concurrent_reviews: usize,
+    pub request_limits: RequestLimits,
+    pub connections: ConnectionLimits,
+    pub client_ca: Option<std::path::PathBuf>,
+    pub client_names: Vec<String>,
 }
 
 impl Default for Options {
@@ -41,6 +46,10 @@ impl Default for Options {
             tls_reload_every: Duration::from_secs(3600),
             shutdown_delay: Duration::ZERO,
             max_concurrent_reviews: helm_guard::server::DEFAULT_MAX_CONCURRENT_REVIEWS,
+            request_limits: RequestLimits::default(),
+            connections: ConnectionLimits::default(),
+            client_ca: None,
+            client_names: Vec::new(),
         }
     }
 }
@@ -80,15 +89,22 @@ impl Guard {
             decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         };
         let state = Arc::new(
-            AppState::new(admission, Metrics::new(), options.max_body_bytes)
-                .with_max_concurrent_reviews(options.max_concurrent_reviews),
+            AppState::new(
+                admission,
+                Metrics::new(),
+                RequestLimits { max_body_bytes: options.max_body_bytes, ..options.request_limits },
+            )
+            .with_max_concurrent_reviews(options.max_concurrent_reviews),
         );
         let settings = ServerSettings {
             tls_reload_every: options.tls_reload_every,
-            max_body_bytes: options.max_body_bytes,
             shutdown_delay: options.shutdown_delay,
+            connections: options.connections,
             ..settings("127.0.0.1:0".parse().unwrap(), &dir.path().join("certs"))
         };
+        let mut settings = settings;
+        settings.tls.client_ca = options.client_ca.clone();
+        settings.tls.client_names = options.client_names.clone();
         let running = server::start(settings, state).await.unwrap();
         let client = HttpsClient::new(running.addr, &bundle.ca_pem);
         Guard { running: Some(running), client, dir, index }
@@ -134,9 +150,9 @@ pub fn settings(listen: SocketAddr, certs: &std::path::Path) -> ServerSettings {
     ServerSettings {
         listen,
         metrics_listen: "127.0.0.1:0".parse().unwrap(),
-        tls: TlsFiles { cert: certs.join("tls.crt"), key: certs.join("tls.key") },
+        tls: TlsFiles::new(certs.join("tls.crt"), certs.join("tls.key")),
         tls_reload_every: Duration::from_secs(3600),
-        max_body_bytes: 8 << 20,
+        connections: ConnectionLimits::default(),
         shutdown_delay: Duration::ZERO,
         shutdown_grace: Duration::from_secs(5),
     }
@@ -168,7 +184,7 @@ pub async fn start_live(
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
     };
     let running =
-        server::start(settings(listen, certs), Arc::new(AppState::new(admission, metrics, 8 << 20)))
+        server::start(settings(listen, certs), Arc::new(AppState::new(admission, metrics, RequestLimits::default())))
             .await
             .unwrap();
     (running, index, bundle.ca_pem)
