@@ -29,6 +29,8 @@ struct Stub {
     secret_watches: Watchers,
     /// Names of the Secrets fetched one by one.
     gets: Arc<Mutex<Vec<String>>>,
+    /// GETs of single Secrets never answer (an API server in trouble).
+    hang_gets: bool,
 }
 
 fn metadata_only(object: &Value) -> Value {
@@ -93,6 +95,9 @@ async fn one_secret(
     axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
 ) -> axum::response::Response {
     stub.gets.lock().unwrap().push(name.clone());
+    if stub.hang_gets {
+        return futures::future::pending().await;
+    }
     match stub.secrets.iter().find(|s| s["metadata"]["namespace"] == namespace && s["metadata"]["name"] == name) {
         Some(secret) => axum::Json(secret.clone()).into_response(),
         None => (
@@ -116,9 +121,17 @@ async fn start_stub(secrets_items: Vec<Value>) -> (String, Watchers) {
 }
 
 async fn start_stub_counting(secrets_items: Vec<Value>) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
+    start_stub_with(secrets_items, false).await
+}
+
+async fn start_stub_with(
+    secrets_items: Vec<Value>,
+    hang_gets: bool,
+) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
     let watches: Watchers = Arc::default();
     let gets: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stub = Stub { secrets: secrets_items, secret_watches: watches.clone(), gets: gets.clone() };
+    let stub =
+        Stub { secrets: secrets_items, secret_watches: watches.clone(), gets: gets.clone(), hang_gets };
     let app = Router::new()
         .route("/version", get(version))
         .route("/api/v1/secrets", get(secrets))
@@ -303,5 +316,42 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     // again.
     assert_eq!(post(delete_review(&records[0])).await, (false, "last-deployed-revision".to_owned()));
     assert_eq!(gets.lock().unwrap().len(), 2);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_never_outlasts_its_deadline_against_an_api_server_that_hangs() {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
+    let (server, _watches, gets) = start_stub_with(records.clone(), true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let client = live::connect(&args).await.unwrap();
+    let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let (running, index, ca_pem) = common::guard::start_live(
+        client,
+        "127.0.0.1:0".parse().unwrap(),
+        &names,
+        &dir.path().join("certs"),
+        Duration::from_secs(3600),
+    )
+    .await;
+    let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
+    assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
+    let started = std::time::Instant::now();
+    let (status, body) =
+        https.post("/validate", serde_json::to_vec(&delete_review(&records[0])).unwrap()).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    // Refused, saying to retry, within the decision deadline (2 s) and well within the webhook's
+    // 5 s timeout.
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["auditAnnotations"]["reason"], "unread-history");
+    assert!(answer["response"]["status"]["message"].as_str().unwrap().contains("retry"));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(!gets.lock().unwrap().is_empty(), "the payloads were asked for");
+    let (_, metrics) = https.get("/metrics").await;
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(metrics.contains("helm_guard_decision_deadline_exceeded_total 1"), "{metrics}");
     running.shutdown().await;
 }

@@ -77,7 +77,10 @@ async fn a_second_object_of_a_revision_is_kept_apart() {
     copy["metadata"]["name"] = json!("rb-copy");
     let records = rb_history(vec![copy.clone()]);
     let guard = guard_with(records.clone()).await;
-    assert_eq!(verdict(&guard.validate(&delete_review(&records[1])).await), (false, "last-deployed-revision"));
+    assert_eq!(
+        verdict(&guard.validate(&delete_review(&records[1])).await),
+        (false, "last-deployed-revision")
+    );
     assert_eq!(verdict(&guard.validate(&delete_review(&copy)).await), (true, "history-pruning"));
 }
 
@@ -85,7 +88,9 @@ async fn a_second_object_of_a_revision_is_kept_apart() {
 async fn the_garbage_collector_outside_a_terminating_namespace_is_decided_like_anyone() {
     let records = rb_history(vec![]);
     let guard = guard_with(records.clone()).await;
-    for user in ["system:serviceaccount:kube-system:generic-garbage-collector", "system:kube-controller-manager"] {
+    for user in
+        ["system:serviceaccount:kube-system:generic-garbage-collector", "system:kube-controller-manager"]
+    {
         let review = as_user(delete_review(&records[1]), user, &["system:serviceaccounts"]);
         assert_eq!(verdict(&guard.validate(&review).await), (false, "latest-deployed-revision"), "{user}");
     }
@@ -107,8 +112,16 @@ async fn update_v3(edit: impl FnOnce(&mut Value, &mut Value)) -> Value {
 async fn edits_helm_never_makes_are_refused() {
     let table: Vec<(&str, Box<dyn FnOnce(&mut Value, &mut Value)>, &str)> = vec![
         ("values", Box::new(|_, r| r["config"] = json!({"replicaCount": 9})), "payload-content-change"),
-        ("manifest", Box::new(|_, r| r["manifest"] = json!("---\nkind: Nothing\n")), "payload-content-change"),
-        ("chart", Box::new(|_, r| r["chart"]["metadata"]["version"] = json!("9.9.9")), "payload-content-change"),
+        (
+            "manifest",
+            Box::new(|_, r| r["manifest"] = json!("---\nkind: Nothing\n")),
+            "payload-content-change",
+        ),
+        (
+            "chart",
+            Box::new(|_, r| r["chart"]["metadata"]["version"] = json!("9.9.9")),
+            "payload-content-change",
+        ),
         ("version", Box::new(|_, r| r["version"] = json!(30)), "payload-content-change"),
         (
             "payload status without its label",
@@ -136,7 +149,11 @@ async fn edits_helm_never_makes_are_refused() {
             }),
             "foreign-metadata",
         ),
-        ("a finalizer", Box::new(|o, _| o["metadata"]["finalizers"] = json!(["example.com/keep"])), "foreign-metadata"),
+        (
+            "a finalizer",
+            Box::new(|o, _| o["metadata"]["finalizers"] = json!(["example.com/keep"])),
+            "foreign-metadata",
+        ),
     ];
     for (what, edit, reason) in table {
         let response = update_v3(edit).await;

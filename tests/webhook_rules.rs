@@ -307,6 +307,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
         limits: DecodeLimits::default(),
         fetcher: None,
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
+        deadline_exceeded: Default::default(),
     };
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, &request);

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::policy::{Decision, Mode, Reason};
+use crate::policy::{Decision, Mode, Reason, echoed};
 use crate::release::Status;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
@@ -41,11 +41,12 @@ impl LedgerEntry {
     pub fn new(webhook: super::Webhook, request: &AdmissionRequest<DynamicObject>) -> LedgerEntry {
         LedgerEntry {
             webhook: webhook.as_str(),
-            uid: request.uid.clone(),
+            // A forged request can put anything here; the API server's own are far shorter.
+            uid: echoed(&request.uid).into_owned(),
             operation: format!("{:?}", request.operation).to_uppercase(),
-            requester: request.user_info.username.clone().unwrap_or_default(),
-            namespace: request.namespace.clone().unwrap_or_default(),
-            object: request.name.clone(),
+            requester: echoed(request.user_info.username.as_deref().unwrap_or_default()).into_owned(),
+            namespace: echoed(request.namespace.as_deref().unwrap_or_default()).into_owned(),
+            object: echoed(&request.name).into_owned(),
             dry_run: request.dry_run,
             release: None,
             revision: None,

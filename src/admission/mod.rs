@@ -47,6 +47,8 @@ pub struct Admission {
     pub fetcher: Option<Arc<dyn PayloadFetcher>>,
     /// What one decision may spend on API calls; below the webhooks' `timeoutSeconds`.
     pub decision_deadline: Duration,
+    /// Decisions that ran out of `decision_deadline` before reading every record they needed.
+    pub deadline_exceeded: prometheus_client::metrics::counter::Counter,
 }
 
 /// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.
@@ -90,7 +92,11 @@ impl Admission {
             return;
         }
         let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
-        for (object, fetched) in fetcher.fetch(key, &objects, started + self.decision_deadline) {
+        let answers = fetcher.fetch(key, &objects, started + self.decision_deadline);
+        if answers.len() < objects.len() {
+            self.deadline_exceeded.inc();
+        }
+        for (object, fetched) in answers {
             let seen = unread.iter().find(|(o, _)| *o == object).and_then(|(_, rv)| rv.as_deref());
             match fetched {
                 Fetched::Read { resource_version, facts } => {

@@ -154,6 +154,7 @@ fn delete(
     let status = record.status();
     entry.transition = Some(format!("{} -> (deleted)", status_text(status)));
     let (namespace, mode) = admission.namespace(&id.key.namespace);
+    let glass = break_glass_reason(&record.record.annotations);
     let facts = DeleteFacts {
         namespace: &id.key.namespace,
         release: &id.key.release,
@@ -161,7 +162,7 @@ fn delete(
         status,
         namespace_terminating: namespace.terminating,
         requester: requester(request),
-        break_glass: break_glass_reason(&record.record.annotations),
+        break_glass: glass.as_deref(),
     };
     let decide = || {
         admission.index.decide(&id.key, Some(object), |others| {
@@ -205,13 +206,14 @@ fn update(
             finalizers: &r.record.finalizers,
         }
     }
+    let glass = break_glass_reason(&new.record.annotations);
     let facts = UpdateFacts {
         namespace: &old.record.id.key.namespace,
         object_name: &old.record.object_name,
         old: side(&old),
         new: side(&new),
         requester: requester(request),
-        break_glass: break_glass_reason(&new.record.annotations),
+        break_glass: glass.as_deref(),
     };
     let (_, mode) = admission.namespace(&old.record.id.key.namespace);
     let verdict = decide_update(&facts, &admission.config);

@@ -152,6 +152,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         limits: args.decode.limits(),
         fetcher,
         decision_deadline: args.decision_deadline,
+        deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
     };
     let state = Arc::new(
         AppState::new(
@@ -163,14 +164,17 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                 request_timeout: args.request_timeout,
             },
         )
-            .with_max_concurrent_reviews(args.max_concurrent_reviews),
+        .with_max_concurrent_reviews(args.max_concurrent_reviews),
     );
     let settings = ServerSettings {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
         tls,
         tls_reload_every: args.tls_reload_interval,
-        connections: ConnectionLimits { max_connections: args.max_connections, idle_timeout: args.idle_timeout },
+        connections: ConnectionLimits {
+            max_connections: args.max_connections,
+            idle_timeout: args.idle_timeout,
+        },
         shutdown_delay: args.shutdown_delay,
         shutdown_grace: args.shutdown_grace,
     };

@@ -21,7 +21,38 @@ pub const BREAK_GLASS_ANNOTATION: &str = "helm-guard.io/allow-delete";
 /// The namespace label that overrides the global mode.
 pub const MODE_LABEL: &str = "helm-guard.io/mode";
 
-/// The break-glass reason on an object, when present and non-empty.
-pub fn break_glass_reason(annotations: &std::collections::BTreeMap<String, String>) -> Option<&str> {
-    annotations.get(BREAK_GLASS_ANNOTATION).map(|reason| reason.trim()).filter(|reason| !reason.is_empty())
+/// The longest text taken from a request into an audit annotation or a log field: anyone who may
+/// write an annotation would otherwise choose the size of the API server's audit log lines.
+pub const MAX_ECHOED_CHARS: usize = 256;
+
+/// `text` cut to [`MAX_ECHOED_CHARS`] characters, with an ellipsis when cut.
+pub fn echoed(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(MAX_ECHOED_CHARS) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some((at, _)) => std::borrow::Cow::Owned(format!("{}…", text.get(..at).unwrap_or_default())),
+    }
+}
+
+/// The break-glass reason on an object, when present and non-empty, cut to
+/// [`MAX_ECHOED_CHARS`].
+pub fn break_glass_reason(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Option<std::borrow::Cow<'_, str>> {
+    annotations
+        .get(BREAK_GLASS_ANNOTATION)
+        .map(|reason| reason.trim())
+        .filter(|reason| !reason.is_empty())
+        .map(echoed)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn echoed_text_is_cut_at_a_character_boundary() {
+        assert_eq!(super::echoed("short"), "short");
+        let long = "é".repeat(10_000);
+        let cut = super::echoed(&long);
+        assert_eq!(cut.chars().count(), super::MAX_ECHOED_CHARS + 1);
+        assert!(cut.ends_with('…'));
+    }
 }

@@ -43,7 +43,10 @@ pub struct LimitAcceptor {
 
 impl LimitAcceptor {
     pub fn new(limits: ConnectionLimits) -> LimitAcceptor {
-        LimitAcceptor { slots: Arc::new(Semaphore::new(limits.max_connections.max(1))), idle_timeout: limits.idle_timeout }
+        LimitAcceptor {
+            slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            idle_timeout: limits.idle_timeout,
+        }
     }
 
     /// Connections open now.
@@ -83,7 +86,11 @@ impl<I> Bounded<I> {
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Bounded<I> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(result) => {
@@ -139,7 +146,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_client_is_cut_off_and_a_talking_one_is_not() {
-        let acceptor = LimitAcceptor::new(ConnectionLimits { max_connections: 1, idle_timeout: Duration::from_secs(5) });
+        let acceptor =
+            LimitAcceptor::new(ConnectionLimits { max_connections: 1, idle_timeout: Duration::from_secs(5) });
         let (client, server) = tokio::io::duplex(64);
         let (mut bounded, ()) = acceptor.accept(server, ()).await.unwrap();
         let (_client_read, mut client_write) = tokio::io::split(client);

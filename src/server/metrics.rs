@@ -56,6 +56,7 @@ pub struct Metrics {
     releases: Family<StateLabels, Gauge>,
     revisions: Gauge,
     pub watch_restarts: Counter,
+    pub decision_deadline_exceeded: Counter,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
@@ -88,6 +89,12 @@ impl Metrics {
         registry.register("revisions_indexed", "Release revisions held in the index", revisions.clone());
         let watch_restarts = Counter::default();
         registry.register("watch_restarts", "Times a watch failed and re-listed", watch_restarts.clone());
+        let decision_deadline_exceeded = Counter::default();
+        registry.register(
+            "decision_deadline_exceeded",
+            "Decisions that ran out of --decision-deadline before reading every record they needed",
+            decision_deadline_exceeded.clone(),
+        );
         let seconds_since_sync = Gauge::default();
         registry.register(
             "seconds_since_last_sync",
@@ -103,6 +110,7 @@ impl Metrics {
             releases,
             revisions,
             watch_restarts,
+            decision_deadline_exceeded,
             seconds_since_sync,
         })
     }

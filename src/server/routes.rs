@@ -73,7 +73,9 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
         connection.graceful_shutdown();
     }
     let limits = state.limits;
-    let bytes = match tokio::time::timeout(limits.body_read_timeout, to_bytes(body, limits.max_body_bytes)).await {
+    let bytes = match tokio::time::timeout(limits.body_read_timeout, to_bytes(body, limits.max_body_bytes))
+        .await
+    {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(_)) => {
             state.metrics.rejected(webhook.as_str(), "too-large");
@@ -90,7 +92,10 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
             state.metrics.rejected(webhook.as_str(), "body-timeout");
             return error(
                 StatusCode::REQUEST_TIMEOUT,
-                format!("the request body did not arrive within {:?} (--body-read-timeout)", limits.body_read_timeout),
+                format!(
+                    "the request body did not arrive within {:?} (--body-read-timeout)",
+                    limits.body_read_timeout
+                ),
             );
         }
     };

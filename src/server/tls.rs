@@ -66,7 +66,10 @@ pub fn server_config(
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .context("building the client certificate verifier")?;
-            builder.with_client_cert_verifier(Arc::new(NamedClient { inner: verifier, names: client_names.to_vec() }))
+            builder.with_client_cert_verifier(Arc::new(NamedClient {
+                inner: verifier,
+                names: client_names.to_vec(),
+            }))
         }
     };
     let mut config =
@@ -97,14 +100,15 @@ impl ClientCertVerifier for NamedClient {
         if self.names.is_empty() {
             return Ok(verified);
         }
-        let common_name = x509_parser::parse_x509_certificate(end_entity.as_ref())
-            .ok()
-            .and_then(|(_, cert)| {
+        let common_name =
+            x509_parser::parse_x509_certificate(end_entity.as_ref()).ok().and_then(|(_, cert)| {
                 cert.subject().iter_common_name().next().and_then(|cn| cn.as_str().ok().map(str::to_owned))
             });
         match common_name {
             Some(cn) if self.names.contains(&cn) => Ok(verified),
-            _ => Err(rustls::Error::InvalidCertificate(rustls::CertificateError::ApplicationVerificationFailure)),
+            _ => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            )),
         }
     }
 

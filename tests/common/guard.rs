@@ -56,6 +56,8 @@ impl Default for Options {
 
 pub struct Guard {
     pub running: Option<Running>,
+    /// The CA that signed the serving certificate.
+    pub ca_pem: String,
     pub client: HttpsClient,
     pub dir: tempfile::TempDir,
     pub index: Arc<ReleaseIndex>,
@@ -87,6 +89,7 @@ impl Guard {
             limits: DecodeLimits::default(),
             fetcher: None,
             decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
+            deadline_exceeded: Default::default(),
         };
         let state = Arc::new(
             AppState::new(
@@ -107,7 +110,7 @@ impl Guard {
         settings.tls.client_names = options.client_names.clone();
         let running = server::start(settings, state).await.unwrap();
         let client = HttpsClient::new(running.addr, &bundle.ca_pem);
-        Guard { running: Some(running), client, dir, index }
+        Guard { running: Some(running), client, dir, index, ca_pem: bundle.ca_pem.clone() }
     }
 
     pub fn running(&self) -> &Running {
@@ -182,11 +185,14 @@ pub async fn start_live(
         limits: DecodeLimits::default(),
         fetcher: Some(fetcher),
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
+        deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
     };
-    let running =
-        server::start(settings(listen, certs), Arc::new(AppState::new(admission, metrics, RequestLimits::default())))
-            .await
-            .unwrap();
+    let running = server::start(
+        settings(listen, certs),
+        Arc::new(AppState::new(admission, metrics, RequestLimits::default())),
+    )
+    .await
+    .unwrap();
     (running, index, bundle.ca_pem)
 }
 

@@ -1,0 +1,241 @@
+//! A hostile client against the real HTTPS server, in seconds (the full-size runs with memory
+//! figures are `examples/abuse.rs`, results in BENCHMARKS.md): who may connect, slow and
+//! unfinished bodies, idle and surplus connections, shutdown, echoed text, and a verdict's
+//! deadline against an API server that never answers.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::guard::{Guard, Options, client_config};
+use common::*;
+use helm_guard::server::RequestLimits;
+use helm_guard::server::limits::ConnectionLimits;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+
+/// A client CA and a client certificate with subject CN `cn`: (CA PEM, cert PEM, key PEM).
+fn client_identity(cn: &str) -> (String, String, String) {
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, "client CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+fn with_client_cert(guard: &Guard, cert_pem: &str, key_pem: &str) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(guard.ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>().unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .unwrap();
+    Arc::new(config)
+}
+
+/// Handshakes and sends one request on a fresh connection; `Err` when the server refuses.
+async fn try_post(guard: &Guard, config: Arc<rustls::ClientConfig>, body: &Value) -> Result<u16, String> {
+    let tcp = tokio::net::TcpStream::connect(guard.running().addr).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let body = serde_json::to_vec(body).unwrap();
+    let request = hyper::Request::builder()
+        .method("POST")
+        .uri("/validate")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    sender.send_request(request).await.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn with_a_client_ca_only_certified_callers_get_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = client_identity("kube-apiserver");
+    let ca_path = dir.path().join("client-ca.crt");
+    std::fs::write(&ca_path, &ca).unwrap();
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let review = delete_review(&records[1]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        client_ca: Some(ca_path.clone()),
+        client_names: vec!["kube-apiserver".into()],
+        ..Options::default()
+    })
+    .await;
+
+    // No certificate: refused at the handshake (TLS 1.3 reports it on the first read).
+    let anonymous = try_post(&guard, client_config(&guard.ca_pem, &[b"http/1.1"]), &review).await;
+    assert!(anonymous.is_err(), "{anonymous:?}");
+    // The API server's certificate: served.
+    assert_eq!(try_post(&guard, with_client_cert(&guard, &cert, &key), &review).await, Ok(200));
+    // A certificate from another CA, named like the API server: refused.
+    let (_, forged_cert, forged_key) = client_identity("kube-apiserver");
+    assert!(try_post(&guard, with_client_cert(&guard, &forged_cert, &forged_key), &review).await.is_err());
+
+    // Same CA, pinned name differs: refused.
+    let guard_other_name = Guard::start(Options {
+        snapshot: records,
+        client_ca: Some(ca_path),
+        client_names: vec!["someone-else".into()],
+        ..Options::default()
+    })
+    .await;
+    assert!(
+        try_post(&guard_other_name, with_client_cert(&guard_other_name, &cert, &key), &review).await.is_err()
+    );
+}
+
+/// Opens a TLS connection and sends the headers of a POST whose body never ends.
+async fn unfinished_body(guard: &Guard, announced: usize) -> common::guard::Connection {
+    let mut tls = guard.client.tls().await.unwrap();
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {announced}\r\n\r\n{{\"kind\":"
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
+/// Reads what the server sends until it closes the connection.
+async fn read_until_closed(tls: &mut common::guard::Connection, within: Duration) -> Option<String> {
+    let mut answer = Vec::new();
+    match tokio::time::timeout(within, tls.read_to_end(&mut answer)).await {
+        Ok(_) => Some(String::from_utf8_lossy(&answer).into_owned()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn an_unfinished_body_is_cut_off_and_others_are_still_answered() {
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        max_concurrent_reviews: 2,
+        request_limits: RequestLimits {
+            body_read_timeout: Duration::from_millis(500),
+            ..RequestLimits::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let started = Instant::now();
+    // More unfinished bodies than permits: the permit is taken before the body is read, so they
+    // queue rather than all buffering at once.
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        slow.push(unfinished_body(&guard, 8 * 1024 * 1024 - 1).await);
+    }
+    // A real request still gets its answer once the slow ones have timed out.
+    let answer = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(answer["auditAnnotations"]["reason"], "latest-deployed-revision");
+    for mut connection in slow {
+        let answer =
+            read_until_closed(&mut connection, Duration::from_secs(10)).await.expect("closed by the server");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("--body-read-timeout"), "{answer}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn idle_and_surplus_connections_are_closed() {
+    let guard = Guard::start(Options {
+        connections: ConnectionLimits { max_connections: 2, idle_timeout: Duration::from_millis(500) },
+        ..Options::default()
+    })
+    .await;
+    let mut first = guard.client.tls().await.unwrap();
+    let _second = guard.client.tls().await.unwrap();
+    // A third connection is closed at once (the handshake fails).
+    assert!(guard.client.tls().await.is_err(), "the cap holds");
+    // A connection that says nothing is closed after the idle timeout.
+    assert!(read_until_closed(&mut first, Duration::from_secs(5)).await.is_some(), "idle connection closed");
+}
+
+#[tokio::test]
+async fn while_shutting_down_answers_close_their_connections() {
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let mut guard = Guard::start(Options {
+        snapshot: records.clone(),
+        shutdown_delay: Duration::from_secs(2),
+        ..Options::default()
+    })
+    .await;
+    let mut sender = guard.client.connect().await;
+    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
+    let (status, _) = common::guard::send(&mut sender, "POST", "/validate", body.clone()).await;
+    assert_eq!(status, 200);
+    let running = guard.running.take().unwrap();
+    let stopping = tokio::spawn(running.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Within the shutdown delay: answered, with `Connection: close`, and the connection ends.
+    let request = hyper::Request::builder()
+        .method("POST")
+        .uri("/validate")
+        .header("host", "localhost")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers().get("connection").map(|v| v.to_str().unwrap()), Some("close"));
+    stopping.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_huge_break_glass_reason_is_cut_in_the_annotations() {
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let mut forced = records[1].clone();
+    forced["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "x".repeat(200_000)});
+    let guard = Guard::start(Options { snapshot: records, ..Options::default() }).await;
+    let response = guard.validate(&delete_review(&forced)).await;
+    assert_eq!(response["auditAnnotations"]["reason"], "break-glass");
+    let reason = response["auditAnnotations"]["break-glass-reason"].as_str().unwrap();
+    assert!(reason.chars().count() <= helm_guard::policy::MAX_ECHOED_CHARS + 1, "{} chars", reason.len());
+}
+
+#[tokio::test]
+async fn a_config_bomb_is_read_without_being_built() {
+    // ~30 MiB of tiny JSON maps once decompressed, under 100 KiB stored: read (and refused by
+    // nothing: it is a readable release) in one pass with a fixed buffer.
+    let mut release = release_json(&helm4_secret());
+    let inner = "{\"a\":{},\"b\":{}},".repeat(1_800_000);
+    let text = serde_json::to_string(&release).unwrap();
+    let at = text.find("\"config\":{").unwrap() + "\"config\":{".len();
+    let bomb = format!("{}\"bomb\":[{}{{}}],{}", &text[..at], inner, &text[at..]);
+    assert!(bomb.len() > 25 << 20);
+    let stored = helm_guard::release::codec::encode_secret_payload(bomb.as_bytes());
+    assert!(stored.len() < 300 << 10, "{} bytes stored", stored.len());
+    let started = Instant::now();
+    let payload =
+        helm_guard::release::codec::read_payload(&stored, true, helm_guard::release::DecodeLimits::default())
+            .unwrap();
+    assert_eq!(payload.info.status, helm_guard::release::Status::Deployed);
+    release["config"] = json!({"bomb": "read past"});
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
