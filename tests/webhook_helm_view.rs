@@ -110,7 +110,9 @@ async fn update_v3(edit: impl FnOnce(&mut Value, &mut Value)) -> Value {
 
 #[tokio::test]
 async fn edits_helm_never_makes_are_refused() {
-    let table: Vec<(&str, Box<dyn FnOnce(&mut Value, &mut Value)>, &str)> = vec![
+    /// Edits the object and its release JSON.
+    type Edit = Box<dyn FnOnce(&mut Value, &mut Value)>;
+    let table: Vec<(&str, Edit, &str)> = vec![
         ("values", Box::new(|_, r| r["config"] = json!({"replicaCount": 9})), "payload-content-change"),
         (
             "manifest",
