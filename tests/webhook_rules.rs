@@ -310,7 +310,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
         deadline_exceeded: Default::default(),
     };
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
-    let reviewed = admission.review(Webhook::Validate, &request);
+    let reviewed = admission.review(Webhook::Validate, request);
     assert!(reviewed.response.allowed);
     assert_eq!(reviewed.entry.decision, "warned");
     let message = reviewed.entry.message.unwrap_or_default();

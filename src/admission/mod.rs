@@ -63,10 +63,10 @@ pub struct Reviewed {
 
 impl Admission {
     /// Decides one request; logs the decision as one ledger line.
-    pub fn review(&self, webhook: Webhook, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    pub fn review(&self, webhook: Webhook, request: AdmissionRequest<DynamicObject>) -> Reviewed {
         let reviewed = match webhook {
             Webhook::Validate => validating::validate(self, request),
-            Webhook::Mutate => mutating::mutate(self, request),
+            Webhook::Mutate => mutating::mutate(self, &request),
         };
         reviewed.entry.emit();
         reviewed

@@ -15,56 +15,54 @@ use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::release::record::DecodedRecord;
 use crate::release::{Driver, History, Record, ReleasePayload, Status};
 
-pub fn validate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+/// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
+/// their payloads move into the records rather than being copied.
+pub fn validate(admission: &Admission, mut request: AdmissionRequest<DynamicObject>) -> Reviewed {
     let started = Instant::now();
-    let mut entry = LedgerEntry::new(Webhook::Validate, request);
-    let kind = request.kind.kind.as_str();
-    let driver = match (request.kind.group.as_str(), kind) {
+    let mut entry = LedgerEntry::new(Webhook::Validate, &request);
+    let driver = match (request.kind.group.as_str(), request.kind.kind.as_str()) {
         ("", "Secret") => Some(Driver::Secret),
         ("", "ConfigMap") => Some(Driver::ConfigMap),
         _ => None,
     };
-    let read =
-        |object: &Option<DynamicObject>| -> Option<Value> { serde_json::to_value(object.as_ref()?).ok() };
-    let old = read(&request.old_object);
-    let new = read(&request.object);
-    let as_record = |object: &Option<Value>| -> Option<Record> {
-        Record::from_object(object.as_ref()?, Some(kind)).ok().flatten()
-    };
-    let (old_record, new_record) = (as_record(&old), as_record(&new));
+    let Some(driver) = driver else { return respond(&request, not_a_record(), entry) };
+    // Each side read as a record of this driver, and whether Helm's labels make it one.
+    let read = |object: Option<DynamicObject>| Some(Record::read_owned(into_value(object?), driver));
+    let had_old = request.old_object.is_some();
+    let old = read(request.old_object.take()).and_then(Result::ok);
+    let new = read(request.object.take()).and_then(Result::ok);
 
-    let decided = match (driver, &request.operation) {
-        (Some(_), Operation::Delete) => match (old_record, &old) {
-            (Some(record), _) => {
-                delete(admission, request, DecodedRecord::new(record, admission.limits), started, &mut entry)
-            }
-            // Every supported API server sends the object being deleted; without it nothing can
-            // be shown harmless.
-            (None, None) => no_old_object(admission, request),
-            (None, Some(_)) => not_a_record(),
-        },
-        (Some(_), Operation::Update) => match (old_record, new_record, new.as_ref()) {
-            (Some(old_record), Some(new_record), _) => {
-                update(admission, request, old_record, new_record, true, &mut entry)
-            }
-            // The new object may no longer look like a record (a label removed): read it as one.
-            (Some(old_record), None, Some(new)) => {
-                match Record::from_object_as(new, old_record.id.key.driver) {
-                    Ok(new_side) => update(admission, request, old_record, new_side, false, &mut entry),
-                    Err(_) => not_a_record(),
-                }
-            }
-            // The update turns an object into a record (a label added): Helm's business.
-            (None, Some(record), _) => create(admission, request, record, &mut entry),
-            _ => not_a_record(),
-        },
-        (Some(_), Operation::Create) => match new_record {
-            Some(record) => create(admission, request, record, &mut entry),
-            None => not_a_record(),
-        },
+    let decided = match (&request.operation, old, new) {
+        (Operation::Delete, Some((record, true)), _) => {
+            delete(admission, &request, DecodedRecord::new(record, admission.limits), started, &mut entry)
+        }
+        // Every supported API server sends the object being deleted; without it nothing can be
+        // shown harmless.
+        (Operation::Delete, None, _) if !had_old => no_old_object(admission, &request),
+        // The new side may no longer look like a record (a label removed): still read as one.
+        (Operation::Update, Some((old, true)), Some((new, new_is_record))) => {
+            update(admission, &request, old, new, new_is_record, &mut entry)
+        }
+        // An update that turns an object into a record (a label added), or a creation: Helm's
+        // business, logged.
+        (Operation::Update | Operation::Create, _, Some((record, true))) => {
+            create(admission, &request, record, &mut entry)
+        }
         _ => not_a_record(),
     };
-    respond(request, decided, entry)
+    respond(&request, decided, entry)
+}
+
+/// The object as JSON, its data moved rather than copied.
+fn into_value(object: DynamicObject) -> Value {
+    let mut value = object.data;
+    if let Value::Object(map) = &mut value {
+        map.insert("metadata".to_owned(), serde_json::to_value(object.metadata).unwrap_or_default());
+        if let Some(types) = object.types {
+            map.insert("kind".to_owned(), Value::String(types.kind));
+        }
+    }
+    value
 }
 
 /// A rule's verdict and what the mode made of it.

@@ -246,10 +246,16 @@ impl Record {
         Ok(Some(raw.into_record(driver)))
     }
 
-    /// Reads an object as a record of the given driver without asking whether it still looks like
-    /// one: the new side of an UPDATE that may have removed the very labels that say so.
-    pub fn from_object_as(object: &Value, driver: Driver) -> Result<Record, RecordError> {
-        Ok(RawObject::read(object)?.into_record(driver))
+    /// Reads an object (taking it: the payload moves, it is not copied) as a record of `driver`,
+    /// and says whether Helm's labels make it one. The new side of an UPDATE that removed those
+    /// labels is still read, so that the removal can be judged.
+    pub fn read_owned(object: Value, driver: Driver) -> Result<(Record, bool), RecordError> {
+        let object_text = describe(&object);
+        let raw = RawObject::deserialize(object)
+            .map_err(|e| RecordError::Malformed { object: object_text, detail: e.to_string() })?;
+        let is_record =
+            raw.metadata.labels.as_ref().and_then(|labels| release_key(driver, "", labels)).is_some();
+        Ok((raw.into_record(driver), is_record))
     }
 
     /// The `status` label, when it is one of Helm's statuses.

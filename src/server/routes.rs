@@ -105,7 +105,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
     let decided = tokio::task::spawn_blocking(move || {
         let request = review::parse(&bytes)?;
         drop(bytes);
-        Ok::<_, review::ReviewError>(worker.admission.review(webhook, &request))
+        Ok::<_, review::ReviewError>(worker.admission.review(webhook, request))
     })
     .await;
     match decided {
