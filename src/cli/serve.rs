@@ -68,8 +68,9 @@ pub struct ServeArgs {
     /// With --client-ca-file: the client certificate's subject CN must be this (repeatable).
     #[arg(long, env = "HELM_GUARD_CLIENT_CN", value_delimiter = ',', requires = "client_ca_file")]
     pub client_cn: Vec<String>,
-    /// Largest AdmissionReview body accepted.
-    #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    /// Largest AdmissionReview body accepted. The largest the API server sends: an UPDATE of a
+    /// Secret holding the 1 MiB Kubernetes allows, old and new, in base64: under 3.5 MiB.
+    #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", default_value_t = crate::server::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// A request's body must have arrived this long after its turn came; else 408 and the
     /// connection is closed.

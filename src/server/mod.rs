@@ -41,6 +41,10 @@ pub struct ServerSettings {
 /// bounds the memory a burst of large requests can take. Requests beyond it wait their turn.
 pub const DEFAULT_MAX_CONCURRENT_REVIEWS: usize = 16;
 
+/// The default of `--max-body-bytes`: an UPDATE of a Secret holding the 1 MiB Kubernetes allows
+/// (old and new object, base64) is under 3.5 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
 /// Bounds per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestLimits {
@@ -55,7 +59,7 @@ pub struct RequestLimits {
 impl Default for RequestLimits {
     fn default() -> Self {
         RequestLimits {
-            max_body_bytes: 8 * 1024 * 1024,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
         }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::{Extension, State};
-use axum::http::{StatusCode, header};
+use axum::http::{StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
@@ -51,12 +51,32 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
 /// axum-server, as in some tests).
 type Connection = Option<Extension<ConnectionShutdown>>;
 
-async fn validate(State(state): State<Arc<AppState>>, connection: Connection, body: Body) -> Response {
-    admit(state, Webhook::Validate, connection, body).await
+async fn validate(
+    State(state): State<Arc<AppState>>,
+    version: Version,
+    connection: Connection,
+    body: Body,
+) -> Response {
+    closing(&state, version, admit(state.clone(), Webhook::Validate, connection, body).await)
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, connection: Connection, body: Body) -> Response {
-    admit(state, Webhook::Mutate, connection, body).await
+async fn mutate(
+    State(state): State<Arc<AppState>>,
+    version: Version,
+    connection: Connection,
+    body: Body,
+) -> Response {
+    closing(&state, version, admit(state.clone(), Webhook::Mutate, connection, body).await)
+}
+
+/// While shutting down, an HTTP/1.1 answer says `Connection: close` itself: the client then
+/// knows before it sends another request on this connection (the graceful close of the
+/// connection may take effect only once the answer is out). HTTP/2 gets its GOAWAY instead.
+fn closing(state: &AppState, version: Version, mut response: Response) -> Response {
+    if state.is_shutting_down() && version == Version::HTTP_11 {
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    response
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
