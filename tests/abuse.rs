@@ -232,9 +232,13 @@ async fn a_config_bomb_is_read_without_being_built() {
     let stored = helm_guard::release::codec::encode_secret_payload(bomb.as_bytes());
     assert!(stored.len() < 300 << 10, "{} bytes stored", stored.len());
     let started = Instant::now();
-    let payload =
-        helm_guard::release::codec::read_payload(&stored, true, helm_guard::release::DecodeLimits::default())
-            .unwrap();
+    let payload = helm_guard::release::codec::read_payload(
+        &stored,
+        true,
+        helm_guard::release::DecodeLimits::default(),
+        true,
+    )
+    .unwrap();
     assert_eq!(payload.info.status, helm_guard::release::Status::Deployed);
     release["config"] = json!({"bomb": "read past"});
     assert!(started.elapsed() < Duration::from_secs(30));

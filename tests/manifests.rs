@@ -76,3 +76,30 @@ fn the_cluster_role_is_read_only() {
         }
     }
 }
+
+#[test]
+fn the_network_policy_admits_exactly_the_ports_the_guard_serves() {
+    let deployment = documents("deployment.yaml").into_iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let mut served: Vec<u64> = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .collect();
+    let policy = documents("networkpolicy.yaml").into_iter().find(|d| d["kind"] == "NetworkPolicy").unwrap();
+    assert_eq!(policy["spec"]["podSelector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]);
+    assert_eq!(policy["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let mut admitted: Vec<u64> = policy["spec"]["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["ports"].as_array().unwrap().iter().map(|p| p["port"].as_u64().unwrap()))
+        .collect();
+    served.sort();
+    admitted.sort();
+    assert_eq!(admitted, served);
+    let kustomization =
+        std::fs::read_to_string(format!("{}/manifests/kustomization.yaml", env!("CARGO_MANIFEST_DIR")))
+            .unwrap();
+    assert!(kustomization.contains("networkpolicy.yaml"));
+}

@@ -188,7 +188,10 @@ fn update(
     new_is_record: bool,
     entry: &mut LedgerEntry,
 ) -> Decided {
-    let (old, new) = (DecodedRecord::new(old, admission.limits), DecodedRecord::new(new, admission.limits));
+    let (old, new) = (
+        DecodedRecord::with_content(old, admission.limits),
+        DecodedRecord::with_content(new, admission.limits),
+    );
     describe_record(entry, &new);
     entry.transition = Some(format!("{} -> {}", status_text(old.status()), status_text(new.status())));
     fn side(r: &DecodedRecord) -> RecordSide<'_> {

@@ -13,8 +13,9 @@ use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSIO
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayloadSide {
     pub status: Status,
-    /// Fingerprint of what Helm never rewrites (see `ReleasePayload::content`).
-    pub content: [u8; 32],
+    /// Fingerprint of what Helm never rewrites (see `ReleasePayload::content`); `None` when not
+    /// taken, which no comparison accepts.
+    pub content: Option<[u8; 32]>,
 }
 
 /// One side of the update.
@@ -123,7 +124,7 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
         return Verdict::allow(Reason::HelmUpdate);
     };
     // U5
-    if before.content != after.content {
+    if before.content.is_none() || before.content != after.content {
         return Verdict::deny(
             Reason::PayloadContentChange,
             format!(
@@ -177,7 +178,7 @@ mod tests {
     }
 
     const TYPE: Option<&str> = Some("helm.sh/release.v1");
-    const CONTENT: [u8; 32] = [7; 32];
+    const CONTENT: Option<[u8; 32]> = Some([7; 32]);
 
     fn payload(status: Status) -> Option<PayloadSide> {
         Some(PayloadSide { status, content: CONTENT })
@@ -214,7 +215,8 @@ mod tests {
         bumped.insert("version".into(), "9".into());
         let finalizers = ["example.com/keep".to_owned()];
         let d = payload(Deployed);
-        let edited = Some(PayloadSide { status: Deployed, content: [8; 32] });
+        let edited = Some(PayloadSide { status: Deployed, content: Some([8; 32]) });
+        let untaken = Some(PayloadSide { status: Deployed, content: None });
         let table: Vec<(&str, RecordSide, RecordSide, bool, Reason)> = vec![
             ("U2 owner removed", side(&deployed, d), side(&no_owner, d), false, Reason::IdentityLabelChange),
             ("U2 name changed", side(&deployed, d), side(&renamed, d), false, Reason::IdentityLabelChange),
@@ -258,6 +260,13 @@ mod tests {
                 "U5 content edited",
                 side(&deployed, d),
                 side(&deployed, edited),
+                false,
+                Reason::PayloadContentChange,
+            ),
+            (
+                "U5 content not taken counts as changed",
+                side(&deployed, untaken),
+                side(&deployed, untaken),
                 false,
                 Reason::PayloadContentChange,
             ),

@@ -12,7 +12,6 @@ use std::io::{self, Read};
 use base64::Engine as _;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::{DecodePaddingMode, GeneralPurpose as Engine};
-use base64::read::DecoderReader;
 use flate2::read::MultiGzDecoder;
 
 use super::gojson::{JsonError, JsonReader, Source};
@@ -63,124 +62,87 @@ pub enum DecodeError {
     HelmDisagree(String),
 }
 
-/// Which layer of the payload an I/O error came from.
-#[derive(Debug, Clone, Copy)]
-enum Layer {
-    ApiBase64,
-    HelmBase64,
-    Gzip,
-}
-
+/// The gzip layer's errors, told apart from the JSON reader's own.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-struct LayerError {
-    layer: Layer,
-    message: String,
-}
+#[error("{0}")]
+struct GzipError(String);
 
-/// Tags a reader's errors with its layer, so the answer names the layer that failed.
-struct Tagged<R> {
-    inner: R,
-    layer: Layer,
-}
+/// Tags the gzip stream's errors so the answer names the layer that failed.
+struct Gzip<R>(MultiGzDecoder<R>);
 
-impl<R: Read> Read for Tagged<R> {
+impl<R: io::BufRead> Read for Gzip<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read(buf).map_err(|error| {
-            if error.get_ref().is_some_and(|inner| inner.is::<LayerError>()) {
-                return error;
-            }
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                LayerError { layer: self.layer, message: error.to_string() },
-            )
-        })
+        self.0
+            .read(buf)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, GzipError(error.to_string())))
     }
 }
 
-/// Go's base64 decoder skips `\r` and `\n` anywhere in its input.
-struct SkipLineBreaks<R>(R);
+/// Helm's gzip-compressed (or, from old Helm versions, plain) release JSON: the base64 layers
+/// undone. They only shrink their input, so they are undone in one go; the gzip layer, the one
+/// that can expand, is streamed.
+fn compressed(stored: &[u8], secret: bool) -> Result<Vec<u8>, DecodeError> {
+    let api_decoded;
+    let helm_text = if secret {
+        api_decoded = STANDARD.decode(stored).map_err(|e| DecodeError::ApiBase64(e.to_string()))?;
+        api_decoded.as_slice()
+    } else {
+        stored
+    };
+    // Go's base64 decoder skips `\r` and `\n` anywhere in its input.
+    let helm_decode = |text: &[u8]| GO_STD.decode(text).map_err(|e| DecodeError::HelmBase64(e.to_string()));
+    if helm_text.iter().any(|b| matches!(b, b'\r' | b'\n')) {
+        let joined: Vec<u8> = helm_text.iter().copied().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
+        helm_decode(&joined)
+    } else {
+        helm_decode(helm_text)
+    }
+}
 
-impl<R: Read> Read for SkipLineBreaks<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let read = self.0.read(buf)?;
-            if read == 0 {
-                return Ok(0);
-            }
-            let data = buf.get_mut(..read).unwrap_or_default();
-            let mut kept = 0;
-            for i in 0..data.len() {
-                let byte = data.get(i).copied().unwrap_or_default();
-                if byte != b'\r' && byte != b'\n' {
-                    if let Some(slot) = data.get_mut(kept) {
-                        *slot = byte;
-                    }
-                    kept += 1;
-                }
-            }
-            if kept > 0 {
-                return Ok(kept);
-            }
+/// The release JSON as a stream: gzip when it starts with the magic, as Helm decides
+/// (`len(b) > 3 && bytes.Equal(b[0:3], magicGzip)`), else the bytes themselves.
+fn json_stream(compressed: &[u8]) -> Box<dyn Read + '_> {
+    if compressed.len() > 3 && compressed.starts_with(&GZIP_MAGIC) {
+        Box::new(Gzip(MultiGzDecoder::new(io::BufReader::new(compressed))))
+    } else {
+        Box::new(compressed)
+    }
+}
+
+fn gzip_error(error: &JsonError) -> Option<DecodeError> {
+    match error {
+        JsonError::Io(io) => {
+            let message =
+                io.get_ref().and_then(|inner| inner.downcast_ref::<GzipError>()).map(|g| g.0.clone());
+            Some(DecodeError::Gzip(message.unwrap_or_else(|| io.to_string())))
         }
+        _ => None,
     }
 }
 
-/// The release JSON of a payload as a stream: Helm's base64 text, then gzip if the magic says so.
-fn helm_layers<'a>(helm_base64: impl Read + 'a) -> io::Result<Box<dyn Read + 'a>> {
-    let mut decoded =
-        Tagged { inner: DecoderReader::new(SkipLineBreaks(helm_base64), &GO_STD), layer: Layer::HelmBase64 };
-    // Helm: `len(b) > 3 && bytes.Equal(b[0:3], magicGzip)`.
-    let mut head = Vec::with_capacity(4);
-    (&mut decoded).take(4).read_to_end(&mut head)?;
-    let gzip = head.len() > 3 && head.starts_with(&GZIP_MAGIC);
-    let whole = io::Cursor::new(head).chain(decoded);
-    Ok(if gzip {
-        Box::new(Tagged { inner: MultiGzDecoder::new(whole), layer: Layer::Gzip })
-    } else {
-        Box::new(whole)
-    })
-}
-
-/// A stored `data.release` as a stream of release JSON. `secret`: the text is the API's base64
-/// of Helm's base64 (a Secret); else Helm's base64 itself (a ConfigMap).
-fn json_stream<'a>(stored: &'a [u8], secret: bool) -> io::Result<Box<dyn Read + 'a>> {
-    if secret {
-        helm_layers(Tagged { inner: DecoderReader::new(stored, &STANDARD), layer: Layer::ApiBase64 })
-    } else {
-        helm_layers(stored)
-    }
-}
-
-fn layer_error(error: &io::Error) -> DecodeError {
-    match error.get_ref().and_then(|inner| inner.downcast_ref::<LayerError>()) {
-        Some(LayerError { layer: Layer::ApiBase64, message }) => DecodeError::ApiBase64(message.clone()),
-        Some(LayerError { layer: Layer::HelmBase64, message }) => DecodeError::HelmBase64(message.clone()),
-        Some(LayerError { layer: Layer::Gzip, message }) => DecodeError::Gzip(message.clone()),
-        None => DecodeError::Gzip(error.to_string()),
-    }
-}
-
-/// Reads a stored payload as Helm does, keeping only what helm-guard needs.
+/// Reads a stored payload as Helm does, keeping only what helm-guard needs; with `fingerprint`,
+/// also the fingerprint of the revision's content (for comparing the two sides of an UPDATE).
 pub fn read_payload(
     stored: &[u8],
     secret: bool,
     limits: DecodeLimits,
+    fingerprint: bool,
 ) -> Result<ReleasePayload, DecodeError> {
-    let stream = json_stream(stored, secret).map_err(|e| layer_error(&e))?;
-    let json = JsonReader::new(Source::new(stream, limits.max_decoded_bytes as u64));
-    super::payload::read_release(json).map_err(|error| match error {
-        DecodeError::Json(JsonError::Io(io)) => layer_error(&io),
+    let compressed = compressed(stored, secret)?;
+    let json = JsonReader::new(Source::new(json_stream(&compressed), limits.max_decoded_bytes as u64));
+    super::payload::read_release(json, fingerprint).map_err(|error| match error {
+        DecodeError::Json(json) => gzip_error(&json).unwrap_or(DecodeError::Json(json)),
         other => other,
     })
 }
 
 fn read_all(stored: &[u8], secret: bool, limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
     let cap = limits.max_decoded_bytes as u64;
+    let compressed = compressed(stored, secret)?;
     let mut decoded = Vec::new();
-    json_stream(stored, secret)
-        .and_then(|stream| stream.take(cap + 1).read_to_end(&mut decoded))
-        .map_err(|e| layer_error(&e))?;
+    json_stream(&compressed).take(cap + 1).read_to_end(&mut decoded).map_err(|e| {
+        gzip_error(&JsonError::Io(std::sync::Arc::new(e))).unwrap_or(DecodeError::Gzip(String::new()))
+    })?;
     if decoded.len() as u64 > cap {
         return Err(DecodeError::TooLarge { limit: limits.max_decoded_bytes });
     }
@@ -216,7 +178,7 @@ pub fn encode_secret_payload(release_json: &[u8]) -> Vec<u8> {
 
 /// Reads release JSON text (already decoded) as Helm does.
 pub fn read_release_json(json: &[u8], limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
-    super::payload::read_release(JsonReader::new(Source::new(json, limits.max_decoded_bytes as u64)))
+    super::payload::read_release(JsonReader::new(Source::new(json, limits.max_decoded_bytes as u64)), false)
 }
 
 #[cfg(test)]

@@ -211,8 +211,9 @@ pub struct ReleasePayload {
     /// SHA-256 of what Helm never changes once a revision is written: name, namespace, version,
     /// chart, manifest, config, and the hooks but for their `last_run` and the policies Helm
     /// fills in when it runs them.
+    /// Taken only when asked for (an UPDATE compares it): `None` otherwise.
     #[serde(skip)]
-    pub content: [u8; 32],
+    pub content: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -417,12 +418,12 @@ impl<R: Read> Walk<R> {
             }
             (Ty::Bytes, Kind::String) => {
                 let mut check = Base64Check::default();
-                self.json.string(&mut check)?;
+                match print {
+                    Some(p) => self.json.string(&mut (&mut check, p))?,
+                    None => self.json.string(&mut check)?,
+                }
                 if !check.valid() {
                     return Err(self.helm("is not base64 as Go decodes a []byte"));
-                }
-                if let Some(p) = print {
-                    p.bytes(&check.digest.finish());
                 }
                 Ok(check.len == 0)
             }
@@ -600,17 +601,37 @@ impl<R: Read> Walk<R> {
 }
 
 /// Checks base64 as Go's `base64.StdEncoding` decodes a `[]byte` (newlines ignored, padding
-/// required, any trailing bits), while fingerprinting the text.
+/// required, any trailing bits).
 #[derive(Debug, Default)]
 struct Base64Check {
     len: u64,
     padding: u8,
     bad: bool,
-    digest: Fingerprint,
 }
 
+/// Bytes of the standard base64 alphabet.
+// A `u8` index into 256 entries cannot be out of bounds; in a const block `.get` is no option.
+#[allow(clippy::indexing_slicing)]
+const BASE64_ALPHABET: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(b as u8, b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/');
+        b += 1;
+    }
+    table
+};
+
 impl super::gojson::Sink for Base64Check {
-    fn put(&mut self, bytes: &[u8]) {
+    fn put(&mut self, mut bytes: &[u8]) {
+        if self.padding == 0 {
+            // The common case, a run of the alphabet, by table.
+            // A `u8` index into 256 entries is always in bounds.
+            #[allow(clippy::indexing_slicing)]
+            let run = bytes.iter().take_while(|b| BASE64_ALPHABET[usize::from(**b)]).count();
+            self.len += run as u64;
+            bytes = bytes.get(run..).unwrap_or_default();
+        }
         for &b in bytes {
             match b {
                 b'\r' | b'\n' => continue,
@@ -620,7 +641,6 @@ impl super::gojson::Sink for Base64Check {
             }
             self.len += 1;
         }
-        self.digest.put(bytes);
     }
 }
 
@@ -640,7 +660,8 @@ impl From<JsonError> for DecodeError {
 }
 
 /// Reads release JSON as Helm does. `Err`: Helm 3 or Helm 4 would skip the record.
-pub fn read_release<R: Read>(json: JsonReader<R>) -> Result<ReleasePayload, DecodeError> {
+/// `fingerprint`: also take the content fingerprint (it costs a SHA-256 over the chart).
+pub fn read_release<R: Read>(json: JsonReader<R>, fingerprint: bool) -> Result<ReleasePayload, DecodeError> {
     let mut walk = Walk { json, kept: Kept::default(), path: Vec::new() };
     let mut content = Fingerprint::default();
     if walk.json.peek_kind()? != Kind::Object {
@@ -653,7 +674,7 @@ pub fn read_release<R: Read>(json: JsonReader<R>) -> Result<ReleasePayload, Deco
             }
         )));
     }
-    walk.structure(RELEASE, Some(&mut content))?;
+    walk.structure(RELEASE, fingerprint.then_some(&mut content))?;
     walk.json.end()?;
     let kept = walk.kept;
     if !kept.has_info {
@@ -684,6 +705,6 @@ pub fn read_release<R: Read>(json: JsonReader<R>) -> Result<ReleasePayload, Deco
             description: kept.description,
         },
         chart,
-        content: content.finish(),
+        content: fingerprint.then(|| content.finish()),
     })
 }

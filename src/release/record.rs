@@ -279,8 +279,12 @@ impl Record {
 
     /// Reads the payload as Helm does, keeping only what helm-guard needs.
     pub fn decode(&self, limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
+        self.read(limits, false)
+    }
+
+    fn read(&self, limits: DecodeLimits, fingerprint: bool) -> Result<ReleasePayload, DecodeError> {
         let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
-        codec::read_payload(payload.as_bytes(), self.id.key.driver == Driver::Secret, limits)
+        codec::read_payload(payload.as_bytes(), self.id.key.driver == Driver::Secret, limits, fingerprint)
     }
 
     /// `Kind namespace/name`, for messages.
@@ -298,8 +302,17 @@ pub struct DecodedRecord {
 
 impl DecodedRecord {
     /// Reads the payload; when Helm can read it, the revision is the payload's `version`.
-    pub fn new(mut record: Record, limits: DecodeLimits) -> DecodedRecord {
-        let payload = record.decode(limits);
+    pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
+        DecodedRecord::read(record, limits, false)
+    }
+
+    /// Reads the payload with its content fingerprint (see `ReleasePayload::content`).
+    pub fn with_content(record: Record, limits: DecodeLimits) -> DecodedRecord {
+        DecodedRecord::read(record, limits, true)
+    }
+
+    fn read(mut record: Record, limits: DecodeLimits, fingerprint: bool) -> DecodedRecord {
+        let payload = record.read(limits, fingerprint);
         if let Ok(payload) = &payload {
             record.id.revision = payload.version;
         }
