@@ -243,3 +243,47 @@ async fn a_config_bomb_is_read_without_being_built() {
     release["config"] = json!({"bomb": "read past"});
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+#[tokio::test]
+async fn while_shutting_down_http2_connections_get_a_goaway() {
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let mut guard = Guard::start(Options {
+        snapshot: records.clone(),
+        shutdown_delay: Duration::from_secs(3),
+        ..Options::default()
+    })
+    .await;
+    let client = common::guard::HttpsClient {
+        addr: guard.running().addr,
+        config: client_config(&guard.ca_pem, &[b"h2"]),
+    };
+    let tls = client.tls().await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(conn);
+    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
+    let post = |body: Vec<u8>| {
+        hyper::Request::post("https://localhost/validate")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .unwrap()
+    };
+    assert_eq!(sender.send_request(post(body.clone())).await.unwrap().status(), 200);
+    let running = guard.running.take().unwrap();
+    let stopping = tokio::spawn(running.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Within the shutdown delay: the request is answered, then the server's GOAWAY ends the
+    // connection long before the delay is over.
+    let started = Instant::now();
+    assert_eq!(sender.send_request(post(body)).await.unwrap().status(), 200);
+    tokio::time::timeout(Duration::from_secs(2), connection)
+        .await
+        .expect("the connection ended within the shutdown delay")
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    stopping.await.unwrap();
+}
