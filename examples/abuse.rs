@@ -20,8 +20,10 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::pki_types::ServerName;
+
+#[path = "support/tls.rs"]
+mod tls;
 
 const ADDR: &str = "127.0.0.1:18443";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
@@ -79,18 +81,7 @@ impl Guard {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let ca = std::fs::read(format!("{certs}/ca.crt")).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&ca) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Guard { child, config: Arc::new(config) }
+        Guard { child, config: tls::client_config(&ca) }
     }
 
     async fn tls(&self) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {

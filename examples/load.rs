@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::pki_types::ServerName;
+
+#[path = "support/tls.rs"]
+mod tls;
 
 #[tokio::main]
 async fn main() {
@@ -35,18 +36,7 @@ async fn main() {
     let concurrency: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(16);
     let path = args.get(5).cloned().unwrap_or_else(|| "/validate?timeout=5s".into());
 
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&ca) {
-        roots.add(cert.expect("CA PEM")).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = tokio_rustls::TlsConnector::from(tls::client_config(&ca));
 
     let issued = Arc::new(AtomicUsize::new(0));
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -27,22 +27,8 @@ async fn end_to_end_against_a_real_cluster() {
         common::cluster::skipped("end_to_end_against_a_real_cluster");
         return;
     }
-    let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
-    let suffix =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
-    let namespace = format!("helm-guard-e2e-{suffix}");
-    let host = std::env::var("HELM_GUARD_E2E_HOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let port: u16 = std::env::var("HELM_GUARD_E2E_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9443);
-
-    let dir = tempfile::tempdir().unwrap();
-    let listen = format!("0.0.0.0:{port}").parse().unwrap();
-    let names = [host.clone(), "localhost".to_owned()];
-    let (running, index, ca_pem) =
-        common::guard::start_live(client.clone(), listen, &names, dir.path(), Duration::from_secs(30)).await;
-    let ready = eventually(Duration::from_secs(30), || async { index.is_ready() }).await;
-    assert!(ready, "the watchers listed the cluster within 30 s");
-
-    let url = format!("https://{host}:{port}");
+    let guard = common::cluster::start_guard("helm-guard-e2e", 0).await;
+    let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, .. } = guard;
     let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_pem))
         .catch_unwind()
         .await;

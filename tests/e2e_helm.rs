@@ -29,22 +29,8 @@ async fn real_helm_flows_and_crafted_records() {
         common::cluster::skipped("real_helm_flows_and_crafted_records");
         return;
     }
-    let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
-    let suffix =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
-    let namespace = format!("helm-guard-e2e-helm-{suffix}");
-    let host = std::env::var("HELM_GUARD_E2E_HOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let port: u16 =
-        std::env::var("HELM_GUARD_E2E_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9443) + 1;
-
-    let dir = tempfile::tempdir().unwrap();
-    let listen = format!("0.0.0.0:{port}").parse().unwrap();
-    let names = [host.clone(), "localhost".to_owned()];
-    let (running, index, ca_pem) =
-        common::guard::start_live(client.clone(), listen, &names, dir.path(), Duration::from_secs(30)).await;
-    assert!(eventually(Duration::from_secs(30), || async { index.is_ready() }).await, "watchers ready");
-
-    let url = format!("https://{host}:{port}");
+    let guard = common::cluster::start_guard("helm-guard-e2e-helm", 1).await;
+    let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, index, dir } = guard;
     let chart = dir.path().join("demo");
     helm("helm", &["create", chart.to_str().unwrap()]).expect("helm create");
     let run = Run {

@@ -269,15 +269,12 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
     child.kill().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approved_deletions() {
-    // demo/web: revision 1 deployed but its status label removed by hand, 2 deployed, 3 failed.
-    let mut records = history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")]);
-    records[0]["metadata"]["labels"].as_object_mut().unwrap().remove("status");
-    for (n, record) in records.iter_mut().enumerate() {
-        record["metadata"]["resourceVersion"] = json!(format!("{}", 50 + n));
-    }
-    let (server, _watches, gets) = start_stub_counting(records.clone()).await;
+/// A guard in this process over a live index fed by a stub API server holding `records`; ready.
+async fn live_guard(
+    records: Vec<Value>,
+    hang_gets: bool,
+) -> (helm_guard::server::Running, common::guard::HttpsClient, Arc<Mutex<Vec<String>>>, tempfile::TempDir) {
+    let (server, _watches, gets) = start_stub_with(records, hang_gets).await;
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.unwrap();
@@ -292,6 +289,18 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     .await;
     let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
     assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
+    (running, https, gets, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approved_deletions() {
+    // demo/web: revision 1 deployed but its status label removed by hand, 2 deployed, 3 failed.
+    let mut records = history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")]);
+    records[0]["metadata"]["labels"].as_object_mut().unwrap().remove("status");
+    for (n, record) in records.iter_mut().enumerate() {
+        record["metadata"]["resourceVersion"] = json!(format!("{}", 50 + n));
+    }
+    let (running, https, gets, _dir) = live_guard(records.clone(), false).await;
 
     let post = |review: Value| {
         let https = https.clone();
@@ -322,21 +331,7 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verdict_never_outlasts_its_deadline_against_an_api_server_that_hangs() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
-    let (server, _watches, gets) = start_stub_with(records.clone(), true).await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
-    let client = live::connect(&args).await.unwrap();
-    let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
-    let (running, index, ca_pem) = common::guard::start_live(
-        client,
-        "127.0.0.1:0".parse().unwrap(),
-        &names,
-        &dir.path().join("certs"),
-        Duration::from_secs(3600),
-    )
-    .await;
-    let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
-    assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
+    let (running, https, gets, _dir) = live_guard(records.clone(), true).await;
     let started = std::time::Instant::now();
     let (status, body) =
         https.post("/validate", serde_json::to_vec(&delete_review(&records[0])).unwrap()).await;

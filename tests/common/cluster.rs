@@ -13,6 +13,46 @@ pub fn enabled() -> bool {
     std::env::var("HELM_GUARD_E2E").as_deref() == Ok("1")
 }
 
+/// A guard in this process watching the cluster in KUBECONFIG, ready, and a fresh namespace name.
+pub struct LiveGuard {
+    pub client: Client,
+    pub namespace: String,
+    /// Where the API server reaches the guard.
+    pub url: String,
+    pub ca_pem: String,
+    pub index: std::sync::Arc<helm_guard::cluster::ReleaseIndex>,
+    pub running: helm_guard::server::Running,
+    pub dir: tempfile::TempDir,
+}
+
+/// Starts the guard on `$HELM_GUARD_E2E_PORT + port_offset` (default 9443) for the API server to
+/// reach at `$HELM_GUARD_E2E_HOST` (default 127.0.0.1); the namespace is `PREFIX-<millis>`.
+pub async fn start_guard(prefix: &str, port_offset: u16) -> LiveGuard {
+    use std::time::Duration;
+    let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
+    let suffix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
+    let host = std::env::var("HELM_GUARD_E2E_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let port: u16 =
+        std::env::var("HELM_GUARD_E2E_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9443) + port_offset;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("0.0.0.0:{port}").parse().unwrap();
+    let names = [host.clone(), "localhost".to_owned()];
+    let (running, index, ca_pem) =
+        super::guard::start_live(client.clone(), listen, &names, dir.path(), Duration::from_secs(30)).await;
+    let ready = super::eventually(Duration::from_secs(30), || async { index.is_ready() }).await;
+    assert!(ready, "the watchers listed the cluster within 30 s");
+    LiveGuard {
+        client,
+        namespace: format!("{prefix}-{suffix}"),
+        url: format!("https://{host}:{port}"),
+        ca_pem,
+        index,
+        running,
+        dir,
+    }
+}
+
 /// Says on stderr that a suite is skipped (the harness captures println!).
 pub fn skipped(test: &str) {
     use std::io::Write as _;
