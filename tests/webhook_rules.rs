@@ -308,9 +308,10 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
         fetcher: None,
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         deadline_exceeded: Default::default(),
+        memo: Default::default(),
     };
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
-    let reviewed = admission.review(Webhook::Validate, request);
+    let reviewed = admission.review(Webhook::Validate, request, helm_guard::admission::Io::Allowed).unwrap();
     assert!(reviewed.response.allowed);
     assert_eq!(reviewed.entry.decision, "warned");
     let message = reviewed.entry.message.unwrap_or_default();

@@ -49,6 +49,8 @@ pub struct Admission {
     pub decision_deadline: Duration,
     /// Decisions that ran out of `decision_deadline` before reading every record they needed.
     pub deadline_exceeded: prometheus_client::metrics::counter::Counter,
+    /// Payload readings by the payload's bytes.
+    pub memo: Arc<crate::release::memo::PayloadMemo>,
 }
 
 /// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.
@@ -61,15 +63,41 @@ pub struct Reviewed {
     pub entry: LedgerEntry,
 }
 
+/// Whether a decision may wait on the API server (it then runs on a blocking thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    Allowed,
+    /// Decided on an async worker: a decision that needs the API server says so instead.
+    Forbidden,
+}
+
+/// A decision that needs to read from the API server, asked for with [`Io::Forbidden`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeedsIo;
+
 impl Admission {
-    /// Decides one request; logs the decision as one ledger line.
-    pub fn review(&self, webhook: Webhook, request: AdmissionRequest<DynamicObject>) -> Reviewed {
+    /// Decides one request unless, with `io` forbidden, it would have to wait on the API server
+    /// (with `Io::Allowed` it always decides); logs the decision as one ledger line. A decision
+    /// that says `NeedsIo` has changed nothing.
+    pub fn review(
+        &self,
+        webhook: Webhook,
+        request: AdmissionRequest<DynamicObject>,
+        io: Io,
+    ) -> Result<Reviewed, NeedsIo> {
         let reviewed = match webhook {
-            Webhook::Validate => validating::validate(self, request),
-            Webhook::Mutate => mutating::mutate(self, &request),
+            Webhook::Validate => validating::validate(self, request, io)?,
+            Webhook::Mutate => mutating::mutate(self, &request, io)?,
         };
         reviewed.entry.emit();
-        reviewed
+        Ok(reviewed)
+    }
+
+    /// Reads a request's record, or recalls the reading of the same bytes (a record's CREATE,
+    /// its UPDATEs' old sides and its DELETE carry the same payload). With the content
+    /// fingerprint, so that one reading serves every kind of request.
+    fn read_record(&self, record: crate::release::Record) -> crate::release::DecodedRecord {
+        crate::release::DecodedRecord::remembered(record, self.limits, true, &self.memo)
     }
 
     /// What the index knows of a namespace, and its mode: the `helm-guard.io/mode` label, else
@@ -85,11 +113,20 @@ impl Admission {
     /// not yet read at its current resourceVersion, all within the decision deadline. A record
     /// still unread afterwards counts as unread in the history (and refuses what it must).
     /// `except`: the record the request is about (its payload is in the request).
-    fn read_history(&self, key: &ReleaseKey, except: Option<&str>, started: Instant) {
-        let Some(fetcher) = &self.fetcher else { return };
+    fn read_history(
+        &self,
+        key: &ReleaseKey,
+        except: Option<&str>,
+        started: Instant,
+        io: Io,
+    ) -> Result<(), NeedsIo> {
+        let Some(fetcher) = &self.fetcher else { return Ok(()) };
         let unread = self.index.unverified(key, except);
         if unread.is_empty() {
-            return;
+            return Ok(());
+        }
+        if io == Io::Forbidden {
+            return Err(NeedsIo);
         }
         let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
         let answers = fetcher.fetch(key, &objects, started + self.decision_deadline);
@@ -105,5 +142,6 @@ impl Admission {
                 Fetched::Gone => self.index.remove(key, &object),
             }
         }
+        Ok(())
     }
 }

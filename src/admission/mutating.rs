@@ -5,12 +5,16 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::Value;
 
-use super::{Admission, LedgerEntry, Reviewed, Webhook};
+use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod};
 use crate::release::{ReleaseKey, classify};
 
-pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+pub fn mutate(
+    admission: &Admission,
+    request: &AdmissionRequest<DynamicObject>,
+    io: Io,
+) -> Result<Reviewed, NeedsIo> {
     let started = std::time::Instant::now();
     let mut entry = LedgerEntry::new(Webhook::Mutate, request);
     let mut response = AdmissionResponse::from(request);
@@ -22,7 +26,7 @@ pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) 
             None => Reason::NotAHelmInstallPod,
             Some(target) => {
                 entry.release = Some(format!("{}/{}", target.namespace, target.release));
-                match patch(admission, &pod, &target, started, &mut entry) {
+                match patch(admission, &pod, &target, started, io, &mut entry)? {
                     Ok(patch) => match response.clone().with_patch(patch) {
                         Ok(patched) => {
                             response = patched;
@@ -39,7 +43,7 @@ pub fn mutate(admission: &Admission, request: &AdmissionRequest<DynamicObject>) 
         },
     };
     response.audit_annotations = entry.audit_annotations();
-    Reviewed { response, entry }
+    Ok(Reviewed { response, entry })
 }
 
 /// The pod of a CREATE, when it carries the helm-controller's chart label.
@@ -54,29 +58,31 @@ fn chart_pod(request: &AdmissionRequest<DynamicObject>) -> Option<Value> {
 }
 
 /// Classifies the pod's release and plans the patch; without a complete view of the cluster the
-/// pod is left as it is.
+/// pod is left as it is (the inner `Err`). The outer `Err`: the view needs the API server and
+/// `io` forbids it.
 fn patch(
     admission: &Admission,
     pod: &Value,
     target: &HelmInstallPod,
     started: std::time::Instant,
+    io: Io,
     entry: &mut LedgerEntry,
-) -> Result<json_patch::Patch, Reason> {
+) -> Result<Result<json_patch::Patch, Reason>, NeedsIo> {
     if !admission.index.is_ready() {
         entry.message = Some("the release index is not ready: pod admitted unchanged".to_owned());
-        return Err(Reason::ReleaseStateUnavailable);
+        return Ok(Err(Reason::ReleaseStateUnavailable));
     }
     let key = ReleaseKey {
         driver: target.driver,
         namespace: target.namespace.clone(),
         release: target.release.clone(),
     };
-    admission.read_history(&key, None, started);
+    admission.read_history(&key, None, started, io)?;
     let history = admission.index.history(&key);
     if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
         entry.message =
             Some("a record of the release could not be read in time: pod admitted unchanged".to_owned());
-        return Err(Reason::ReleaseStateUnavailable);
+        return Ok(Err(Reason::ReleaseStateUnavailable));
     }
     let now = jiff::Timestamp::now().as_second();
     let state = classify(&history, now, admission.config.stuck_after_secs());
@@ -88,5 +94,5 @@ fn patch(
     if plan.rewrite_to_upgrade {
         entry.transition = Some("install -> upgrade".to_owned());
     }
-    Ok(json_patch::diff(pod, &pod::apply(pod, target, &plan)))
+    Ok(Ok(json_patch::diff(pod, &pod::apply(pod, target, &plan))))
 }

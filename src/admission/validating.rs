@@ -6,7 +6,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::Value;
 
-use super::{Admission, LedgerEntry, Reviewed, Webhook};
+use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::cluster::IndexChange;
 use crate::policy::delete::{DeleteFacts, decide_delete};
 use crate::policy::mode::apply_mode;
@@ -17,7 +17,11 @@ use crate::release::{Driver, History, Record, ReleasePayload, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
 /// their payloads move into the records rather than being copied.
-pub fn validate(admission: &Admission, mut request: AdmissionRequest<DynamicObject>) -> Reviewed {
+pub fn validate(
+    admission: &Admission,
+    mut request: AdmissionRequest<DynamicObject>,
+    io: Io,
+) -> Result<Reviewed, NeedsIo> {
     let started = Instant::now();
     let mut entry = LedgerEntry::new(Webhook::Validate, &request);
     let driver = match (request.kind.group.as_str(), request.kind.kind.as_str()) {
@@ -25,7 +29,7 @@ pub fn validate(admission: &Admission, mut request: AdmissionRequest<DynamicObje
         ("", "ConfigMap") => Some(Driver::ConfigMap),
         _ => None,
     };
-    let Some(driver) = driver else { return respond(&request, not_a_record(), entry) };
+    let Some(driver) = driver else { return Ok(respond(&request, not_a_record(), entry)) };
     // Each side read as a record of this driver, and whether Helm's labels make it one.
     let read = |object: Option<DynamicObject>| Some(Record::read_owned(into_value(object?), driver));
     let had_old = request.old_object.is_some();
@@ -34,7 +38,7 @@ pub fn validate(admission: &Admission, mut request: AdmissionRequest<DynamicObje
 
     let decided = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
-            delete(admission, &request, DecodedRecord::new(record, admission.limits), started, &mut entry)
+            delete(admission, &request, admission.read_record(record), started, io, &mut entry)?
         }
         // Every supported API server sends the object being deleted; without it nothing can be
         // shown harmless.
@@ -50,7 +54,7 @@ pub fn validate(admission: &Admission, mut request: AdmissionRequest<DynamicObje
         }
         _ => not_a_record(),
     };
-    respond(&request, decided, entry)
+    Ok(respond(&request, decided, entry))
 }
 
 /// The object as JSON, its data moved rather than copied.
@@ -144,8 +148,9 @@ fn delete(
     request: &AdmissionRequest<DynamicObject>,
     record: DecodedRecord,
     started: Instant,
+    io: Io,
     entry: &mut LedgerEntry,
-) -> Decided {
+) -> Result<Decided, NeedsIo> {
     let id = &record.record.id;
     let object = record.record.object_name.as_str();
     describe_record(entry, &record);
@@ -173,11 +178,11 @@ fn delete(
     };
     let decided = decide();
     if decided.0.reason != Reason::UnreadHistory {
-        return decided;
+        return Ok(decided);
     }
     // The verdict depends on records known only by their labels: read them, then decide again.
-    admission.read_history(&id.key, Some(object), started);
-    decide()
+    admission.read_history(&id.key, Some(object), started, io)?;
+    Ok(decide())
 }
 
 fn update(
@@ -188,10 +193,7 @@ fn update(
     new_is_record: bool,
     entry: &mut LedgerEntry,
 ) -> Decided {
-    let (old, new) = (
-        DecodedRecord::with_content(old, admission.limits),
-        DecodedRecord::with_content(new, admission.limits),
-    );
+    let (old, new) = (admission.read_record(old), admission.read_record(new));
     describe_record(entry, &new);
     entry.transition = Some(format!("{} -> {}", status_text(old.status()), status_text(new.status())));
     fn side(r: &DecodedRecord) -> RecordSide<'_> {
@@ -239,7 +241,7 @@ fn create(
     record: Record,
     entry: &mut LedgerEntry,
 ) -> Decided {
-    let record = DecodedRecord::new(record, admission.limits);
+    let record = admission.read_record(record);
     describe_record(entry, &record);
     entry.transition = Some(format!("(new) -> {}", status_text(record.status())));
     let verdict = match &record.payload {

@@ -154,6 +154,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         fetcher,
         decision_deadline: args.decision_deadline,
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
+        memo: Default::default(),
     };
     let state = Arc::new(
         AppState::new(

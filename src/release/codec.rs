@@ -60,6 +60,9 @@ pub enum DecodeError {
     Helm(String),
     #[error("Helm 3 and Helm 4 read this release differently, so helm-guard counts it as unreadable: {0}")]
     HelmDisagree(String),
+    /// A reading remembered from an earlier request for the same bytes (see `memo`).
+    #[error("{0}")]
+    Remembered(String),
 }
 
 /// The gzip layer's errors, told apart from the JSON reader's own.

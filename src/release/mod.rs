@@ -4,6 +4,7 @@
 pub mod codec;
 pub mod gojson;
 pub mod history;
+pub mod memo;
 pub mod objects;
 pub mod payload;
 pub mod record;

@@ -279,12 +279,22 @@ impl Record {
 
     /// Reads the payload as Helm does, keeping only what helm-guard needs.
     pub fn decode(&self, limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
-        self.read(limits, false)
+        self.read(limits, false, None)
     }
 
-    fn read(&self, limits: DecodeLimits, fingerprint: bool) -> Result<ReleasePayload, DecodeError> {
+    fn read(
+        &self,
+        limits: DecodeLimits,
+        fingerprint: bool,
+        memo: Option<&super::memo::PayloadMemo>,
+    ) -> Result<ReleasePayload, DecodeError> {
         let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
-        codec::read_payload(payload.as_bytes(), self.id.key.driver == Driver::Secret, limits, fingerprint)
+        let secret = self.id.key.driver == Driver::Secret;
+        let read = || codec::read_payload(payload.as_bytes(), secret, limits, fingerprint);
+        match memo {
+            Some(memo) => memo.read(payload.as_bytes(), secret, limits, fingerprint, read),
+            None => read(),
+        }
     }
 
     /// `Kind namespace/name`, for messages.
@@ -303,16 +313,27 @@ pub struct DecodedRecord {
 impl DecodedRecord {
     /// Reads the payload; when Helm can read it, the revision is the payload's `version`.
     pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
-        DecodedRecord::read(record, limits, false)
+        DecodedRecord::read(record, limits, false, None)
     }
 
-    /// Reads the payload with its content fingerprint (see `ReleasePayload::content`).
-    pub fn with_content(record: Record, limits: DecodeLimits) -> DecodedRecord {
-        DecodedRecord::read(record, limits, true)
+    /// Reads the payload, or answers from `memo` when these bytes were read before; with
+    /// `fingerprint`, the content fingerprint too (see `ReleasePayload::content`).
+    pub fn remembered(
+        record: Record,
+        limits: DecodeLimits,
+        fingerprint: bool,
+        memo: &super::memo::PayloadMemo,
+    ) -> DecodedRecord {
+        DecodedRecord::read(record, limits, fingerprint, Some(memo))
     }
 
-    fn read(mut record: Record, limits: DecodeLimits, fingerprint: bool) -> DecodedRecord {
-        let payload = record.read(limits, fingerprint);
+    fn read(
+        mut record: Record,
+        limits: DecodeLimits,
+        fingerprint: bool,
+        memo: Option<&super::memo::PayloadMemo>,
+    ) -> DecodedRecord {
+        let payload = record.read(limits, fingerprint, memo);
         if let Ok(payload) = &payload {
             record.id.revision = payload.version;
         }

@@ -18,7 +18,7 @@ use tower_http::trace::TraceLayer;
 
 use super::AppState;
 use super::metrics::DecisionLabels;
-use crate::admission::{Webhook, review};
+use crate::admission::{Io, NeedsIo, Reviewed, Webhook, review};
 
 /// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
 /// either port.
@@ -119,39 +119,59 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
             );
         }
     };
-    // Decoding a multi-MiB payload is CPU work: keep it off the async workers so one large or
-    // hostile request does not stall the others.
+    // The common case, a body of tens of KiB, is decided right here: handing it to a blocking
+    // thread and back costs more than the decision. A large body (CPU work) or a decision that
+    // must wait on the API server goes to a blocking thread, so that neither stalls others.
+    if bytes.len() <= INLINE_MAX_BODY_BYTES {
+        match review::parse(&bytes).map(|request| state.admission.review(webhook, request, Io::Forbidden)) {
+            Ok(Ok(reviewed)) => return answer(&state, webhook, started, reviewed),
+            Err(bad) => return bad_request(&state, webhook, &bad),
+            // Nothing was changed: decided again below, where it may wait.
+            Ok(Err(NeedsIo)) => {}
+        }
+    }
     let worker = state.clone();
     let decided = tokio::task::spawn_blocking(move || {
         let request = review::parse(&bytes)?;
         drop(bytes);
-        Ok::<_, review::ReviewError>(worker.admission.review(webhook, request))
+        Ok::<_, review::ReviewError>(worker.admission.review(webhook, request, Io::Allowed))
     })
     .await;
     match decided {
-        Ok(Ok(reviewed)) => {
-            state.metrics.decision(
-                DecisionLabels {
-                    webhook: webhook.as_str(),
-                    operation: reviewed.entry.operation.clone(),
-                    decision: reviewed.entry.decision,
-                    reason: reviewed.entry.reason.as_str(),
-                },
-                started.elapsed(),
-            );
-            ([(header::CONTENT_TYPE, "application/json")], review::encode(reviewed.response)).into_response()
-        }
-        Ok(Err(bad)) => {
-            state.metrics.rejected(webhook.as_str(), "bad-request");
-            tracing::warn!(webhook = webhook.as_str(), error = %bad, "rejected a request that is not an AdmissionReview v1");
-            error(StatusCode::BAD_REQUEST, bad.to_string())
-        }
-        Err(panic) => {
-            state.metrics.rejected(webhook.as_str(), "internal");
-            tracing::error!(webhook = webhook.as_str(), error = %panic, "deciding a request failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "helm-guard failed to decide this request")
-        }
+        Ok(Ok(Ok(reviewed))) => answer(&state, webhook, started, reviewed),
+        Ok(Err(bad)) => bad_request(&state, webhook, &bad),
+        // With I/O allowed a decision never asks for it; if it did, it fails closed.
+        Ok(Ok(Err(NeedsIo))) => internal_error(&state, webhook, "a decision asked for I/O it was allowed"),
+        Err(panic) => internal_error(&state, webhook, &panic.to_string()),
     }
+}
+
+/// Bodies up to this size are decided on the async worker that read them (see [`admit`]).
+pub const INLINE_MAX_BODY_BYTES: usize = 64 * 1024;
+
+fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Reviewed) -> Response {
+    state.metrics.decision(
+        DecisionLabels {
+            webhook: webhook.as_str(),
+            operation: reviewed.entry.operation.clone(),
+            decision: reviewed.entry.decision,
+            reason: reviewed.entry.reason.as_str(),
+        },
+        started.elapsed(),
+    );
+    ([(header::CONTENT_TYPE, "application/json")], review::encode(reviewed.response)).into_response()
+}
+
+fn bad_request(state: &AppState, webhook: Webhook, bad: &review::ReviewError) -> Response {
+    state.metrics.rejected(webhook.as_str(), "bad-request");
+    tracing::warn!(webhook = webhook.as_str(), error = %bad, "rejected a request that is not an AdmissionReview v1");
+    error(StatusCode::BAD_REQUEST, bad.to_string())
+}
+
+fn internal_error(state: &AppState, webhook: Webhook, what: &str) -> Response {
+    state.metrics.rejected(webhook.as_str(), "internal");
+    tracing::error!(webhook = webhook.as_str(), error = %what, "deciding a request failed");
+    error(StatusCode::INTERNAL_SERVER_ERROR, "helm-guard failed to decide this request")
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {

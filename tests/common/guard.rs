@@ -90,6 +90,7 @@ impl Guard {
             fetcher: None,
             decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
             deadline_exceeded: Default::default(),
+            memo: Default::default(),
         };
         let state = Arc::new(
             AppState::new(
@@ -186,6 +187,7 @@ pub async fn start_live(
         fetcher: Some(fetcher),
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
+        memo: Default::default(),
     };
     let running = server::start(
         settings(listen, certs),

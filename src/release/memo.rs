@@ -1,0 +1,145 @@
+//! What reading a payload found, remembered by the payload's SHA-256: the API server sends the
+//! same stored record again and again (its CREATE, every UPDATE's old side, its DELETE), and
+//! reading it (base64, gzip, the whole release checked as Helm reads it) is most of a decision's
+//! cost.
+//!
+//! Keyed by the bytes themselves, not by uid and resourceVersion: what a payload reads as is a
+//! function of its bytes alone, so a forged request can teach the memo nothing that the same
+//! bytes would not tell anyway.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use sha2::{Digest, Sha256};
+
+use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
+
+/// How many readings are remembered: a cluster's active records several times over; each is a
+/// few hundred bytes.
+pub const DEFAULT_CAPACITY: usize = 4096;
+
+type Key = [u8; 32];
+
+/// A reading: the payload, or why Helm cannot read it (as text; the error itself is not `Clone`).
+type Reading = Result<ReleasePayload, String>;
+
+#[derive(Debug)]
+pub struct PayloadMemo {
+    capacity: usize,
+    state: Mutex<(HashMap<Key, Reading>, VecDeque<Key>)>,
+}
+
+impl Default for PayloadMemo {
+    fn default() -> Self {
+        PayloadMemo::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl PayloadMemo {
+    pub fn new(capacity: usize) -> PayloadMemo {
+        PayloadMemo { capacity: capacity.max(1), state: Mutex::default() }
+    }
+
+    /// Reads `stored` (a Secret's when `secret`) with `read`, or answers from memory. A reading
+    /// without the content fingerprint does not answer a request that wants one.
+    pub fn read(
+        &self,
+        stored: &[u8],
+        secret: bool,
+        limits: DecodeLimits,
+        fingerprint: bool,
+        read: impl FnOnce() -> Result<ReleasePayload, DecodeError>,
+    ) -> Result<ReleasePayload, DecodeError> {
+        let mut hash = Sha256::new();
+        hash.update([u8::from(secret)]);
+        hash.update((limits.max_decoded_bytes as u64).to_le_bytes());
+        hash.update(stored);
+        let key: Key = hash.finalize().into();
+        if let Some(known) = self.lock().0.get(&key) {
+            match known {
+                Ok(payload) if payload.content.is_some() || !fingerprint => return Ok(payload.clone()),
+                Err(error) => return Err(DecodeError::Remembered(error.clone())),
+                Ok(_) => {}
+            }
+        }
+        let result = read();
+        let reading = match &result {
+            Ok(payload) => Ok(payload.clone()),
+            Err(error) => Err(error.to_string()),
+        };
+        let mut state = self.lock();
+        let (map, order) = &mut *state;
+        if map.insert(key, reading).is_none() {
+            order.push_back(key);
+            while order.len() > self.capacity {
+                if let Some(oldest) = order.pop_front() {
+                    map.remove(&oldest);
+                }
+            }
+        }
+        result
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<Key, Reading>, VecDeque<Key>)> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Readings remembered.
+    pub fn len(&self) -> usize {
+        self.lock().0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::codec::{encode_secret_payload, read_payload};
+
+    #[test]
+    fn a_payload_is_read_once_and_answered_from_memory_after() {
+        let memo = PayloadMemo::new(2);
+        let stored = encode_secret_payload(br#"{"name":"a","version":3,"info":{"status":"deployed"}}"#);
+        let limits = DecodeLimits::default();
+        let mut reads = 0;
+        for _ in 0..3 {
+            let payload = memo
+                .read(&stored, true, limits, false, || {
+                    reads += 1;
+                    read_payload(&stored, true, limits, false)
+                })
+                .unwrap();
+            assert_eq!(payload.version, 3);
+        }
+        assert_eq!(reads, 1);
+        // Wanting the fingerprint reads again, once.
+        for _ in 0..2 {
+            let payload = memo.read(&stored, true, limits, true, || {
+                reads += 1;
+                read_payload(&stored, true, limits, true)
+            });
+            assert!(payload.unwrap().content.is_some());
+        }
+        assert_eq!(reads, 2);
+    }
+
+    #[test]
+    fn unreadable_payloads_are_remembered_too_and_the_memo_is_bounded() {
+        let memo = PayloadMemo::new(2);
+        let limits = DecodeLimits::default();
+        let bad = encode_secret_payload(br#"{"name":"a","version":"3","info":{}}"#);
+        let first =
+            memo.read(&bad, true, limits, false, || read_payload(&bad, true, limits, false)).unwrap_err();
+        let again = memo.read(&bad, true, limits, false, || panic!("read again")).unwrap_err();
+        assert_eq!(first.to_string(), again.to_string());
+        for n in 0..5 {
+            let text = format!(r#"{{"name":"a","version":{n},"info":{{"status":"deployed"}}}}"#);
+            let stored = encode_secret_payload(text.as_bytes());
+            let _ = memo.read(&stored, true, limits, false, || read_payload(&stored, true, limits, false));
+        }
+        assert_eq!(memo.len(), 2);
+    }
+}
