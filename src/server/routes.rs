@@ -146,7 +146,8 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
     }
 }
 
-/// Bodies up to this size are decided on the async worker that read them (see [`admit`]).
+/// Bodies up to this size are decided on the async worker that read them; larger ones, and
+/// decisions that must wait on the API server, on a blocking thread.
 pub const INLINE_MAX_BODY_BYTES: usize = 64 * 1024;
 
 fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Reviewed) -> Response {
