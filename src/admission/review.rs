@@ -34,8 +34,16 @@ struct Envelope {
     request: Option<serde::de::IgnoredAny>,
 }
 
-/// Parses an AdmissionReview v1 request.
+/// Parses an AdmissionReview v1 request: in one pass when it is one (the common case); a body
+/// that is not gets a second look that says what is wrong with it.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+    let parsed = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body);
+    if let Ok(review) = &parsed
+        && review.types.kind == "AdmissionReview"
+        && review.types.api_version == API_VERSION
+    {
+        return parsed.map_err(ReviewError::Malformed)?.try_into().map_err(|_| ReviewError::NoRequest);
+    }
     let envelope: Envelope = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
     let kind = envelope.kind.unwrap_or_default();
     let api_version = envelope.api_version.unwrap_or_default();
@@ -45,9 +53,10 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError
     if envelope.request.is_none() {
         return Err(ReviewError::NoRequest);
     }
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
-    review.try_into().map_err(|_| ReviewError::NoRequest)
+    match parsed {
+        Ok(review) => review.try_into().map_err(|_| ReviewError::NoRequest),
+        Err(error) => Err(ReviewError::Malformed(error)),
+    }
 }
 
 /// Serialises the answer as an AdmissionReview v1.
