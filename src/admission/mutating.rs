@@ -94,5 +94,5 @@ fn patch(
     if plan.rewrite_to_upgrade {
         entry.transition = Some("install -> upgrade".to_owned());
     }
-    Ok(Ok(json_patch::diff(pod, &pod::apply(pod, target, &plan))))
+    Ok(Ok(pod::patch(pod, target, &plan)))
 }

@@ -105,26 +105,33 @@ pub fn plan(pod: &HelmInstallPod, release: &Classification) -> PodPlan {
     PodPlan { annotations, rewrite_to_upgrade, action }
 }
 
-/// The pod with the plan applied. Only the annotations and the first argument change.
-pub fn apply(pod: &Value, target: &HelmInstallPod, plan: &PodPlan) -> Value {
-    let mut pod = pod.clone();
-    if let Some(metadata) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
-        let annotations = metadata.entry("annotations").or_insert(Value::Null);
-        if !annotations.is_object() {
-            *annotations = Value::Object(Default::default());
+/// The JSONPatch that carries out a plan on the pod: written directly (a handful of operations)
+/// rather than diffed from a mutated copy of the whole pod.
+pub fn patch(pod: &Value, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::Patch {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+    let mut operations = Vec::new();
+    let existing = pod.pointer("/metadata/annotations").is_some_and(Value::is_object);
+    if existing {
+        for (key, value) in &plan.annotations {
+            let path = PointerBuf::from_tokens(["metadata", "annotations", key.as_str()]);
+            operations.push(PatchOperation::Add(AddOperation { path, value: Value::String(value.clone()) }));
         }
-        if let Some(annotations) = annotations.as_object_mut() {
-            for (key, value) in &plan.annotations {
-                annotations.insert(key.clone(), Value::String(value.clone()));
-            }
-        }
+    } else if !plan.annotations.is_empty() {
+        let all: serde_json::Map<String, Value> =
+            plan.annotations.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        let path = PointerBuf::from_tokens(["metadata", "annotations"]);
+        operations.push(PatchOperation::Add(AddOperation { path, value: Value::Object(all) }));
     }
-    if plan.rewrite_to_upgrade
-        && let Some(first) = pod.pointer_mut(&format!("/spec/containers/{}/args/0", target.container))
-    {
-        *first = Value::String("upgrade".to_owned());
+    let container = target.container.to_string();
+    if plan.rewrite_to_upgrade && pod.pointer(&format!("/spec/containers/{container}/args/0")).is_some() {
+        let path = PointerBuf::from_tokens(["spec", "containers", container.as_str(), "args", "0"]);
+        operations.push(PatchOperation::Replace(ReplaceOperation {
+            path,
+            value: Value::String("upgrade".to_owned()),
+        }));
     }
-    pod
+    json_patch::Patch(operations)
 }
 
 #[cfg(test)]
@@ -211,11 +218,25 @@ mod tests {
         let original = pod("install", json!([{"name": "NAME", "value": "web"}]));
         let target = HelmInstallPod::from_pod(&original, "demo").unwrap();
         let plan = plan(&target, &state(&[(1, Status::Superseded)]));
-        let mutated = apply(&original, &target, &plan);
+        let mut mutated = original.clone();
+        json_patch::patch(&mut mutated, &patch(&original, &target, &plan)).unwrap();
         assert_eq!(mutated["spec"]["containers"][1]["args"], json!(["upgrade", "--namespace", "demo"]));
         assert_eq!(mutated["spec"]["containers"][0]["args"], json!(["serve"]));
         assert_eq!(mutated["metadata"]["annotations"][STATE_ANNOTATION], "orphaned-superseded");
         assert_eq!(mutated["metadata"]["annotations"][REVISION_ANNOTATION], "1");
         assert!(already_annotated(&mutated) && !already_annotated(&original));
+    }
+
+    #[test]
+    fn the_patch_adds_to_annotations_already_there_and_escapes_their_keys() {
+        let mut original = pod("install", json!([{"name": "NAME", "value": "web"}]));
+        original["metadata"]["annotations"] = json!({"team/owner": "platform", STATE_ANNOTATION: "stale"});
+        let target = HelmInstallPod::from_pod(&original, "demo").unwrap();
+        let plan = plan(&target, &state(&[(1, Status::Deployed)]));
+        let mut mutated = original.clone();
+        json_patch::patch(&mut mutated, &patch(&original, &target, &plan)).unwrap();
+        assert_eq!(mutated["metadata"]["annotations"]["team/owner"], "platform");
+        assert_eq!(mutated["metadata"]["annotations"][STATE_ANNOTATION], "healthy");
+        assert_eq!(mutated["spec"]["containers"][1]["args"][0], "install");
     }
 }
