@@ -253,3 +253,29 @@ fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
     assert_eq!(status.code(), Some(0), "{rest:?}");
     assert!(rest.iter().any(|l| l.contains("\"stopped\"")), "{rest:?}");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    // `helm-guard inspect --manifest ... | head -1`: far more output than a pipe holds.
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    // The snapshot ten times over: some 220 KB of output, more than a pipe buffers.
+    let once = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
+    let items: Vec<Value> = (0..10).flat_map(|_| once.clone()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let dump = write_temp(&dir, "dump.json", &list(items));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["inspect", "--manifest", "--values", dump.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(!first.is_empty());
+    // The reader is gone (dropped above); the command must end on its own, without a panic.
+    let output = child.wait_with_output().unwrap();
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(!errors.contains("panicked") && !errors.contains("Broken pipe"), "{errors}");
+    assert!(output.status.code() == Some(0) || output.status.code() == Some(2), "{:?}", output.status);
+}

@@ -152,11 +152,11 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
         decisions.retain(|d| d.decision != "allowed");
     }
     match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&decisions)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&decisions)?)?,
         Output::Text => {
             for d in &decisions {
                 let extra: Vec<String> = d.annotations.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!(
+                outln!(
                     "{}  {:<7} {:<6} {}/{} ({})  by {}  -> {} {}  {}",
                     d.time,
                     d.decision,
@@ -168,16 +168,16 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
                     d.code.map_or_else(|| "-".into(), |c| c.to_string()),
                     d.webhook,
                     extra.join(" ")
-                );
+                )?;
             }
             let count = |what: &str| decisions.iter().filter(|d| d.decision == what).count();
-            println!(
+            outln!(
                 "\n{} decisions: {} allowed, {} denied, {} warned",
                 decisions.len(),
                 count("allowed"),
                 count("denied"),
                 count("warned")
-            );
+            )?;
         }
     }
     Ok(if decisions.iter().any(|d| d.decision != "allowed") { EXIT_FINDINGS } else { EXIT_OK })

@@ -103,8 +103,8 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
     names.extend(args.extra_names.iter().cloned());
     let bundle = generate(&names, args.days)?;
     write(&bundle, &args.out, args.force)?;
-    println!("wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}", args.out.display(), names.join(", "));
-    println!("caBundle for the webhook configurations:");
-    println!("{}", base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem));
+    outln!("wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}", args.out.display(), names.join(", "))?;
+    outln!("caBundle for the webhook configurations:")?;
+    outln!("{}", base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem))?;
     Ok(EXIT_OK)
 }

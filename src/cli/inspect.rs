@@ -96,17 +96,17 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
                     values: content.config.filter(|_| args.values),
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&items)?);
+            outln!("{}", serde_json::to_string_pretty(&items)?)?;
         }
         Output::Text => {
             for (object, summary, content) in decoded {
-                print!("{}", render(&object, &summary));
+                outln!("{}", render(&object, &summary).trim_end_matches('\n'))?;
                 if args.values {
                     let values = content.config.unwrap_or(serde_json::Value::Null);
-                    println!("--- values\n{}", serde_saphyr::to_string(&values)?.trim_end());
+                    outln!("--- values\n{}", serde_saphyr::to_string(&values)?.trim_end())?;
                 }
                 if args.manifest {
-                    println!("--- manifest\n{}", content.manifest.as_deref().unwrap_or("").trim_end());
+                    outln!("--- manifest\n{}", content.manifest.as_deref().unwrap_or("").trim_end())?;
                 }
             }
         }

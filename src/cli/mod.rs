@@ -1,5 +1,14 @@
 //! The command line: one file per subcommand; each returns the process exit code.
 
+/// Writes a line to standard output, as `println!` does but returning the error: a reader that
+/// went away (`helm-guard scan | head -1`) then ends the command quietly, as kubectl does,
+/// instead of a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_line(format_args!($($arg)*))
+    };
+}
+
 mod audit;
 pub mod certs;
 mod inspect;
@@ -68,13 +77,34 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let code = match cli.command {
-        Command::Inspect(args) => inspect::run(&args)?,
-        Command::Scan(args) => scan::run(&args)?,
-        Command::Serve(args) => serve::run(&args)?,
-        Command::Certs(args) => certs::run(&args)?,
-        Command::Audit(args) => audit::run(&args)?,
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Scan(args) => scan::run(&args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Certs(args) => certs::run(&args),
+        Command::Audit(args) => audit::run(&args),
     };
-    Ok(ExitCode::from(code))
+    match code {
+        Ok(code) => Ok(ExitCode::from(code)),
+        // The reader of our output went away: nothing more to say, and no error of ours.
+        Err(error)
+            if error.chain().any(|cause| {
+                cause
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// See [`outln!`].
+pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)?;
+    out.write_all(b"\n")
 }
 
 /// Reads a file, or standard input for `-`.

@@ -90,7 +90,7 @@ fn scan_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<DecodedRecord>, Vec<Prob
 /// Prints reports as a table with a summary line, or as a JSON array.
 pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Result<()> {
     if output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(releases)?);
+        outln!("{}", serde_json::to_string_pretty(releases)?)?;
         return Ok(());
     }
     let headers =
@@ -129,17 +129,17 @@ pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Resu
                 },
             )
             .collect();
-        println!("{}", padded.join("  "));
+        outln!("{}", padded.join("  "))
     };
-    line(&headers);
+    line(&headers)?;
     for row in &rows {
-        line(&row.each_ref().map(String::as_str));
+        line(&row.each_ref().map(String::as_str))?;
     }
     let broken = releases.iter().filter(|r| r.broken).count();
-    println!(
+    outln!(
         "\n{} releases, {} healthy or uninstalled, {broken} need attention",
         releases.len(),
         releases.len() - broken
-    );
+    )?;
     Ok(())
 }
