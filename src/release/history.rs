@@ -222,8 +222,8 @@ impl Classification {
         !self.state.is_ok() || !self.anomalies.is_empty()
     }
 
-    /// One short sentence on what to do.
-    pub fn hint(&self, release: &str) -> String {
+    /// One short sentence on what to do; every command in it can be pasted as it is.
+    pub fn hint(&self, release: &str, namespace: &str) -> String {
         let earlier_deployed = self.deployed.iter().copied().filter(|r| Some(*r) != self.revision).max();
         let mut hint = match self.state {
             ReleaseState::Absent => "no revision Helm can read".to_owned(),
@@ -232,27 +232,35 @@ impl Classification {
             ReleaseState::Uninstalling => "an uninstall is under way or was interrupted".to_owned(),
             ReleaseState::Failed => match earlier_deployed {
                 Some(rev) => format!(
-                    "last upgrade failed; revision {rev} is still deployed: fix and upgrade, or `helm rollback {release} {rev}`"
+                    "last upgrade failed; revision {rev} is still deployed: fix and upgrade, or `helm rollback {release} {rev} -n {namespace}`"
                 ),
-                None => format!("failed and nothing deployed: `helm upgrade` or `helm uninstall {release}`"),
+                None => format!(
+                    "failed and nothing deployed: `helm upgrade` or `helm uninstall {release} -n {namespace}`"
+                ),
             },
             ReleaseState::PendingInstall | ReleaseState::PendingUpgrade | ReleaseState::PendingRollback => {
                 if self.stuck {
                     match earlier_deployed {
                         Some(rev) => {
-                            format!("stuck: `helm rollback {release} {rev}`, or delete the pending revision")
+                            format!(
+                                "stuck: `helm rollback {release} {rev} -n {namespace}`, or delete the pending revision"
+                            )
                         }
-                        None => format!("stuck: `helm uninstall {release}`, or delete the pending revision"),
+                        None => format!(
+                            "stuck: `helm uninstall {release} -n {namespace}`, or delete the pending revision"
+                        ),
                     }
                 } else {
                     "an operation is in progress".to_owned()
                 }
             }
             ReleaseState::OrphanedSuperseded => format!(
-                "latest deployed revision was deleted: `helm upgrade` (not install) or `helm rollback {release} {}`",
+                "latest deployed revision was deleted: `helm upgrade` (not install) or `helm rollback {release} {} -n {namespace}`",
                 self.revision.unwrap_or_default()
             ),
-            ReleaseState::Unknown => "latest status is unexpected: check `helm history`".to_owned(),
+            ReleaseState::Unknown => {
+                format!("latest status is unexpected: check `helm history {release} -n {namespace}`")
+            }
         };
         if self.anomalies.contains(&Anomaly::UndecodableRecord) {
             hint.push_str("; a record does not decode (Helm skips it)");
@@ -388,6 +396,28 @@ mod tests {
         assert!(classify(&pending, 1_000 + 901, 900).stuck);
         let healthy = [rev(1, Status::Deployed)];
         assert!(!classify(&healthy, 1_000_000, 900).stuck);
+    }
+
+    #[test]
+    fn every_command_in_a_hint_names_the_namespace() {
+        use Status::*;
+        let stuck = |facts: &[RevisionFacts]| classify(facts, 1_000_000, 900);
+        for facts in [
+            vec![rev(3, Deployed), rev(4, Failed)],
+            vec![rev(1, Failed)],
+            vec![rev(1, Deployed), rev(2, PendingUpgrade)],
+            vec![rev(1, PendingInstall)],
+            vec![rev(1, Superseded), rev(2, Superseded)],
+            vec![rev(1, Unknown)],
+        ] {
+            let hint = stuck(&facts).hint("web", "demo");
+            let commands: Vec<&str> =
+                hint.split('`').skip(1).step_by(2).filter(|c| c.contains("web")).collect();
+            assert!(!commands.is_empty(), "{hint}");
+            for command in commands {
+                assert!(command.ends_with("-n demo"), "{command} in {hint}");
+            }
+        }
     }
 
     #[test]

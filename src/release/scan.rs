@@ -124,7 +124,7 @@ fn release_report(
         anomalies: c.anomalies.iter().map(|a| a.as_str().to_owned()).collect(),
         history,
         broken: c.is_broken(),
-        hint: c.hint(&key.release),
+        hint: c.hint(&key.release, &key.namespace),
         records: records.len(),
     }
 }
