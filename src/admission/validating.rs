@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use serde_json::Value;
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::cluster::IndexChange;
@@ -31,10 +30,9 @@ pub fn validate(
     };
     let Some(driver) = driver else { return Ok(respond(&request, not_a_record(), entry)) };
     // Each side read as a record of this driver, and whether Helm's labels make it one.
-    let read = |object: Option<DynamicObject>| Some(Record::read_owned(into_value(object?), driver));
-    let had_old = request.old_object.is_some();
-    let old = read(request.old_object.take()).and_then(Result::ok);
-    let new = read(request.object.take()).and_then(Result::ok);
+    let read = |object: Option<DynamicObject>| object.map(|object| Record::from_dynamic(object, driver));
+    let old = read(request.old_object.take());
+    let new = read(request.object.take());
 
     let decided = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
@@ -42,7 +40,7 @@ pub fn validate(
         }
         // Every supported API server sends the object being deleted; without it nothing can be
         // shown harmless.
-        (Operation::Delete, None, _) if !had_old => no_old_object(admission, &request),
+        (Operation::Delete, None, _) => no_old_object(admission, &request),
         // The new side may no longer look like a record (a label removed): still read as one.
         (Operation::Update, Some((old, true)), Some((new, new_is_record))) => {
             update(admission, &request, old, new, new_is_record, &mut entry)
@@ -55,18 +53,6 @@ pub fn validate(
         _ => not_a_record(),
     };
     Ok(respond(&request, decided, entry))
-}
-
-/// The object as JSON, its data moved rather than copied.
-fn into_value(object: DynamicObject) -> Value {
-    let mut value = object.data;
-    if let Value::Object(map) = &mut value {
-        map.insert("metadata".to_owned(), serde_json::to_value(object.metadata).unwrap_or_default());
-        if let Some(types) = object.types {
-            map.insert("kind".to_owned(), Value::String(types.kind));
-        }
-    }
-    value
 }
 
 /// A rule's verdict and what the mode made of it.
@@ -205,7 +191,7 @@ fn update(
                 .as_ref()
                 .ok()
                 .map(|p| PayloadSide { status: p.info.status, content: p.content }),
-            owner_references: r.record.owner_references.len(),
+            owner_references: &r.record.owner_references,
             finalizers: &r.record.finalizers,
         }
     }

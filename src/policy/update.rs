@@ -25,7 +25,8 @@ pub struct RecordSide<'a> {
     pub secret_type: Option<&'a str>,
     /// `None` when the payload does not decode as Helm reads it.
     pub payload: Option<PayloadSide>,
-    pub owner_references: usize,
+    /// The uids the object's owner references point at.
+    pub owner_references: &'a [String],
     pub finalizers: &'a [String],
 }
 
@@ -98,7 +99,8 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
     // U3: Helm never sets owner references or finalizers; an owner reference to an object that
     // goes away makes the garbage collector delete the record later.
     let added_finalizer = new.finalizers.iter().find(|f| !old.finalizers.contains(f));
-    if new.owner_references > old.owner_references || added_finalizer.is_some() {
+    let added_owner = new.owner_references.iter().any(|uid| !old.owner_references.contains(uid));
+    if added_owner || added_finalizer.is_some() {
         let what = match added_finalizer {
             Some(finalizer) => format!("adds the finalizer {finalizer:?}"),
             None => "adds an owner reference (the garbage collector would delete the record with its owner)"
@@ -185,7 +187,7 @@ mod tests {
     }
 
     fn side<'a>(labels: &'a BTreeMap<String, String>, payload: Option<PayloadSide>) -> RecordSide<'a> {
-        RecordSide { labels, secret_type: TYPE, payload, owner_references: 0, finalizers: &[] }
+        RecordSide { labels, secret_type: TYPE, payload, owner_references: &[], finalizers: &[] }
     }
 
     fn decide(old: RecordSide<'_>, new: RecordSide<'_>) -> Verdict {
@@ -214,6 +216,8 @@ mod tests {
         let mut bumped = labels("deployed");
         bumped.insert("version".into(), "9".into());
         let finalizers = ["example.com/keep".to_owned()];
+        let owner = ["0000-gone".to_owned()];
+        let other_owner = ["0000-other".to_owned()];
         let d = payload(Deployed);
         let edited = Some(PayloadSide { status: Deployed, content: Some([8; 32]) });
         let untaken = Some(PayloadSide { status: Deployed, content: None });
@@ -231,7 +235,14 @@ mod tests {
             (
                 "U3 owner reference added",
                 side(&deployed, d),
-                RecordSide { owner_references: 1, ..side(&deployed, d) },
+                RecordSide { owner_references: &owner, ..side(&deployed, d) },
+                false,
+                Reason::ForeignMetadata,
+            ),
+            (
+                "U3 an owner reference swapped for another",
+                RecordSide { owner_references: &owner, ..side(&deployed, d) },
+                RecordSide { owner_references: &other_owner, ..side(&deployed, d) },
                 false,
                 Reason::ForeignMetadata,
             ),

@@ -349,11 +349,6 @@ impl<R: Read> JsonReader<R> {
     pub fn next_element(&mut self, first: bool) -> Result<bool, JsonError> {
         let b = self.skip_ws()?;
         if b == Some(b']') {
-            if first {
-                self.depth -= 1;
-                self.src.advance(1)?;
-                return Ok(false);
-            }
             self.depth -= 1;
             self.src.advance(1)?;
             return Ok(false);

@@ -358,7 +358,13 @@ impl<R: Read> Walk<R> {
         }
         match (ty, kind) {
             (Ty::Str, Kind::String) => {
-                let mut capture = Capture::new(if slot == Slot::Description { TEXT_CAP } else { NAME_CAP });
+                // Only kept strings are held; for the rest the capture only tells empty from not.
+                let cap = match slot {
+                    Slot::None | Slot::Version | Slot::Info => 0,
+                    Slot::Description => TEXT_CAP,
+                    _ => NAME_CAP,
+                };
+                let mut capture = Capture::new(cap);
                 match print.as_deref_mut() {
                     Some(p) => self.json.string(&mut (&mut capture, p))?,
                     None => self.json.string(&mut capture)?,

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -172,9 +173,31 @@ struct RawMeta {
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
     #[serde(default, rename = "ownerReferences")]
-    owner_references: Option<Vec<Value>>,
+    owner_references: Option<Vec<RawOwner>>,
     #[serde(default)]
     finalizers: Option<Vec<String>>,
+}
+
+/// An owner reference, by the owner's uid (what tells two references apart).
+#[derive(Debug, Default, Deserialize)]
+struct RawOwner {
+    #[serde(default)]
+    uid: String,
+}
+
+impl From<ObjectMeta> for RawMeta {
+    fn from(meta: ObjectMeta) -> RawMeta {
+        RawMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            owner_references: meta
+                .owner_references
+                .map(|owners| owners.into_iter().map(|owner| RawOwner { uid: owner.uid }).collect()),
+            finalizers: meta.finalizers,
+        }
+    }
 }
 
 impl RawObject {
@@ -183,7 +206,13 @@ impl RawObject {
             .map_err(|e| RecordError::Malformed { object: describe(object), detail: e.to_string() })
     }
 
-    /// `key`: the release, when the labels name one (the new side of an UPDATE may have lost them).
+    /// Whether Helm's labels make the object a record (see [`release_key`]).
+    fn is_record(&self, driver: Driver) -> bool {
+        self.metadata.labels.as_ref().and_then(|labels| release_key(driver, "", labels)).is_some()
+    }
+
+    /// The record, read as `driver`'s whether or not the labels make it one (the new side of an
+    /// UPDATE may have lost them).
     fn into_record(self, driver: Driver) -> Record {
         let labels = self.metadata.labels.unwrap_or_default();
         let name = self.metadata.name.unwrap_or_default();
@@ -199,7 +228,13 @@ impl RawObject {
             object_name: name,
             labels,
             annotations: self.metadata.annotations.unwrap_or_default(),
-            owner_references: self.metadata.owner_references.unwrap_or_default(),
+            owner_references: self
+                .metadata
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .map(|owner| owner.uid)
+                .collect(),
             finalizers: self.metadata.finalizers.unwrap_or_default(),
             secret_type: self.type_,
             payload: self.data.and_then(|mut data| data.remove("release")),
@@ -216,7 +251,8 @@ pub struct Record {
     pub object_name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    pub owner_references: Vec<Value>,
+    /// The uids of the objects in `ownerReferences`.
+    pub owner_references: Vec<String>,
     pub finalizers: Vec<String>,
     /// The Secret `type` (None for ConfigMaps).
     pub secret_type: Option<String>,
@@ -238,24 +274,27 @@ impl Record {
             "ConfigMap" => Driver::ConfigMap,
             _ => return Ok(None),
         };
-        let empty = BTreeMap::new();
-        let labels = raw.metadata.labels.as_ref().unwrap_or(&empty);
-        if release_key(driver, "", labels).is_none() {
-            return Ok(None);
-        }
-        Ok(Some(raw.into_record(driver)))
+        Ok(raw.is_record(driver).then(|| raw.into_record(driver)))
     }
 
-    /// Reads an object (taking it: the payload moves, it is not copied) as a record of `driver`,
-    /// and says whether Helm's labels make it one. The new side of an UPDATE that removed those
-    /// labels is still read, so that the removal can be judged.
-    pub fn read_owned(object: Value, driver: Driver) -> Result<(Record, bool), RecordError> {
-        let object_text = describe(&object);
-        let raw = RawObject::deserialize(object)
-            .map_err(|e| RecordError::Malformed { object: object_text, detail: e.to_string() })?;
-        let is_record =
-            raw.metadata.labels.as_ref().and_then(|labels| release_key(driver, "", labels)).is_some();
-        Ok((raw.into_record(driver), is_record))
+    /// Reads an object of an AdmissionReview (taking it: the payload moves, it is not copied) as
+    /// a record of `driver`, and says whether Helm's labels make it one. The new side of an UPDATE
+    /// that removed those labels is still read, so that the removal can be judged.
+    pub fn from_dynamic(object: kube::core::DynamicObject, driver: Driver) -> (Record, bool) {
+        let mut data = object.data;
+        let type_ = data.get("type").and_then(Value::as_str).map(str::to_owned);
+        let payload = match data.pointer_mut("/data/release") {
+            Some(Value::String(payload)) => Some(std::mem::take(payload)),
+            _ => None,
+        };
+        let raw = RawObject {
+            kind: None,
+            metadata: RawMeta::from(object.metadata),
+            type_,
+            data: payload.map(|payload| BTreeMap::from([("release".to_owned(), payload)])),
+        };
+        let is_record = raw.is_record(driver);
+        (raw.into_record(driver), is_record)
     }
 
     /// The `status` label, when it is one of Helm's statuses.
