@@ -72,17 +72,16 @@ impl Entry {
         self.hidden_until.is_none_or(|until| until <= now)
     }
 
-    /// A new view of the same object: the payload facts read at this resourceVersion stay (a
-    /// metadata event does not carry them); anything newer must be read again.
-    fn refresh(&mut self, facts: RevisionFacts, resource_version: Option<&str>) {
+    /// The facts of a new view of this object: the payload read at this resourceVersion stays (a
+    /// metadata event does not carry it); anything newer must be read again.
+    fn facts_after(&self, facts: RevisionFacts, resource_version: Option<&str>) -> RevisionFacts {
         let same = resource_version.is_some() && self.resource_version.as_deref() == resource_version;
-        if !(same
-            && facts.payload == PayloadStatus::NotLoaded
-            && self.facts.payload != PayloadStatus::NotLoaded)
+        if same && facts.payload == PayloadStatus::NotLoaded && self.facts.payload != PayloadStatus::NotLoaded
         {
-            self.facts = facts;
+            self.facts
+        } else {
+            facts
         }
-        self.resource_version = resource_version.map(Into::into);
     }
 }
 
@@ -181,7 +180,10 @@ impl ReleaseIndex {
         let mut state = self.lock();
         let records = state.releases.entry(record.key).or_default();
         match records.get_mut(record.object.as_str()) {
-            Some(entry) => entry.refresh(record.facts, record.resource_version.as_deref()),
+            Some(entry) => {
+                entry.facts = entry.facts_after(record.facts, record.resource_version.as_deref());
+                entry.resource_version = record.resource_version.map(Into::into);
+            }
             None => {
                 let entry = Entry {
                     facts: record.facts,
@@ -221,10 +223,8 @@ impl ReleaseIndex {
             let Some(old) = state.releases.get(key) else { continue };
             for (object, entry) in records.iter_mut() {
                 if let Some(before) = old.get(object) {
-                    let mut kept = before.clone();
-                    kept.refresh(entry.facts, entry.resource_version.as_deref());
-                    kept.hidden_until = before.hidden_until.filter(|until| *until > now);
-                    *entry = kept;
+                    entry.facts = before.facts_after(entry.facts, entry.resource_version.as_deref());
+                    entry.hidden_until = before.hidden_until.filter(|until| *until > now);
                 }
             }
         }
