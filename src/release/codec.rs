@@ -65,22 +65,6 @@ pub enum DecodeError {
     Remembered(String),
 }
 
-/// The gzip layer's errors, told apart from the JSON reader's own.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct GzipError(String);
-
-/// Tags the gzip stream's errors so the answer names the layer that failed.
-struct Gzip<R>(MultiGzDecoder<R>);
-
-impl<R: io::BufRead> Read for Gzip<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0
-            .read(buf)
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, GzipError(error.to_string())))
-    }
-}
-
 /// Helm's gzip-compressed (or, from old Helm versions, plain) release JSON: the base64 layers
 /// undone. They only shrink their input, so they are undone in one go; the gzip layer, the one
 /// that can expand, is streamed.
@@ -106,21 +90,16 @@ fn compressed(stored: &[u8], secret: bool) -> Result<Vec<u8>, DecodeError> {
 /// (`len(b) > 3 && bytes.Equal(b[0:3], magicGzip)`), else the bytes themselves.
 fn json_stream(compressed: &[u8]) -> Box<dyn Read + '_> {
     if compressed.len() > 3 && compressed.starts_with(&GZIP_MAGIC) {
-        Box::new(Gzip(MultiGzDecoder::new(io::BufReader::new(compressed))))
+        Box::new(MultiGzDecoder::new(io::BufReader::new(compressed)))
     } else {
         Box::new(compressed)
     }
 }
 
-fn gzip_error(error: &JsonError) -> Option<DecodeError> {
-    match error {
-        JsonError::Io(io) => {
-            let message =
-                io.get_ref().and_then(|inner| inner.downcast_ref::<GzipError>()).map(|g| g.0.clone());
-            Some(DecodeError::Gzip(message.unwrap_or_else(|| io.to_string())))
-        }
-        _ => None,
-    }
+/// The stream below the JSON reader is the gzip layer (the base64 layers are undone before): a
+/// read error there is the gzip layer's.
+fn gzip_error(error: &io::Error) -> DecodeError {
+    DecodeError::Gzip(error.to_string())
 }
 
 /// Reads a stored payload as Helm does, keeping only what helm-guard needs; with `fingerprint`,
@@ -134,7 +113,7 @@ pub fn read_payload(
     let compressed = compressed(stored, secret)?;
     let json = JsonReader::new(Source::new(json_stream(&compressed), limits.max_decoded_bytes as u64));
     super::payload::read_release(json, fingerprint).map_err(|error| match error {
-        DecodeError::Json(json) => gzip_error(&json).unwrap_or(DecodeError::Json(json)),
+        DecodeError::Json(JsonError::Io(io)) => gzip_error(&io),
         other => other,
     })
 }
@@ -143,9 +122,7 @@ fn read_all(stored: &[u8], secret: bool, limits: DecodeLimits) -> Result<Vec<u8>
     let cap = limits.max_decoded_bytes as u64;
     let compressed = compressed(stored, secret)?;
     let mut decoded = Vec::new();
-    json_stream(&compressed).take(cap + 1).read_to_end(&mut decoded).map_err(|e| {
-        gzip_error(&JsonError::Io(std::sync::Arc::new(e))).unwrap_or(DecodeError::Gzip(String::new()))
-    })?;
+    json_stream(&compressed).take(cap + 1).read_to_end(&mut decoded).map_err(|e| gzip_error(&e))?;
     if decoded.len() as u64 > cap {
         return Err(DecodeError::TooLarge { limit: limits.max_decoded_bytes });
     }
