@@ -63,3 +63,20 @@ pub mod cluster;
 pub mod policy;
 pub mod release;
 pub mod server;
+
+/// What this binary is: the crate version, the git commit it was built from and when (set by
+/// `build.rs`), as `--version` and the `helm_guard_build_info` metric report them.
+pub mod build {
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    pub const COMMIT: &str = env!("HELM_GUARD_GIT_COMMIT");
+    pub const DATE: &str = env!("HELM_GUARD_BUILD_DATE");
+    /// `--version`'s text.
+    pub const LONG_VERSION: &str = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (commit ",
+        env!("HELM_GUARD_GIT_COMMIT"),
+        ", built ",
+        env!("HELM_GUARD_BUILD_DATE"),
+        ")"
+    );
+}

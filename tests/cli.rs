@@ -73,14 +73,17 @@ fn scan_exits_2_on_unusable_input_naming_the_problem() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("neither JSON nor YAML"), "{}", stderr(&output));
 
-    let no_records = write_temp(
+    // Kubernetes objects, but not a dump of Secrets and ConfigMaps (a dump without records in
+    // it is an empty answer: see empty_results_are_empty_arrays_and_exit_0).
+    let not_a_dump = write_temp(
         &dir,
-        "empty.json",
-        &list(vec![json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "x"}})]),
+        "deployments.json",
+        &list(vec![json!({"kind": "Deployment", "metadata": {"name": "x", "namespace": "y"}})]),
     );
-    let output = helm_guard(&["scan", "--from-file", no_records.to_str().unwrap()]);
+    let output = helm_guard(&["scan", "--from-file", not_a_dump.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("no Helm release records"), "{}", stderr(&output));
+    assert!(stderr(&output).contains("holds no Secrets or ConfigMaps"), "{}", stderr(&output));
+    assert!(stderr(&output).contains("Deployment y/x"), "{}", stderr(&output));
 
     let missing = helm_guard(&["scan", "--from-file", "/nonexistent/dump.json"]);
     assert_eq!(missing.status.code(), Some(2));
@@ -108,7 +111,7 @@ fn inspect_prints_a_summary_the_values_and_the_manifest() {
     let text = stdout(&output);
     assert!(
         text.starts_with(
-            "Secret cache/sh.helm.release.v1.cache.v2\n  release:        cache/cache (secret)\n"
+            "Secret cache/sh.helm.release.v1.cache.v2 (old object)\n  release:        cache/cache (secret)\n"
         ),
         "{text}"
     );
@@ -116,12 +119,14 @@ fn inspect_prints_a_summary_the_values_and_the_manifest() {
         text.contains("uninstalling") && text.contains("deployed"),
         "old and new object both shown: {text}"
     );
+    assert!(text.contains("Secret cache/sh.helm.release.v1.cache.v2 (new object)\n"), "{text}");
     assert!(text.contains("--- manifest") && text.contains("kind: Deployment"), "{text}");
 
     let json = helm_guard(&["inspect", path, "-o", "json", "--values"]);
     let items: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(items.len(), 2);
     assert_eq!(items[1]["status"], "uninstalling");
+    assert_eq!((items[0]["side"].as_str(), items[1]["side"].as_str()), (Some("old"), Some("new")));
     assert_eq!(items[1]["revision"], 2);
     assert!(items[1].get("values").is_some());
 }
@@ -278,4 +283,359 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     let errors = String::from_utf8_lossy(&output.stderr);
     assert!(!errors.contains("panicked") && !errors.contains("Broken pipe"), "{errors}");
     assert!(output.status.code() == Some(0) || output.status.code() == Some(2), "{:?}", output.status);
+}
+
+fn yaml(output: &Output) -> Value {
+    serde_saphyr::from_str(&stdout(output)).unwrap_or_else(|e| panic!("{e}: {}", stdout(output)))
+}
+
+#[test]
+fn empty_results_are_empty_arrays_and_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty_list = write_temp(&dir, "empty.json", &list(vec![]));
+    let opaque_only = write_temp(
+        &dir,
+        "opaque.json",
+        &list(vec![json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "x", "namespace": "y"}})]),
+    );
+    for (dump, filter) in [(SNAPSHOT, vec!["--release", "nosuch"]), (SNAPSHOT, vec!["-n", "nosuch"])]
+        .into_iter()
+        .chain([empty_list.to_str().unwrap(), opaque_only.to_str().unwrap()].map(|d| (d, vec![])))
+    {
+        let mut args = vec!["scan", "--from-file", dump];
+        args.extend(&filter);
+        let json = helm_guard(&[args.as_slice(), &["-o", "json"]].concat());
+        assert_eq!(json.status.code(), Some(0), "{dump} {filter:?}: {}", stderr(&json));
+        assert_eq!(serde_json::from_slice::<Value>(&json.stdout).unwrap(), json!([]), "{dump} {filter:?}");
+        let as_yaml = helm_guard(&[args.as_slice(), &["-o", "yaml"]].concat());
+        assert_eq!((as_yaml.status.code(), yaml(&as_yaml)), (Some(0), json!([])), "{dump} {filter:?}");
+        let text = helm_guard(&args);
+        assert_eq!(text.status.code(), Some(0));
+        assert!(stdout(&text).starts_with("No releases found in "), "{}", stdout(&text));
+    }
+    let text = stdout(&helm_guard(&["scan", "--from-file", SNAPSHOT, "--release", "nosuch"]));
+    assert!(text.contains("release nosuch"), "the line says what was looked for: {text}");
+}
+
+#[test]
+fn yaml_output_carries_what_json_does() {
+    let review = "tests/fixtures/admission/06-helm3-uninstall-purge/012-validate-update-secret-sh.helm.release.v1.cache.v2.json";
+    for args in [
+        vec!["scan", "--from-file", SNAPSHOT, "--now", NOW],
+        vec!["inspect", review],
+        vec!["audit", "tests/fixtures/audit/kube-apiserver-audit.jsonl"],
+    ] {
+        let json = helm_guard(&[args.as_slice(), &["-o", "json"]].concat());
+        let as_yaml = helm_guard(&[args.as_slice(), &["-o", "yaml"]].concat());
+        assert_eq!(json.status.code(), as_yaml.status.code(), "{args:?}");
+        let from_json: Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert!(from_json.as_array().is_some_and(|a| !a.is_empty()), "{args:?}");
+        assert_eq!(yaml(&as_yaml), from_json, "{args:?}");
+    }
+}
+
+#[test]
+fn scan_filters_combine_on_a_dump_as_on_the_cluster() {
+    let releases = |extra: &[&str]| -> Vec<(String, String)> {
+        let output =
+            helm_guard(&[&["scan", "--from-file", SNAPSHOT, "--now", NOW, "-o", "json"], extra].concat());
+        assert!(output.status.code().is_some_and(|c| c < 2), "{extra:?}: {}", stderr(&output));
+        let items: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+        items
+            .iter()
+            .map(|r| (r["namespace"].as_str().unwrap().into(), r["release"].as_str().unwrap().into()))
+            .collect()
+    };
+    let all = releases(&[]);
+    assert_eq!(releases(&["-A"]), all);
+    let demo = releases(&["-n", "demo"]);
+    assert!(!demo.is_empty() && demo.len() < all.len());
+    assert!(demo.iter().all(|(ns, _)| ns == "demo"), "{demo:?}");
+    let (_, name) = &demo[0];
+    assert_eq!(releases(&["-n", "demo", "--release", name]), vec![("demo".to_owned(), name.clone())]);
+
+    let broken = helm_guard(&["scan", "--from-file", SNAPSHOT, "--now", NOW, "--broken", "-o", "json"]);
+    assert_eq!(broken.status.code(), Some(1));
+    let items: Vec<Value> = serde_json::from_slice(&broken.stdout).unwrap();
+    assert_eq!(items.len(), 3, "the three releases that need attention");
+    assert!(items.iter().all(|r| r["broken"] == true));
+
+    let help = stdout(&helm_guard(&["scan", "--help"]));
+    assert!(help.lines().next().unwrap().contains("in the cluster (or in a dump)"), "{help}");
+}
+
+#[test]
+fn counts_are_in_words_a_person_would_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = write_temp(&dir, "one.json", &list(history(&helm4_secret(), &[(1, "deployed")])));
+    let text = stdout(&helm_guard(&["scan", "--from-file", one.to_str().unwrap()]));
+    assert!(text.contains("\n1 release, 1 healthy or uninstalled, 0 need attention"), "{text}");
+    let log = "tests/fixtures/audit/kube-apiserver-audit.jsonl";
+    let denied = stdout(&helm_guard(&["audit", log, "--denied", "--webhook", "validate.capture.local"]));
+    assert!(denied.contains("\n2 decisions:"), "{denied}");
+}
+
+#[test]
+fn errors_say_their_cause_once() {
+    let missing = helm_guard(&["scan", "--kubeconfig", "/nonexistent/kubeconfig"]);
+    assert_eq!(missing.status.code(), Some(2));
+    let err = stderr(&missing);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert_eq!(err.matches("/nonexistent/kubeconfig").count(), 1, "{err}");
+
+    let opaque = json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "x", "namespace": "y"}});
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_temp(&dir, "opaque.json", &opaque);
+    let output = helm_guard(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(err.contains("found 1 object: Secret y/x of type Opaque (no owner=helm label)"), "{err}");
+
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["serve", "--snapshot", SNAPSHOT, "--dev-certs"])
+        .arg(dir.path().join("certs"))
+        .args(["--listen", &busy_addr, "--metrics-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_ne!(output.status.code(), Some(0));
+    let err = stderr(&output);
+    assert!(err.contains(&format!("binding {busy_addr}: Address already in use")), "{err}");
+}
+
+/// Runs the command with a terminal on standard input, as a user at a shell prompt would.
+fn with_terminal_stdin(args: &[&str]) -> Output {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let controller = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&controller).unwrap();
+    unlockpt(&controller).unwrap();
+    let name = ptsname(&controller, Vec::new()).unwrap();
+    let terminal = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(args)
+        .stdin(terminal)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A command that waits on the terminal would never end: give it ten seconds.
+    for _ in 0..100 {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    panic!("`helm-guard {}` waited on the terminal", args.join(" "));
+}
+
+#[test]
+fn no_file_on_a_terminal_is_a_usage_error_not_a_silent_wait() {
+    for (command, what) in [("inspect", "no FILE given"), ("audit", "no audit log given")] {
+        let output = with_terminal_stdin(&[command]);
+        assert_eq!(output.status.code(), Some(2), "{command}");
+        let err = stderr(&output);
+        assert!(err.contains(what) && err.contains("Usage: helm-guard"), "{command}: {err}");
+    }
+    // Piped, standard input is read without `-`.
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["inspect", "-o", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&serde_json::to_vec(&helm4_secret()).unwrap()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap().len(), 1);
+}
+
+#[test]
+fn certs_refuses_a_certificate_that_could_not_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    for (flags, says) in [
+        (vec!["--days", "0"], "0 is not in 1..=3650"),
+        (vec!["--service", "Bad_Name!"], "`Bad_Name!` is not a DNS label"),
+        (vec!["--namespace=-ns"], "`-ns` is not a DNS label"),
+        (vec!["--san", "a..example.com"], "empty label"),
+    ] {
+        let output = helm_guard(&[&["certs", "--out", out.to_str().unwrap()], flags.as_slice()].concat());
+        assert_eq!(output.status.code(), Some(2), "{flags:?}");
+        assert!(stderr(&output).contains(says), "{flags:?}: {}", stderr(&output));
+        assert!(!out.exists(), "{flags:?} wrote files");
+    }
+    let fine =
+        helm_guard(&["certs", "--out", out.to_str().unwrap(), "--san", "*.example.com", "--san", "10.0.0.1"]);
+    assert_eq!(fine.status.code(), Some(0), "{}", stderr(&fine));
+}
+
+/// An expired serving pair, as a forgotten rotation leaves it.
+fn expired_pair(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, i64) {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let not_after = jiff::Timestamp::now().as_second() - 86_400;
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = std::time::SystemTime::UNIX_EPOCH
+        .checked_add(std::time::Duration::from_secs(not_after as u64))
+        .unwrap()
+        .into();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path, not_after)
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn serve_warns_of_an_expired_certificate_reports_its_build_and_takes_sizes_with_units() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, not_after) = expired_pair(dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["serve", "--snapshot", SNAPSHOT, "--tls-cert", cert.to_str().unwrap()])
+        .args(["--tls-key", key.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
+        .args(["--max-body-bytes", "8MiB", "--max-decoded-bytes", "64 MiB", "--log-format", "text"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    let metrics_addr = loop {
+        let line = lines.next().expect("a `serving` line");
+        if let Some(rest) = line.strip_suffix("").and_then(|l| l.split(" metrics_addr=").nth(1)) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+        seen.push(line);
+    };
+    let metrics = http_get(&metrics_addr, "/metrics");
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    seen.extend(lines);
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{seen:#?}");
+
+    assert!(seen.iter().any(|l| l.contains("WARN") && l.contains("EXPIRED")), "{seen:#?}");
+    assert!(seen.iter().all(|l| !l.contains('\u{1b}')), "no colour codes when not on a terminal: {seen:#?}");
+    assert!(
+        metrics.contains(&format!("\nhelm_guard_tls_certificate_expiry_seconds {not_after}\n")),
+        "{metrics}"
+    );
+    let commit = git_commit();
+    assert!(
+        metrics.contains(&format!("commit=\"{commit}\"")) && metrics.contains("helm_guard_build_info{"),
+        "{metrics}"
+    );
+}
+
+/// The commit `--version` must name: this checkout's, or "unknown" outside git.
+fn git_commit() -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(|| "unknown".to_owned(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
+#[test]
+fn version_names_the_commit_and_completions_are_generated() {
+    let version = stdout(&helm_guard(&["--version"]));
+    assert!(
+        version.starts_with(&format!(
+            "helm-guard {} (commit {}, built ",
+            env!("CARGO_PKG_VERSION"),
+            git_commit()
+        )),
+        "{version}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let output = helm_guard(&["completion", shell]);
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        let script = stdout(&output);
+        assert!(
+            script.contains("helm-guard") && script.contains("inspect") && script.contains("--from-file"),
+            "{shell}"
+        );
+    }
+    let bash = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "source <({} completion bash) && complete -p helm-guard",
+                env!("CARGO_BIN_EXE_helm-guard")
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(stdout(&bash).contains("-F _helm__guard helm-guard"), "bash loads it: {}", stderr(&bash));
+}
+
+#[test]
+fn serve_without_a_certificate_names_every_way_to_give_one() {
+    let output = helm_guard(&["serve", "--snapshot", SNAPSHOT]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(err.contains("--tls-cert") && err.contains("--tls-key") && err.contains("--dev-certs"), "{err}");
+}
+
+#[test]
+fn audit_names_the_webhooks_it_saw_when_the_one_asked_for_is_absent() {
+    let log = "tests/fixtures/audit/kube-apiserver-audit.jsonl";
+    let output = helm_guard(&["audit", log, "--webhook", "nosuch", "-o", "json"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(serde_json::from_slice::<Value>(&output.stdout).unwrap(), json!([]));
+    assert!(
+        stderr(&output).contains("no decisions of webhook nosuch; ")
+            && stderr(&output).contains("validate.capture.local"),
+        "{}",
+        stderr(&output)
+    );
+    let help = stdout(&helm_guard(&["audit", "--help"]));
+    assert!(help.contains("Exit status: 0 when every decision listed allowed its request, 1 when"), "{help}");
+}
+
+#[test]
+fn readme_lists_every_serve_flag_with_its_environment_variable() {
+    let help = stdout(&helm_guard(&["serve", "--help"]));
+    // `--flag <VALUE>` ... `[env: NAME=]`, in clap's long help.
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    for line in help.lines().map(str::trim) {
+        if let Some(flag) = line.strip_prefix("--").map(|rest| rest.split([' ', '=']).next().unwrap()) {
+            flags.push((format!("--{flag}"), None));
+        } else if let (Some(env), Some(last)) = (line.strip_prefix("[env: "), flags.last_mut()) {
+            last.1 = Some(env.split('=').next().unwrap().to_owned());
+        }
+    }
+    flags.retain(|(flag, _)| flag != "--help");
+    assert!(flags.len() > 20, "{flags:?}");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let table = readme.split("### `serve` flags").nth(1).unwrap().split("\n#").next().unwrap();
+    for (flag, env) in &flags {
+        let row = table
+            .lines()
+            .find(|row| {
+                row.split('|').nth(1).is_some_and(|cell| {
+                    cell.contains(&format!("`{flag}`")) || cell.contains(&format!("`{flag} "))
+                })
+            })
+            .unwrap_or_else(|| panic!("README's serve flag table has no row for {flag}"));
+        if let Some(env) = env {
+            assert!(
+                row.split('|').nth(2).unwrap().contains(&format!("`{env}`")),
+                "README: {flag} row lacks {env}: {row}"
+            );
+        }
+    }
 }

@@ -101,6 +101,36 @@ impl Run {
         }
     }
 
+    /// `helm-guard inspect -n NS RELEASE` reads the release as `helm history` lists it.
+    fn inspect_from_the_cluster(&self) {
+        let inspect = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+                .args([&["inspect", "-n", &self.ns], args, &["-o", "json"]].concat())
+                .output()
+                .unwrap()
+        };
+        let all = inspect(&["rb"]);
+        assert_eq!(all.status.code(), Some(0), "{}", String::from_utf8_lossy(&all.stderr));
+        let items: Vec<Value> = serde_json::from_slice(&all.stdout).unwrap();
+        let mut seen: Vec<(i64, String)> = items
+            .iter()
+            .map(|i| (i["revision"].as_i64().unwrap(), i["status"].as_str().unwrap().to_owned()))
+            .collect();
+        seen.sort();
+        assert_eq!(seen, self.helm_history("helm", "rb"));
+        let one = inspect(&["rb", "--revision", "2"]);
+        let items: Vec<Value> = serde_json::from_slice(&one.stdout).unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(
+            (items[0]["revision"].as_i64(), items[0]["object"].as_str()),
+            (Some(2), Some(&*format!("Secret {}/sh.helm.release.v1.rb.v2", self.ns)))
+        );
+        let missing = inspect(&["nosuch"]);
+        assert_eq!(missing.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&missing.stderr);
+        assert!(err.contains(&format!("release nosuch in namespace {}: not found", self.ns)), "{err}");
+    }
+
     /// `helm-guard scan` of one release, as (revision, status), sorted.
     fn guard_history(&self, release: &str) -> Vec<(i64, String)> {
         let output = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
@@ -264,6 +294,7 @@ async fn checks(run: Run, url: String, ca_pem: String) {
     run.helm_ok("helm", &["upgrade", "rb", &chart]);
     let v3 = run.release_json("sh.helm.release.v1.rb.v3").await;
     assert_eq!(v3["info"]["status"], "deployed");
+    run.inspect_from_the_cluster();
     let as_v4 = |status: &str| {
         let mut release = v3.clone();
         release["version"] = json!(4);

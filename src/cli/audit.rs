@@ -3,26 +3,34 @@
 //! The API server writes a webhook's auditAnnotations into each event's `annotations` as
 //! `<webhook name>/<key>`; this command gathers them per request.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::{EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output};
+use super::{
+    EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, NoInput, Output, count, input_name, input_path, print_data,
+    read_input,
+};
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when every decision listed allowed its request, 1 when one was denied or warned, 2 when the input is not an audit log."
+)]
 pub struct AuditArgs {
-    /// An audit log in JSON lines (the API server's --audit-log-path); `-` for standard input.
-    #[arg(default_value = "-")]
-    pub file: PathBuf,
+    /// An audit log in JSON lines (the API server's --audit-log-path); `-` for standard input,
+    /// which is also read when piped and no FILE is given.
+    pub file: Option<PathBuf>,
     /// Only this webhook's decisions (default: every webhook that annotated a `decision`).
     #[arg(long)]
     pub webhook: Option<String>,
     /// Only denied (and warned) requests.
     #[arg(long)]
     pub denied: bool,
+    /// Output format: a line per decision with a summary, or a JSON or YAML array (`[]` when
+    /// nothing matched).
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
 }
@@ -85,10 +93,7 @@ pub struct AuditedDecision {
 }
 
 /// Reads the decisions out of an audit log; lines that are not audit events are counted, not fatal.
-pub fn read_decisions(
-    reader: impl BufRead,
-    webhook: Option<&str>,
-) -> anyhow::Result<(Vec<AuditedDecision>, usize)> {
+pub fn read_decisions(reader: impl BufRead) -> anyhow::Result<(Vec<AuditedDecision>, usize)> {
     let mut decisions = Vec::new();
     let mut unreadable = 0;
     for line in reader.lines() {
@@ -111,7 +116,6 @@ pub fn read_decisions(
             // The authorizer annotates `authorization.k8s.io/decision`; built-in plugins use
             // Kubernetes' own domains. Webhooks are the rest.
             .filter(|name| !name.ends_with(".k8s.io") && !name.ends_with(".kubernetes.io"))
-            .filter(|name| webhook.is_none_or(|w| w == *name))
             .collect();
         for name in webhooks {
             let prefix = format!("{name}/");
@@ -139,46 +143,66 @@ pub fn read_decisions(
 }
 
 pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
-    let text = super::read_input(&args.file)?;
-    let (mut decisions, unreadable) = read_decisions(text.as_slice(), args.webhook.as_deref())?;
+    let missing = NoInput { what: "audit log", usage: "helm-guard audit [OPTIONS] <FILE>" };
+    let path = match input_path(args.file.as_deref(), missing) {
+        Ok(path) => path,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
+    let text = read_input(path)?;
+    let (mut decisions, unreadable) = read_decisions(text.as_slice())?;
     if unreadable > 0 {
-        eprintln!("warning: {unreadable} lines of {} are not audit events", args.file.display());
+        eprintln!("warning: {} of {} are not audit events", count(unreadable, "line"), input_name(path));
     }
     if decisions.is_empty() && unreadable > 0 {
-        eprintln!("error: {}: no audit events with webhook decisions", args.file.display());
+        eprintln!("error: {}: no audit events with webhook decisions", input_name(path));
         return Ok(EXIT_BAD_INPUT);
+    }
+    if let Some(webhook) = &args.webhook {
+        let seen: BTreeSet<String> = decisions.iter().map(|d| d.webhook.clone()).collect();
+        decisions.retain(|d| &d.webhook == webhook);
+        if decisions.is_empty() {
+            let seen: Vec<String> = seen.into_iter().collect();
+            match seen.is_empty() {
+                true => eprintln!("note: no webhook decisions in {}", input_name(path)),
+                false => eprintln!(
+                    "note: no decisions of webhook {webhook}; {} has decisions of: {}",
+                    input_name(path),
+                    seen.join(", ")
+                ),
+            }
+        }
     }
     if args.denied {
         decisions.retain(|d| d.decision != "allowed");
     }
-    match args.output {
-        Output::Json => outln!("{}", serde_json::to_string_pretty(&decisions)?)?,
-        Output::Text => {
-            for d in &decisions {
-                let extra: Vec<String> = d.annotations.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                outln!(
-                    "{}  {:<7} {:<6} {}/{} ({})  by {}  -> {} {}  {}",
-                    d.time,
-                    d.decision,
-                    d.verb,
-                    d.namespace,
-                    d.name,
-                    d.resource,
-                    d.user,
-                    d.code.map_or_else(|| "-".into(), |c| c.to_string()),
-                    d.webhook,
-                    extra.join(" ")
-                )?;
-            }
-            let count = |what: &str| decisions.iter().filter(|d| d.decision == what).count();
+    if !print_data(&decisions, args.output)? {
+        for d in &decisions {
+            let extra: Vec<String> = d.annotations.iter().map(|(k, v)| format!("{k}={v}")).collect();
             outln!(
-                "\n{} decisions: {} allowed, {} denied, {} warned",
-                decisions.len(),
-                count("allowed"),
-                count("denied"),
-                count("warned")
+                "{}  {:<7} {:<6} {}/{} ({})  by {}  -> {} {}  {}",
+                d.time,
+                d.decision,
+                d.verb,
+                d.namespace,
+                d.name,
+                d.resource,
+                d.user,
+                d.code.map_or_else(|| "-".into(), |c| c.to_string()),
+                d.webhook,
+                extra.join(" ")
             )?;
         }
+        let with = |what: &str| decisions.iter().filter(|d| d.decision == what).count();
+        outln!(
+            "\n{}: {} allowed, {} denied, {} warned",
+            count(decisions.len(), "decision"),
+            with("allowed"),
+            with("denied"),
+            with("warned")
+        )?;
     }
     Ok(if decisions.iter().any(|d| d.decision != "allowed") { EXIT_FINDINGS } else { EXIT_OK })
 }

@@ -13,21 +13,67 @@ pub struct CertsArgs {
     /// Directory to write ca.crt, tls.crt and tls.key into.
     #[arg(long, default_value = "certs/out")]
     pub out: PathBuf,
-    /// The webhook Service name.
-    #[arg(long, default_value = "helm-guard")]
+    /// The webhook Service name (a DNS-1035 label, as Kubernetes requires of Service names).
+    #[arg(long, default_value = "helm-guard", value_parser = service_name)]
     pub service: String,
-    /// The webhook Service namespace.
-    #[arg(long, default_value = "helm-guard")]
+    /// The webhook Service namespace (a DNS-1123 label).
+    #[arg(long, default_value = "helm-guard", value_parser = namespace_name)]
     pub namespace: String,
     /// More DNS names or IP addresses for the certificate (repeatable).
-    #[arg(long = "san")]
+    #[arg(long = "san", value_parser = subject_name)]
     pub extra_names: Vec<String>,
-    /// Validity in days.
-    #[arg(long, default_value_t = 365)]
+    /// Validity in days, from 1 to 3650.
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub days: u32,
     /// Overwrite existing files.
     #[arg(long)]
     pub force: bool,
+}
+
+/// A Service name: a DNS-1035 label (lower-case letters, digits and `-`, starting with a letter,
+/// at most 63 characters), as the API server requires.
+fn service_name(name: &str) -> Result<String, String> {
+    dns_label(name, true).map(|()| name.to_owned())
+}
+
+/// A namespace name: a DNS-1123 label (as a Service name, but it may start with a digit).
+fn namespace_name(name: &str) -> Result<String, String> {
+    dns_label(name, false).map(|()| name.to_owned())
+}
+
+/// A subject alternative name: an IP address, or a DNS-1123 subdomain (labels joined by dots),
+/// optionally with a leading `*.` wildcard.
+fn subject_name(name: &str) -> Result<String, String> {
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(name.to_owned());
+    }
+    let host = name.strip_prefix("*.").unwrap_or(name);
+    if name.len() > 253 {
+        return Err("a DNS name is at most 253 characters".to_owned());
+    }
+    host.split('.').try_for_each(|label| dns_label(label, false)).map(|()| name.to_owned())
+}
+
+fn dns_label(label: &str, letter_first: bool) -> Result<(), String> {
+    if label.is_empty() {
+        return Err("a DNS name cannot have an empty label (`..`, or a leading or trailing dot)".to_owned());
+    }
+    let bytes = label.as_bytes();
+    let fine = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+    let first_fine = bytes
+        .first()
+        .is_some_and(|b| if letter_first { b.is_ascii_lowercase() } else { fine(b) && *b != b'-' });
+    if label.len() > 63 || !bytes.iter().all(fine) || !first_fine || label.ends_with('-') {
+        return Err(format!(
+            "`{label}` is not a DNS label: lower-case letters, digits and `-`, {}, at most 63 characters",
+            if letter_first {
+                "starting with a letter and ending with a letter or digit"
+            } else {
+                "starting and ending with a letter or digit"
+            }
+        ));
+    }
+    Ok(())
 }
 
 /// A CA certificate and a serving certificate it signed, in PEM.
@@ -41,6 +87,7 @@ pub struct CertBundle {
 /// Generates a CA and a serving certificate for `names` (DNS names or IP addresses). The CA key
 /// is not kept: rotate by generating a new bundle and updating the webhook's caBundle.
 pub fn generate(names: &[String], days: u32) -> anyhow::Result<CertBundle> {
+    anyhow::ensure!(days > 0, "a certificate valid for 0 days is never valid");
     let now = time_now();
     let until = now + std::time::Duration::from_secs(u64::from(days) * 86_400);
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;

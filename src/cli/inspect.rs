@@ -1,20 +1,42 @@
 //! `helm-guard inspect`: decode records and print what Helm would read.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::Path;
 
+use anyhow::Context as _;
 use serde::Serialize;
+use serde_json::Value;
 
-use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, Output, read_input};
-use crate::release::objects::parse_objects;
+use super::{
+    DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, NoInput, Output, count, input_name, input_path, print_data,
+    read_input,
+};
+use crate::cluster::live::{ClusterArgs, connect, list_records};
+use crate::release::objects::{InputObject, ReviewSide, parse_inputs};
+use crate::release::record::{LABEL_OWNER, describe};
 use crate::release::scan::collect_records;
 use crate::release::{DecodedRecord, Summary};
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  helm-guard inspect -n demo web                 every revision of release web, from the cluster\n  helm-guard inspect -n demo web --revision 3    one revision\n  kubectl get secret -n demo sh.helm.release.v1.web.v3 -o yaml | helm-guard inspect\n  helm-guard inspect review.json                 the old and the new object of a captured AdmissionReview"
+)]
 pub struct InspectArgs {
-    /// A file holding the record(s) as JSON or YAML; `-` for standard input.
-    #[arg(default_value = "-")]
-    pub file: PathBuf,
+    /// A file of records: a Secret or ConfigMap, a List, a dump, or a captured AdmissionReview
+    /// (its old and new objects are both shown), as JSON or YAML; `-` for standard input, which
+    /// is also read when piped and nothing is named. With -n: the name of a release to read
+    /// from the cluster.
+    #[arg(value_name = "FILE | RELEASE")]
+    pub target: Option<String>,
+    /// Read the release named by the argument from this namespace of the cluster.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Only this revision.
+    #[arg(long)]
+    pub revision: Option<u32>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format: a summary per record, or a JSON or YAML array.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
     /// Print the rendered manifest of each record.
@@ -32,6 +54,9 @@ struct Inspected {
     #[serde(flatten)]
     summary: Summary,
     object: String,
+    /// `old` or `new` for the objects of a captured AdmissionReview.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    side: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     manifest: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -56,66 +81,141 @@ fn content(record: &DecodedRecord, limits: crate::release::DecodeLimits) -> Cont
         .unwrap_or_default()
 }
 
+const USAGE: &str = "helm-guard inspect [OPTIONS] <FILE>  |  helm-guard inspect -n <NAMESPACE> <RELEASE>";
+
 pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
-    let text = read_input(&args.file)?;
-    let objects = match parse_objects(&text) {
-        Ok(objects) => objects,
+    let (source, inputs) = match read_inputs(args) {
+        Ok(read) => read,
         Err(error) => {
-            eprintln!("error: {}: {error}", args.file.display());
+            eprintln!("error: {error:#}");
             return Ok(EXIT_BAD_INPUT);
         }
     };
-    let (records, problems) = collect_records(&objects, args.decode.limits());
+    let mut records = Vec::new();
+    let mut problems = Vec::new();
+    for input in &inputs {
+        let (found, trouble) = collect_records(std::slice::from_ref(&input.object), args.decode.limits());
+        records.extend(found.into_iter().map(|record| (input.side, record)));
+        problems.extend(trouble);
+    }
+    if let Some(revision) = args.revision {
+        records.retain(|(_, r)| r.record.id.revision == revision);
+    }
     for problem in &problems {
         eprintln!("error: {}: {}", problem.object, problem.error);
     }
     if records.is_empty() && problems.is_empty() {
-        eprintln!(
-            "error: {}: no Helm release records (Secrets of type helm.sh/release.v1, or ConfigMaps labelled owner=helm)",
-            args.file.display()
-        );
+        eprintln!("error: {source}: {}", nothing_found(args, &inputs));
         return Ok(EXIT_BAD_INPUT);
     }
     let wanted = args.manifest || args.values;
-    let decoded: Vec<(String, Summary, Content)> = records
+    let decoded: Vec<Inspected> = records
         .iter()
-        .filter_map(|r| {
+        .filter_map(|(side, r)| {
             let payload = r.payload.as_ref().ok()?;
             let content = if wanted { content(r, args.decode.limits()) } else { Content::default() };
-            Some((r.record.describe(), Summary::new(&r.record, payload), content))
+            Some(Inspected {
+                summary: Summary::new(&r.record, payload),
+                object: r.record.describe(),
+                side: side.map(|side| match side {
+                    ReviewSide::Old => "old",
+                    ReviewSide::New => "new",
+                }),
+                manifest: content.manifest.filter(|_| args.manifest),
+                values: content.config.filter(|_| args.values),
+            })
         })
         .collect();
-    match args.output {
-        Output::Json => {
-            let items: Vec<Inspected> = decoded
-                .into_iter()
-                .map(|(object, summary, content)| Inspected {
-                    summary,
-                    object,
-                    manifest: content.manifest.filter(|_| args.manifest),
-                    values: content.config.filter(|_| args.values),
-                })
-                .collect();
-            outln!("{}", serde_json::to_string_pretty(&items)?)?;
-        }
-        Output::Text => {
-            for (object, summary, content) in decoded {
-                outln!("{}", render(&object, &summary).trim_end_matches('\n'))?;
-                if args.values {
-                    let values = content.config.unwrap_or(serde_json::Value::Null);
-                    outln!("--- values\n{}", serde_saphyr::to_string(&values)?.trim_end())?;
-                }
-                if args.manifest {
-                    outln!("--- manifest\n{}", content.manifest.as_deref().unwrap_or("").trim_end())?;
-                }
+    if !print_data(&decoded, args.output)? {
+        for item in decoded {
+            outln!("{}", render(&item).trim_end_matches('\n'))?;
+            if args.values {
+                let values = item.values.unwrap_or(serde_json::Value::Null);
+                outln!("--- values\n{}", serde_saphyr::to_string(&values)?.trim_end())?;
+            }
+            if args.manifest {
+                outln!("--- manifest\n{}", item.manifest.as_deref().unwrap_or("").trim_end())?;
             }
         }
     }
     Ok(if problems.is_empty() { EXIT_OK } else { EXIT_BAD_INPUT })
 }
 
-fn render(object: &str, s: &Summary) -> String {
-    let mut out = format!("{object}\n");
+/// The objects to inspect, from the file (or stdin) or, with `-n`, from the cluster; and where
+/// they came from, for messages.
+fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)> {
+    let Some(namespace) = &args.namespace else {
+        anyhow::ensure!(
+            args.cluster.kubeconfig.is_none() && args.cluster.context.is_none(),
+            "--kubeconfig and --context read a release from the cluster: name its namespace with -n\n\nUsage: {USAGE}"
+        );
+        let missing = NoInput { what: "FILE", usage: USAGE };
+        let path = input_path(args.target.as_deref().map(Path::new), missing)?;
+        if path != Path::new("-") && !path.exists() {
+            anyhow::bail!(
+                "{}: no such file (to read a release from the cluster, name its namespace: helm-guard inspect -n NAMESPACE {})",
+                path.display(),
+                path.display()
+            );
+        }
+        let inputs = parse_inputs(&read_input(path)?).with_context(|| input_name(path))?;
+        return Ok((input_name(path), inputs));
+    };
+    let Some(release) = &args.target else {
+        anyhow::bail!("name the release to read from namespace {namespace}\n\nUsage: {USAGE}");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let objects = runtime.block_on(async {
+        let client = connect(&args.cluster).await?;
+        list_records(&client, Some(namespace), Some(release)).await
+    })?;
+    let source = format!("release {release} in namespace {namespace}");
+    Ok((source, objects.into_iter().map(|object| InputObject { object, side: None }).collect()))
+}
+
+/// Why there is nothing to show: what was read instead, and why it is not a record.
+fn nothing_found(args: &InspectArgs, inputs: &[InputObject]) -> String {
+    if args.namespace.is_some() {
+        return "not found (no Secret or ConfigMap there is labelled owner=helm with this name)".to_owned();
+    }
+    if let (Some(revision), false) = (args.revision, inputs.is_empty()) {
+        return format!("no record of revision {revision}");
+    }
+    const SHOWN: usize = 5;
+    let mut found: Vec<String> = inputs.iter().take(SHOWN).map(|i| why_not_a_record(&i.object)).collect();
+    if inputs.len() > SHOWN {
+        found.push(format!("and {} more", inputs.len() - SHOWN));
+    }
+    format!(
+        "no Helm release records (Secrets or ConfigMaps labelled owner=helm and name=<release>); found {}{}",
+        count(inputs.len(), "object"),
+        if found.is_empty() { String::new() } else { format!(": {}", found.join("; ")) }
+    )
+}
+
+fn why_not_a_record(object: &Value) -> String {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let label = |key: &str| object.pointer(&format!("/metadata/labels/{key}")).and_then(Value::as_str);
+    let why = if !matches!(kind, "Secret" | "ConfigMap") {
+        "not a Secret or ConfigMap".to_owned()
+    } else if label(LABEL_OWNER) != Some("helm") {
+        match label(LABEL_OWNER) {
+            Some(owner) => format!("labelled owner={owner}, not owner=helm"),
+            None => "no owner=helm label".to_owned(),
+        }
+    } else {
+        "no `name` label".to_owned()
+    };
+    let secret_type = object.get("type").and_then(Value::as_str).map(|t| format!(" of type {t}"));
+    format!("{}{} ({why})", describe(object), secret_type.unwrap_or_default())
+}
+
+fn render(item: &Inspected) -> String {
+    let s = &item.summary;
+    let mut out = match item.side {
+        Some(side) => format!("{} ({side} object)\n", item.object),
+        None => format!("{}\n", item.object),
+    };
     let mut line = |key: &str, value: &str| {
         let _ = writeln!(out, "  {key:<15} {value}");
     };

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use bytesize::ByteSize;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::release::DecodeLimits;
@@ -27,7 +28,7 @@ use crate::release::DecodeLimits;
 #[derive(Debug, Parser)]
 #[command(
     name = "helm-guard",
-    version,
+    version = crate::build::LONG_VERSION,
     about = "Keeps Helm release records from being broken, and repairs K3s/RKE2 helm-install jobs"
 )]
 pub struct Cli {
@@ -41,33 +42,67 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Decode Helm release records (a Secret, ConfigMap, or a List of them) and summarise them.
     Inspect(inspect::InspectArgs),
-    /// Classify every release in a dump and report the broken ones.
+    /// Classify every release in the cluster (or in a dump) and report the ones that need attention.
     Scan(scan::ScanArgs),
     /// Review the guard's decisions in a kube-apiserver audit log.
     Audit(audit::AuditArgs),
     /// Make a CA and a serving certificate for the webhook Service.
     Certs(certs::CertsArgs),
+    /// Print a shell completion script: `source <(helm-guard completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
+/// How a command prints its results.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// For people: a table or a summary per item.
     #[default]
     Text,
+    /// A JSON array, `[]` when nothing matched.
     Json,
+    /// The same data as YAML, `[]` when nothing matched.
+    Yaml,
+}
+
+/// Prints command results as a JSON or YAML array and returns true; returns false for text
+/// output, which each command prints its own way.
+pub(crate) fn print_data<T: serde::Serialize>(items: &[T], output: Output) -> anyhow::Result<bool> {
+    match output {
+        Output::Text => return Ok(false),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(items)?)?,
+        Output::Yaml if items.is_empty() => outln!("[]")?,
+        Output::Yaml => outln!("{}", serde_saphyr::to_string(&items)?.trim_end())?,
+    }
+    Ok(true)
+}
+
+/// "1 release", "2 releases".
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
 /// Limits shared by every command that decodes payloads.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DecodeArgs {
-    /// Largest decompressed payload accepted, in bytes (gzip-bomb guard).
-    #[arg(long, env = "HELM_GUARD_MAX_DECODED_BYTES", default_value_t = crate::release::codec::DEFAULT_MAX_DECODED_BYTES)]
-    pub max_decoded_bytes: usize,
+    /// Largest decompressed payload accepted (gzip-bomb guard): bytes, or with a unit (64KiB,
+    /// 32MiB, 1GiB).
+    #[arg(long, env = "HELM_GUARD_MAX_DECODED_BYTES", value_name = "SIZE",
+          default_value_t = ByteSize::b(crate::release::codec::DEFAULT_MAX_DECODED_BYTES as u64))]
+    pub max_decoded_bytes: ByteSize,
 }
 
 impl DecodeArgs {
     pub fn limits(&self) -> DecodeLimits {
-        DecodeLimits { max_decoded_bytes: self.max_decoded_bytes }
+        DecodeLimits { max_decoded_bytes: bytes(self.max_decoded_bytes) }
     }
+}
+
+/// A size flag in bytes (saturating: no machine holds more than `usize::MAX`).
+pub fn bytes(size: ByteSize) -> usize {
+    usize::try_from(size.as_u64()).unwrap_or(usize::MAX)
 }
 
 /// Exit codes shared by the subcommands.
@@ -82,6 +117,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(&args),
         Command::Certs(args) => certs::run(&args),
         Command::Audit(args) => audit::run(&args),
+        Command::Completion { shell } => completion(shell),
     };
     match code {
         Ok(code) => Ok(ExitCode::from(code)),
@@ -99,12 +135,46 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Writes the completion script (built whole first: a closed pipe is then an error we handle,
+/// not a panic inside the generator).
+fn completion(shell: clap_complete::Shell) -> anyhow::Result<u8> {
+    use clap::CommandFactory as _;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "helm-guard", &mut script);
+    outln!("{}", String::from_utf8_lossy(&script).trim_end())?;
+    Ok(EXIT_OK)
+}
+
 /// See [`outln!`].
 pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     out.write_fmt(args)?;
     out.write_all(b"\n")
+}
+
+/// A command's input was not given and standard input is a terminal: waiting on it would leave
+/// the user staring at nothing, so the command says what it needs instead.
+#[derive(Debug, thiserror::Error)]
+#[error("no {what} given; name a file, or `-` (or a pipe) to read standard input\n\nUsage: {usage}")]
+pub struct NoInput {
+    pub what: &'static str,
+    pub usage: &'static str,
+}
+
+/// The input to read: the file named, else standard input when it is piped (or `-` was given).
+pub fn input_path(file: Option<&Path>, missing: NoInput) -> Result<&Path, NoInput> {
+    use std::io::IsTerminal as _;
+    match file {
+        Some(path) => Ok(path),
+        None if std::io::stdin().is_terminal() => Err(missing),
+        None => Ok(Path::new("-")),
+    }
+}
+
+/// How messages name an input: its path, or "standard input" for `-`.
+pub fn input_name(path: &Path) -> String {
+    if path == Path::new("-") { "standard input".to_owned() } else { path.display().to_string() }
 }
 
 /// Reads a file, or standard input for `-`.

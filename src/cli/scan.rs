@@ -1,30 +1,41 @@
 //! `helm-guard scan`: classify every release and report the broken ones.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, now_secs, read_input};
+use serde_json::Value;
+
+use super::{
+    DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
+};
 use crate::cluster::live::{ClusterArgs, connect, list_records};
-use crate::release::DecodedRecord;
-use crate::release::scan::{Problem, ReleaseReport, collect_records, records_from_text, report};
+use crate::release::objects::parse_objects;
+use crate::release::record::describe;
+use crate::release::scan::{ReleaseReport, collect_records, report};
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
-    /// A dump from `kubectl get secrets,configmaps -A -l owner=helm -o json` (JSON or YAML; `-` for
-    /// stdin). Without it, the cluster is scanned.
-    #[arg(long, value_name = "DUMP", conflicts_with_all = ["namespace", "kubeconfig", "context"])]
+    /// Read a dump instead of the cluster: the output of `kubectl get secrets,configmaps -A -l
+    /// owner=helm -o json` (JSON or YAML; `-` for stdin). -n, -A and --release filter it as
+    /// they filter the cluster.
+    #[arg(long, value_name = "DUMP", conflicts_with_all = ["kubeconfig", "context"])]
     pub from_file: Option<PathBuf>,
-    /// Scan every namespace (the default).
+    /// Every namespace (the default).
     #[arg(short = 'A', long, conflicts_with = "namespace")]
     pub all_namespaces: bool,
-    /// Scan one namespace of the cluster.
+    /// Only this namespace.
     #[arg(short, long)]
     pub namespace: Option<String>,
-    /// Scan one release (by name).
+    /// Only this release (by name).
     #[arg(long)]
     pub release: Option<String>,
+    /// Only the releases that need attention.
+    #[arg(long)]
+    pub broken: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// Output format: a table with a summary line, or a JSON or YAML array (`[]` when nothing
+    /// matched).
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
     /// A pending revision unchanged for longer than this is stuck.
@@ -38,59 +49,83 @@ pub struct ScanArgs {
 }
 
 pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
-    let limits = args.decode.limits();
-    let (source, found) = match &args.from_file {
-        Some(path) => {
-            let text = read_input(path)?;
-            (path.display().to_string(), records_from_text(&text, limits).map_err(anyhow::Error::from))
-        }
-        None => ("the cluster".to_owned(), scan_cluster(args)),
+    let (source, objects) = match &args.from_file {
+        Some(path) => (input_name(path), read_dump(path, args)),
+        None => ("the cluster".to_owned(), list_cluster(args)),
     };
-    let (records, problems) = match found {
-        Ok(found) => found,
+    let objects = match objects {
+        Ok(objects) => objects,
         Err(error) => {
             eprintln!("error: {source}: {error:#}");
             return Ok(EXIT_BAD_INPUT);
         }
     };
-    let records: Vec<DecodedRecord> = match &args.release {
-        Some(release) => records.into_iter().filter(|r| &r.record.id.key.release == release).collect(),
-        None => records,
-    };
+    let (records, problems) = collect_records(&objects, args.decode.limits());
     for problem in &problems {
         eprintln!("warning: {}: {} (Helm skips this record)", problem.object, problem.error);
     }
-    if records.is_empty() {
-        if args.from_file.is_none() {
-            // An empty cluster (or namespace) is a fine answer, not bad input.
-            eprintln!("no Helm release records found in {source}");
-            return Ok(EXIT_OK);
-        }
-        eprintln!(
-            "error: {source}: no Helm release records found (expected the output of `kubectl get secrets,configmaps -A -l owner=helm -o json`)"
-        );
-        return Ok(EXIT_BAD_INPUT);
-    }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
-    let releases = report(&records, now_secs(args.now.as_ref()), stuck_after);
-    print_reports(&releases, args.output)?;
+    let mut releases = report(&records, now_secs(args.now.as_ref()), stuck_after);
+    if args.broken {
+        releases.retain(|r| r.broken);
+    }
+    if releases.is_empty() && args.output == Output::Text {
+        outln!("No {}releases found in {source}{}.", if args.broken { "broken " } else { "" }, scope(args))?;
+    } else {
+        print_reports(&releases, args.output)?;
+    }
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
 
-/// Lists the records of the cluster (or one namespace) with their payloads.
-fn scan_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<DecodedRecord>, Vec<Problem>)> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let objects = runtime.block_on(async {
-        let client = connect(&args.cluster).await?;
-        list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await
-    })?;
-    Ok(collect_records(&objects, args.decode.limits()))
+/// The filters in words, for the line that says nothing matched.
+fn scope(args: &ScanArgs) -> String {
+    let mut scope = String::new();
+    if let Some(namespace) = &args.namespace {
+        scope += &format!(", namespace {namespace}");
+    }
+    if let Some(release) = &args.release {
+        scope += &format!(", release {release}");
+    }
+    scope
 }
 
-/// Prints reports as a table with a summary line, or as a JSON array.
-pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Result<()> {
-    if output == Output::Json {
-        outln!("{}", serde_json::to_string_pretty(releases)?)?;
+/// The dump's objects that the filters select, as the cluster's list selects them: by namespace
+/// and by the `name` label Helm queries. A file that is not a dump is bad input; a dump with no
+/// records in it is an empty answer.
+fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
+    let objects = parse_objects(&read_input(path)?)?;
+    let stores = |o: &&Value| matches!(o.get("kind").and_then(Value::as_str), Some("Secret" | "ConfigMap"));
+    if let Some(other) = objects.first().filter(|_| !objects.iter().any(|o| stores(&o))) {
+        anyhow::bail!(
+            "holds no Secrets or ConfigMaps (the first object is {}); expected the output of `kubectl get secrets,configmaps -A -l owner=helm -o json`",
+            describe(other)
+        );
+    }
+    let text =
+        |object: &Value, pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+    Ok(objects
+        .into_iter()
+        .filter(|o| {
+            args.namespace.as_ref().is_none_or(|ns| text(o, "/metadata/namespace").as_ref() == Some(ns))
+        })
+        .filter(|o| {
+            args.release.as_ref().is_none_or(|r| text(o, "/metadata/labels/name").as_ref() == Some(r))
+        })
+        .collect())
+}
+
+/// Lists the records of the cluster (or one namespace, or one release).
+fn list_cluster(args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let client = connect(&args.cluster).await?;
+        list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await
+    })
+}
+
+/// Prints reports as a table with a summary line, or as a JSON or YAML array.
+fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Result<()> {
+    if super::print_data(releases, output)? {
         return Ok(());
     }
     let headers =
@@ -137,9 +172,10 @@ pub fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Resu
     }
     let broken = releases.iter().filter(|r| r.broken).count();
     outln!(
-        "\n{} releases, {} healthy or uninstalled, {broken} need attention",
-        releases.len(),
-        releases.len() - broken
+        "\n{}, {} healthy or uninstalled, {broken} {} attention",
+        count(releases.len(), "release"),
+        releases.len() - broken,
+        if broken == 1 { "needs" } else { "need" }
     )?;
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use bytesize::ByteSize;
 use clap::ValueEnum;
 
 use super::{DecodeArgs, EXIT_OK};
@@ -18,8 +19,10 @@ use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsF
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// One JSON object per line.
     #[default]
     Json,
+    /// Human-readable lines.
     Text,
 }
 
@@ -28,11 +31,12 @@ pub struct ServeArgs {
     /// HTTPS address the API server calls.
     #[arg(long, env = "HELM_GUARD_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
-    /// Serving certificate chain (PEM); reloaded when the file changes.
-    #[arg(long, env = "HELM_GUARD_TLS_CERT", required_unless_present = "dev_certs")]
+    /// Serving certificate chain (PEM); reloaded when the file changes. Required with
+    /// --tls-key, unless --dev-certs is given.
+    #[arg(long, env = "HELM_GUARD_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Serving private key (PEM); reloaded when the file changes.
-    #[arg(long, env = "HELM_GUARD_TLS_KEY", required_unless_present = "dev_certs")]
+    #[arg(long, env = "HELM_GUARD_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Development only: make a throwaway CA and a certificate for localhost in DIR (ca.crt,
     /// tls.crt, tls.key) and serve with them.
@@ -59,6 +63,7 @@ pub struct ServeArgs {
     /// Plain-HTTP address for /metrics, /healthz and /readyz.
     #[arg(long, env = "HELM_GUARD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
+    /// Log lines as JSON (for log collectors) or as text for people (coloured on a terminal).
     #[arg(long, env = "HELM_GUARD_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
     /// Only the API server may call: require a client certificate signed by a CA in this PEM file
@@ -70,8 +75,10 @@ pub struct ServeArgs {
     pub client_cn: Vec<String>,
     /// Largest AdmissionReview body accepted. The largest the API server sends: an UPDATE of a
     /// Secret holding the 1 MiB Kubernetes allows, old and new, in base64: under 3.5 MiB.
-    #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", default_value_t = crate::server::DEFAULT_MAX_BODY_BYTES)]
-    pub max_body_bytes: usize,
+    /// Bytes, or with a unit (64KiB, 4MiB).
+    #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", value_name = "SIZE",
+          default_value_t = ByteSize::b(crate::server::DEFAULT_MAX_BODY_BYTES as u64))]
+    pub max_body_bytes: ByteSize,
     /// A request's body must have arrived this long after its turn came; else 408 and the
     /// connection is closed.
     #[arg(long, env = "HELM_GUARD_BODY_READ_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
@@ -118,7 +125,8 @@ fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
-        LogFormat::Text => builder.try_init(),
+        // Colour codes only where a terminal shows them, not in files or log collectors.
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init(),
     };
 }
 
@@ -133,7 +141,9 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let mut tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
         (Some(dir), _, _) => dev_certs(dir)?,
         (None, Some(cert), Some(key)) => TlsFiles::new(cert.clone(), key.clone()),
-        _ => anyhow::bail!("--tls-cert and --tls-key are required (or --dev-certs DIR for a local trial)"),
+        _ => anyhow::bail!(
+            "no serving certificate: pass --tls-cert FILE and --tls-key FILE (see `helm-guard certs`), or --dev-certs DIR for a local trial"
+        ),
     };
     tls.client_ca = args.client_ca_file.clone();
     tls.client_names = args.client_cn.clone();
@@ -161,7 +171,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             admission,
             metrics,
             RequestLimits {
-                max_body_bytes: args.max_body_bytes,
+                max_body_bytes: super::bytes(args.max_body_bytes),
                 body_read_timeout: args.body_read_timeout,
                 request_timeout: args.request_timeout,
             },

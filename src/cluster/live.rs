@@ -36,20 +36,47 @@ pub struct ClusterArgs {
     pub context: Option<String>,
 }
 
+/// The client configuration, found as kubectl finds it: --kubeconfig, else $KUBECONFIG (a
+/// list, merged), else ~/.kube/config, else the in-cluster service account. The files are read
+/// here rather than by kube, whose errors repeat the path and the cause.
+async fn config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
+    let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
+    let paths: Vec<std::path::PathBuf> = match (&args.kubeconfig, std::env::var_os("KUBECONFIG")) {
+        (Some(path), _) => vec![path.clone()],
+        (None, Some(list)) if !list.is_empty() => std::env::split_paths(&list).collect(),
+        (None, _) => std::env::var_os("HOME")
+            .map(|home| std::path::Path::new(&home).join(".kube/config"))
+            .filter(|path| path.exists())
+            .into_iter()
+            .collect(),
+    };
+    let mut merged: Option<Kubeconfig> = None;
+    for path in &paths {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+        let kubeconfig = Kubeconfig::from_yaml(&text)
+            .with_context(|| format!("the kubeconfig {} is not valid", path.display()))?;
+        merged = Some(match merged {
+            None => kubeconfig,
+            Some(first) => first.merge(kubeconfig)?,
+        });
+    }
+    match merged {
+        Some(kubeconfig) => Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?),
+        None if args.context.is_some() => {
+            anyhow::bail!("--context needs a kubeconfig, and there is none ($KUBECONFIG is unset and ~/.kube/config does not exist)")
+        }
+        None => kube::Config::incluster().map_err(|error| {
+            anyhow::anyhow!(
+                "no kubeconfig ($KUBECONFIG is unset and ~/.kube/config does not exist) and not in a cluster ({error}); pass --kubeconfig FILE"
+            )
+        }),
+    }
+}
+
 /// Connects and checks that the API server answers.
 pub async fn connect(args: &ClusterArgs) -> anyhow::Result<kube::Client> {
-    let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
-    let config = match (&args.kubeconfig, &args.context) {
-        (Some(path), _) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
-        }
-        (None, Some(_)) => kube::Config::from_kubeconfig(&options).await?,
-        (None, None) => {
-            kube::Config::infer().await.context("no in-cluster service account and no kubeconfig")?
-        }
-    };
+    let config = config(args).await?;
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config)?;
     tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())

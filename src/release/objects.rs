@@ -13,8 +13,29 @@ pub enum InputError {
     NotAnObject { index: usize },
 }
 
+/// Which object of a captured `AdmissionReview` an input object is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewSide {
+    /// `request.oldObject`: the object as stored before the request.
+    Old,
+    /// `request.object`: the object the request would store.
+    New,
+}
+
+/// An object read from input, and where in an `AdmissionReview` it was, if it came from one.
+#[derive(Debug, Clone)]
+pub struct InputObject {
+    pub object: Value,
+    pub side: Option<ReviewSide>,
+}
+
 /// Parses JSON or YAML text into Kubernetes objects, with the items of every `*List` flattened.
 pub fn parse_objects(text: &[u8]) -> Result<Vec<Value>, InputError> {
+    Ok(parse_inputs(text)?.into_iter().map(|input| input.object).collect())
+}
+
+/// [`parse_objects`], telling which side of a captured `AdmissionReview` each object was.
+pub fn parse_inputs(text: &[u8]) -> Result<Vec<InputObject>, InputError> {
     let text = std::str::from_utf8(text).map_err(|e| InputError::Syntax(e.to_string()))?;
     if text.trim().is_empty() {
         return Err(InputError::Empty);
@@ -31,35 +52,40 @@ pub fn parse_objects(text: &[u8]) -> Result<Vec<Value>, InputError> {
     };
     let mut objects = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
-        flatten(document, index, &mut objects)?;
+        flatten(document, index, None, &mut objects)?;
     }
     Ok(objects)
 }
 
-fn flatten(document: Value, index: usize, out: &mut Vec<Value>) -> Result<(), InputError> {
+fn flatten(
+    document: Value,
+    index: usize,
+    side: Option<ReviewSide>,
+    out: &mut Vec<InputObject>,
+) -> Result<(), InputError> {
     match document {
         Value::Null => Ok(()), // an empty YAML document between `---` lines
-        Value::Array(items) => items.into_iter().try_for_each(|item| flatten(item, index, out)),
+        Value::Array(items) => items.into_iter().try_for_each(|item| flatten(item, index, side, out)),
         Value::Object(mut map) => {
             let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
             if kind == "AdmissionReview" {
                 // A captured webhook request: the objects it carries are what a user wants to see.
                 let mut request = map.remove("request").unwrap_or_default();
-                for side in ["oldObject", "object"] {
-                    if let Some(object) = request.get_mut(side).map(Value::take) {
-                        flatten(object, index, out)?;
+                for (key, side) in [("oldObject", ReviewSide::Old), ("object", ReviewSide::New)] {
+                    if let Some(object) = request.get_mut(key).map(Value::take) {
+                        flatten(object, index, Some(side), out)?;
                     }
                 }
                 Ok(())
             } else if kind.ends_with("List") {
                 match map.remove("items") {
-                    Some(items) => flatten(items, index, out),
+                    Some(items) => flatten(items, index, side, out),
                     None => Ok(()),
                 }
             } else if kind.is_empty() {
                 Err(InputError::NotAnObject { index })
             } else {
-                out.push(Value::Object(map));
+                out.push(InputObject { object: Value::Object(map), side });
                 Ok(())
             }
         }

@@ -7,7 +7,6 @@ use serde_json::Value;
 
 use super::codec::DecodeLimits;
 use super::history::{Classification, ReleaseState, RevisionFacts, classify};
-use super::objects::{InputError, parse_objects};
 use super::record::{DecodedRecord, Driver, Record, ReleaseKey};
 use super::summary::Summary;
 
@@ -38,14 +37,6 @@ pub fn collect_records(objects: &[Value], limits: DecodeLimits) -> (Vec<DecodedR
         }
     }
     (records, problems)
-}
-
-/// Parses dump text (JSON or YAML) and collects its records.
-pub fn records_from_text(
-    text: &[u8],
-    limits: DecodeLimits,
-) -> Result<(Vec<DecodedRecord>, Vec<Problem>), InputError> {
-    Ok(collect_records(&parse_objects(text)?, limits))
 }
 
 /// One line of `scan`.

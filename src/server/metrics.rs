@@ -58,6 +58,8 @@ pub struct Metrics {
     pub watch_restarts: Counter,
     pub decision_deadline_exceeded: Counter,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// When the serving certificate expires (Unix seconds), set at each (re)load.
+    pub tls_certificate_expiry: Gauge,
 }
 
 impl Metrics {
@@ -101,6 +103,21 @@ impl Metrics {
             "Seconds since the index last heard from its source",
             seconds_since_sync.clone(),
         );
+        registry.register(
+            "build",
+            "The running build: version, git commit and build date",
+            prometheus_client::metrics::info::Info::new(vec![
+                ("version", crate::build::VERSION),
+                ("commit", crate::build::COMMIT),
+                ("build_date", crate::build::DATE),
+            ]),
+        );
+        let tls_certificate_expiry = Gauge::default();
+        registry.register(
+            "tls_certificate_expiry_seconds",
+            "When the serving certificate expires, in Unix seconds (alert on it minus time())",
+            tls_certificate_expiry.clone(),
+        );
         Arc::new(Metrics {
             registry,
             decisions,
@@ -112,6 +129,7 @@ impl Metrics {
             watch_restarts,
             decision_deadline_exceeded,
             seconds_since_sync,
+            tls_certificate_expiry,
         })
     }
 

@@ -120,14 +120,19 @@ pub struct Running {
 
 /// Binds the HTTPS and metrics listeners and starts serving.
 pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Result<Running> {
-    let (tls_config, loaded_pem) = tls::load(&settings.tls)?;
+    let (tls_config, loaded_pem) = tls::load(&settings.tls, &state.metrics)?;
     let handle: Handle<SocketAddr> = Handle::new();
     let mut tasks = Vec::new();
 
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config.clone())
         .handshake_timeout(Duration::from_secs(10))
         .acceptor(limits::LimitAcceptor::new(settings.connections));
-    let mut server = axum_server::bind(settings.listen)
+    // Bound here rather than inside the server task, so that a busy port fails the start with
+    // its reason ("Address already in use").
+    let listener = std::net::TcpListener::bind(settings.listen)
+        .with_context(|| format!("binding {}", settings.listen))?;
+    let mut server = axum_server::from_tcp(listener)
+        .with_context(|| format!("listening on {}", settings.listen))?
         .acceptor(acceptor)
         .handle(handle.clone())
         .first_request_timeout(Duration::from_secs(10));

@@ -157,12 +157,38 @@ impl LoadedPem {
     fn config(&self, files: &TlsFiles) -> anyhow::Result<ServerConfig> {
         server_config(&self.cert, &self.key, self.client_ca.as_deref(), &files.client_names)
     }
+
+    /// When the serving certificate (the first of the chain) expires, in Unix seconds.
+    fn not_after(&self) -> Option<i64> {
+        let der = CertificateDer::pem_slice_iter(&self.cert).next()?.ok()?;
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+        Some(cert.validity().not_after.timestamp())
+    }
+}
+
+/// Within this of its expiry, a certificate being loaded is warned about.
+const EXPIRY_WARNING_SECS: i64 = 7 * 86_400;
+
+/// Publishes the serving certificate's expiry, and warns when it has passed or is near: the
+/// API server refuses an expired certificate, and with failurePolicy Fail every Helm operation
+/// then stops.
+fn report_expiry(loaded: &LoadedPem, files: &TlsFiles, metrics: &Metrics) {
+    let Some(not_after) = loaded.not_after() else { return };
+    metrics.tls_certificate_expiry.set(not_after);
+    let left = not_after - jiff::Timestamp::now().as_second();
+    let expires = jiff::Timestamp::from_second(not_after).map(|t| t.to_string()).unwrap_or_default();
+    if left <= 0 {
+        tracing::warn!(cert = %files.cert.display(), %expires, "the serving certificate has EXPIRED: the API server will refuse it; renew it (README, \"Certificates\")");
+    } else if left < EXPIRY_WARNING_SECS {
+        tracing::warn!(cert = %files.cert.display(), %expires, "the serving certificate expires in under 7 days; renew it");
+    }
 }
 
 /// Loads the files once; an error here stops the server from starting.
-pub fn load(files: &TlsFiles) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
+pub fn load(files: &TlsFiles, metrics: &Metrics) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
     let loaded = read(files)?;
     let config = loaded.config(files).with_context(|| describe(files))?;
+    report_expiry(&loaded, files, metrics);
     Ok((RustlsConfig::from_config(Arc::new(config)), loaded))
 }
 
@@ -197,6 +223,7 @@ pub async fn reload_on_change(
         match fresh.config(&files) {
             Ok(new_config) => {
                 config.reload_from_config(Arc::new(new_config));
+                report_expiry(&fresh, &files, &metrics);
                 current = fresh;
                 metrics.tls_reload(true);
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
