@@ -40,7 +40,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the admission webhook.
     Serve(Box<serve::ServeArgs>),
-    /// Decode Helm release records (a Secret, ConfigMap, or a List of them) and summarise them.
+    /// Decode Helm release records (from a file, a captured AdmissionReview, or the cluster) and show what Helm reads.
     Inspect(inspect::InspectArgs),
     /// Classify every release in the cluster (or in a dump) and report the ones that need attention.
     Scan(scan::ScanArgs),
