@@ -78,6 +78,36 @@ fn the_cluster_role_is_read_only() {
 }
 
 #[test]
+fn leases_are_written_only_in_the_guards_own_namespace() {
+    let rbac = documents("rbac.yaml");
+    let account = rbac.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
+    let namespace = account["metadata"]["namespace"].as_str().unwrap();
+    let role = rbac.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(
+        role["metadata"]["namespace"], namespace,
+        "a Role in the guard's namespace, not a ClusterRole"
+    );
+    let rules = role["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["apiGroups"], serde_json::json!(["coordination.k8s.io"]));
+    assert_eq!(rules[0]["resources"], serde_json::json!(["leases"]));
+    assert_eq!(rules[0]["verbs"], serde_json::json!(["get", "list", "create", "update", "delete"]));
+    let binding = rbac.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
+    assert_eq!(binding["metadata"]["namespace"], namespace);
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
+    assert!(
+        !rbac.iter().any(|d| d["kind"] == "ClusterRole"
+            && d["rules"].as_array().unwrap().iter().any(|r| r["resources"].to_string().contains("leases"))),
+        "no cluster-wide lease access"
+    );
+    let deployment = documents("deployment.yaml").into_iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap();
+    let lease_namespace = env.iter().find(|e| e["name"] == "HELM_GUARD_LEASE_NAMESPACE").unwrap();
+    assert_eq!(lease_namespace["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+}
+
+#[test]
 fn the_network_policy_admits_exactly_the_ports_the_guard_serves() {
     let deployment = documents("deployment.yaml").into_iter().find(|d| d["kind"] == "Deployment").unwrap();
     let mut served: Vec<u64> = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]

@@ -309,6 +309,8 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         deadline_exceeded: Default::default(),
         memo: Default::default(),
+        coordinator: None,
+        coordination_refused: Default::default(),
     };
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, request, helm_guard::admission::Io::Allowed).unwrap();

@@ -51,6 +51,10 @@ pub struct Admission {
     pub deadline_exceeded: prometheus_client::metrics::counter::Counter,
     /// Payload readings by the payload's bytes.
     pub memo: Arc<crate::release::memo::PayloadMemo>,
+    /// Live source with several replicas: agrees approvals of deletions with the others.
+    pub coordinator: Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
+    /// Deletions refused because they could not be agreed with the other replicas in time.
+    pub coordination_refused: prometheus_client::metrics::counter::Counter,
 }
 
 /// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.

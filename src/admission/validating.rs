@@ -6,13 +6,14 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
-use crate::cluster::IndexChange;
+use crate::cluster::coordination::{Claimed, local_instant, now_ms};
+use crate::cluster::{DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
-use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::policy::{Mode, Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::release::record::DecodedRecord;
-use crate::release::{Driver, History, Record, ReleasePayload, Status};
+use crate::release::{Driver, History, Record, ReleaseKey, ReleasePayload, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
 /// their payloads move into the records rather than being copied.
@@ -153,22 +154,94 @@ fn delete(
         requester: requester(request),
         break_glass: glass.as_deref(),
     };
-    let decide = || {
+    // `record`: an approval hides the record in the index (a tombstone). With a coordinator,
+    // an approval is first agreed with the other replicas, so the first look records nothing.
+    let decide = |record: bool| {
         admission.index.decide(&id.key, Some(object), |others| {
             let verdict = decide_delete(&facts, &History::new(others), &admission.config);
             let outcome = apply_mode(&verdict, mode);
-            let change = (outcome.allowed && !request.dry_run)
+            let change = (record && outcome.allowed && !request.dry_run)
                 .then(|| IndexChange::Delete { object: object.to_owned() });
             ((verdict, outcome), change)
         })
     };
-    let decided = decide();
-    if decided.0.reason != Reason::UnreadHistory {
+    let coordinator = admission.coordinator.as_deref().filter(|_| !request.dry_run);
+    let mut decided = decide(coordinator.is_none());
+    if decided.0.reason == Reason::UnreadHistory {
+        // The verdict depends on records known only by their labels: read them, then decide again.
+        admission.read_history(&id.key, Some(object), started, io)?;
+        decided = decide(coordinator.is_none());
+    }
+    let Some(coordinator) = coordinator else { return Ok(decided) };
+    if !decided.1.allowed {
+        // Refusals need no agreement.
         return Ok(decided);
     }
-    // The verdict depends on records known only by their labels: read them, then decide again.
-    admission.read_history(&id.key, Some(object), started, io)?;
-    Ok(decide())
+    if !decided.0.reason.approval_needs_coordination() {
+        return Ok(decide(true));
+    }
+    if io == Io::Forbidden {
+        return Err(NeedsIo);
+    }
+    Ok(coordinate(
+        admission,
+        coordinator,
+        &id.key,
+        object,
+        started + admission.decision_deadline,
+        mode,
+        decide,
+    ))
+}
+
+/// Agrees an approval of a deletion with the other replicas (see [`crate::cluster::coordination`]):
+/// reads the release's claims, hides what other replicas approved, decides again, and writes
+/// this approval's claim against the version read; a conflict starts over. Past the deadline,
+/// or when the API refuses, the deletion is refused with a message to retry: it cannot be shown
+/// harmless.
+fn coordinate(
+    admission: &Admission,
+    coordinator: &dyn DeleteCoordinator,
+    key: &ReleaseKey,
+    object: &str,
+    deadline: Instant,
+    mode: Mode,
+    decide: impl Fn(bool) -> Decided,
+) -> Decided {
+    let error = loop {
+        let claims = match coordinator.claims(key, deadline) {
+            Ok(claims) => claims,
+            Err(error) => break error,
+        };
+        let now = now_ms();
+        for claim in claims.claims.iter().filter(|claim| claim.object != object) {
+            admission.index.hide(key, &claim.object, local_instant(claim.until, now));
+        }
+        let decided = decide(true);
+        if !decided.1.allowed || !decided.0.reason.approval_needs_coordination() {
+            return decided;
+        }
+        match coordinator.claim(key, object, &claims, deadline) {
+            Ok(Claimed::Yes) => return decided,
+            Ok(Claimed::Conflict) => admission.index.unhide(key, object),
+            Err(error) => {
+                admission.index.unhide(key, object);
+                break error;
+            }
+        }
+    };
+    admission.coordination_refused.inc();
+    tracing::warn!(namespace = %key.namespace, release = %key.release, %object, %error, "could not agree a deletion with the other replicas");
+    let verdict = Verdict::deny(
+        Reason::CoordinationUnavailable,
+        format!(
+            "helm-guard: could not agree the deletion of {object} (release {}/{}) with the other helm-guard replicas ({error}), \
+             so it cannot be shown harmless; retry in a moment",
+            key.namespace, key.release
+        ),
+    );
+    let outcome = apply_mode(&verdict, mode);
+    (verdict, outcome)
 }
 
 fn update(

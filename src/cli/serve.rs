@@ -12,7 +12,7 @@ use clap::ValueEnum;
 use super::{DecodeArgs, EXIT_OK};
 use crate::admission::Admission;
 use crate::cluster::live::{self, ClusterArgs};
-use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, snapshot};
+use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, coordination, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
 use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles};
@@ -24,6 +24,16 @@ pub enum LogFormat {
     Json,
     /// Human-readable lines.
     Text,
+}
+
+/// How replicas agree approvals of deletions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Coordination {
+    /// A claim in a `coordination.k8s.io` Lease per release.
+    #[default]
+    Lease,
+    /// None: a single replica.
+    None,
 }
 
 #[derive(Debug, clap::Args)]
@@ -57,6 +67,18 @@ pub struct ServeArgs {
     pub snapshot: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// How replicas agree approvals of deletions: `lease` writes a claim into a Lease per
+    /// release in --lease-namespace before approving (README, "Replicas that agree"); `none`
+    /// only for a single replica.
+    #[arg(long, env = "HELM_GUARD_COORDINATION", value_enum, default_value_t)]
+    pub coordination: Coordination,
+    /// The namespace of the deletion Leases: the guard's own (default: the service account's
+    /// namespace in a pod, else the kubeconfig context's).
+    #[arg(long, env = "HELM_GUARD_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's name in the Leases (default: $HOSTNAME, the pod name).
+    #[arg(long, env = "HELM_GUARD_REPLICA_ID")]
+    pub replica_id: Option<String>,
     /// How long an approved deletion stays hidden from verdicts while the watch has not confirmed it.
     #[arg(long, env = "HELM_GUARD_TOMBSTONE_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub tombstone_ttl: Duration,
@@ -148,8 +170,8 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tls.client_ca = args.client_ca_file.clone();
     tls.client_names = args.client_cn.clone();
     let metrics = Metrics::new();
-    let (index, fetcher) = match &args.snapshot {
-        Some(path) => (load_snapshot(path, args)?, None),
+    let (index, fetcher, coordinator) = match &args.snapshot {
+        Some(path) => (load_snapshot(path, args)?, None, None),
         None => watch_cluster(args, &metrics).await?,
     };
     let admission = Admission {
@@ -165,6 +187,8 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         decision_deadline: args.decision_deadline,
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
         memo: Default::default(),
+        coordinator,
+        coordination_refused: metrics.delete_coordination_refused.clone(),
     };
     let state = Arc::new(
         AppState::new(
@@ -206,16 +230,44 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
     Ok(index)
 }
 
-type LiveSource = (Arc<ReleaseIndex>, Option<Arc<dyn PayloadFetcher>>);
+type LiveSource =
+    (Arc<ReleaseIndex>, Option<Arc<dyn PayloadFetcher>>, Option<Arc<dyn crate::cluster::DeleteCoordinator>>);
 
-/// Connects to the cluster and starts the watchers; ready once their initial lists are done.
+/// Connects to the cluster and starts the watchers (ready once their initial lists are done),
+/// and the deletion Leases' coordinator and sweep.
 async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<LiveSource> {
     let client = live::connect(&args.cluster).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
+    let coordinator = match args.coordination {
+        Coordination::None => None,
+        Coordination::Lease => {
+            let namespace =
+                args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
+            let identity = args
+                .replica_id
+                .clone()
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
+            tracing::info!(%namespace, %identity, "deletions agreed through Leases");
+            let leases = kube::Api::namespaced(client.clone(), &namespace);
+            tokio::spawn(coordination::sweep(
+                leases.clone(),
+                args.tombstone_ttl.max(Duration::from_secs(60)),
+            ));
+            let coordinator: Arc<dyn crate::cluster::DeleteCoordinator> =
+                Arc::new(coordination::LeaseCoordinator {
+                    leases,
+                    runtime: tokio::runtime::Handle::current(),
+                    identity,
+                    ttl: args.tombstone_ttl,
+                });
+            Some(coordinator)
+        }
+    };
     let (index, fetcher) =
         live::watch(client, args.tombstone_ttl, args.decode.limits(), metrics.watch_restarts.clone());
-    Ok((index, Some(fetcher)))
+    Ok((index, Some(fetcher), coordinator))
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

@@ -323,6 +323,24 @@ impl ReleaseIndex {
         result
     }
 
+    /// Hides a record until `until`, as an approved deletion does: another replica approved it
+    /// (its claim, see [`super::coordination`]). A record this index does not hold is left alone;
+    /// a longer hiding stays.
+    pub fn hide(&self, key: &ReleaseKey, object: &str, until: Instant) {
+        let mut state = self.lock();
+        if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(object)) {
+            entry.hidden_until = Some(entry.hidden_until.map_or(until, |before| before.max(until)));
+        }
+    }
+
+    /// Shows a record hidden by an approval that did not stand (its claim was not written).
+    pub fn unhide(&self, key: &ReleaseKey, object: &str) {
+        let mut state = self.lock();
+        if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(object)) {
+            entry.hidden_until = None;
+        }
+    }
+
     /// Applies one approved change outside a verdict (CREATE and UPDATE need no history).
     pub fn apply(&self, key: &ReleaseKey, change: IndexChange) {
         self.decide(key, None, |_| ((), Some(change)));

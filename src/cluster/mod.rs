@@ -2,11 +2,13 @@
 //! sources that fill it: [`snapshot`] from a dump file, [`live`] from kube-rs watchers (through
 //! [`feed`], which turns watcher events into index updates).
 
+pub mod coordination;
 pub mod feed;
 pub mod index;
 pub mod live;
 pub mod snapshot;
 
+pub use coordination::DeleteCoordinator;
 pub use index::{IndexChange, IndexedRecord, NamespaceInfo, ReleaseIndex, SourceKind};
 
 use std::time::Instant;

@@ -28,6 +28,8 @@ pub enum Reason {
     ForeignMetadata,
     /// A DELETE review without the object being deleted (API servers send it since 1.15).
     NoOldObject,
+    /// An approval of a DELETE that could not be agreed with the other replicas in time.
+    CoordinationUnavailable,
     HelmUpdate,
     HelmCreate,
     NotAReleaseRecord,
@@ -62,6 +64,7 @@ impl Reason {
             Reason::StatusTransition => "status-transition",
             Reason::ForeignMetadata => "foreign-metadata",
             Reason::NoOldObject => "no-old-object",
+            Reason::CoordinationUnavailable => "coordination-unavailable",
             Reason::HelmUpdate => "helm-update",
             Reason::HelmCreate => "helm-create",
             Reason::NotAReleaseRecord => "not-a-release-record",
@@ -70,6 +73,17 @@ impl Reason {
             Reason::ReleaseStateAnnotated => "release-state-annotated",
             Reason::AlreadyAnnotated => "already-annotated",
         }
+    }
+}
+
+impl Reason {
+    /// An approved DELETE whose safety rests on the rest of the release's history staying as the
+    /// verdict saw it: two such approvals of one release, each harmless alone, can together
+    /// leave it without its deployed or latest revision (D5, D7). Across replicas they are
+    /// serialised; the other approvals (teardown, break-glass, exempt, a record Helm ignores, an
+    /// uninstall) hold whatever else is deleted.
+    pub fn approval_needs_coordination(self) -> bool {
+        matches!(self, Reason::HistoryPruning | Reason::StuckRevisionRecovery)
     }
 }
 

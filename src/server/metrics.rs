@@ -57,6 +57,7 @@ pub struct Metrics {
     revisions: Gauge,
     pub watch_restarts: Counter,
     pub decision_deadline_exceeded: Counter,
+    pub delete_coordination_refused: Counter,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
     pub tls_certificate_expiry: Gauge,
@@ -97,6 +98,12 @@ impl Metrics {
             "Decisions that ran out of --decision-deadline before reading every record they needed",
             decision_deadline_exceeded.clone(),
         );
+        let delete_coordination_refused = Counter::default();
+        registry.register(
+            "delete_coordination_refused",
+            "Deletions refused because their approval could not be agreed with the other replicas in time",
+            delete_coordination_refused.clone(),
+        );
         let seconds_since_sync = Gauge::default();
         registry.register(
             "seconds_since_last_sync",
@@ -128,6 +135,7 @@ impl Metrics {
             revisions,
             watch_restarts,
             decision_deadline_exceeded,
+            delete_coordination_refused,
             seconds_since_sync,
             tls_certificate_expiry,
         })

@@ -91,6 +91,8 @@ impl Guard {
             decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
             deadline_exceeded: Default::default(),
             memo: Default::default(),
+            coordinator: None,
+            coordination_refused: Default::default(),
         };
         let state = Arc::new(
             AppState::new(
@@ -188,6 +190,8 @@ pub async fn start_live(
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
         memo: Default::default(),
+        coordinator: None,
+        coordination_refused: Default::default(),
     };
     let running = server::start(
         settings(listen, certs),

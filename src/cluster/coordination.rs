@@ -1,0 +1,336 @@
+//! Replicas that agree: approvals of record deletions serialised per release across replicas.
+//!
+//! Each replica keeps its own index, and an approved deletion is hidden (a tombstone) only in
+//! the index of the replica that approved it. Two deletions of one release, each harmless alone,
+//! that reach two replicas at the same instant would both be approved. So before a replica
+//! approves such a deletion ([`Reason::approval_needs_coordination`]) it writes a *claim* on the
+//! release into a `coordination.k8s.io` Lease in its own namespace, one Lease per release, with
+//! an optimistic-concurrency update (the resourceVersion it read). The other replica's write
+//! then fails with a conflict; it reads the Lease again, finds the first approval's claim, hides
+//! that record in its own index as if it had approved it, and decides again. Claims expire after
+//! `--tombstone-ttl`, as local tombstones do, by then the watch has seen the deletion.
+//!
+//! Why not leader election: one leader deciding every DELETE would put a hop, and a single
+//! point of failure, on every verdict; a Lease per release only orders the approvals that can
+//! conflict, and only those of one release, and costs nothing on any other request.
+//!
+//! [`Reason::approval_needs_coordination`]: crate::policy::Reason::approval_needs_coordination
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+
+use crate::release::ReleaseKey;
+
+/// The annotation holding a Lease's claims, as JSON.
+pub const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
+/// The annotation naming the release a Lease is for, for people reading it.
+pub const RELEASE_ANNOTATION: &str = "helm-guard.io/release";
+/// Labels of every Lease the guard writes (the sweep lists by them).
+pub const LEASE_LABELS: &str =
+    "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=release-deletions";
+/// Claims one Lease holds at most: a release whose history is being pruned faster than claims
+/// expire waits (a refusal saying "retry") rather than growing an object without bound.
+pub const MAX_CLAIMS: usize = 512;
+
+/// One approved deletion, visible to every replica until it expires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The record's object name.
+    pub object: String,
+    /// Unix milliseconds: replicas share the wall clock, not `Instant`s.
+    pub until: i64,
+    /// The replica that approved it.
+    pub by: String,
+}
+
+/// The unexpired claims on a release as last read, and the version to update against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claims {
+    pub claims: Vec<Claim>,
+    /// The Lease's resourceVersion; `None` when there is no Lease yet.
+    pub version: Option<String>,
+}
+
+impl Claims {
+    /// Reads a Lease's claim annotation; expired claims are dropped. Text that is not a claim
+    /// list counts as none (only the guard's own namespace can hold it; the next write repairs
+    /// it), with a warning.
+    pub fn read(annotation: Option<&str>, version: Option<String>, now_ms: i64) -> Claims {
+        let mut claims: Vec<Claim> = match annotation.map(serde_json::from_str::<Vec<Claim>>) {
+            None => Vec::new(),
+            Some(Ok(claims)) => claims,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "a deletion Lease's claims do not parse; counting none");
+                Vec::new()
+            }
+        };
+        claims.retain(|claim| claim.until > now_ms);
+        Claims { claims, version }
+    }
+
+    /// The claims after this replica's approval of `object` (a claim of the same object is
+    /// replaced), or `None` when the Lease is full.
+    pub fn with(&self, object: &str, until: i64, by: &str) -> Option<Vec<Claim>> {
+        let mut claims: Vec<Claim> = self.claims.iter().filter(|c| c.object != object).cloned().collect();
+        if claims.len() >= MAX_CLAIMS {
+            return None;
+        }
+        claims.push(Claim { object: object.to_owned(), until, by: by.to_owned() });
+        Some(claims)
+    }
+}
+
+/// Why a claim could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinationError {
+    #[error("the Kubernetes API did not answer within the decision deadline")]
+    Deadline,
+    #[error("the release's deletion Lease already holds {MAX_CLAIMS} unexpired claims")]
+    Full,
+    #[error("the Kubernetes API refused: {0}")]
+    Api(String),
+}
+
+/// What writing a claim came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// Written: the approval stands.
+    Yes,
+    /// Someone wrote the Lease since it was read: read it again and decide again.
+    Conflict,
+}
+
+/// Serialises approvals of deletions across replicas. Called from a blocking thread; every call
+/// ends by `deadline`.
+pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
+    /// The unexpired claims on a release.
+    fn claims(&self, key: &ReleaseKey, deadline: Instant) -> Result<Claims, CoordinationError>;
+    /// Adds a claim on `object`, if the Lease is still as `seen` read it.
+    fn claim(
+        &self,
+        key: &ReleaseKey,
+        object: &str,
+        seen: &Claims,
+        deadline: Instant,
+    ) -> Result<Claimed, CoordinationError>;
+    /// How long a claim holds.
+    fn ttl(&self) -> Duration;
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// When a claim's expiry falls on this process's monotonic clock.
+pub fn local_instant(until_ms: i64, now_ms: i64) -> Instant {
+    let left = u64::try_from(until_ms.saturating_sub(now_ms)).unwrap_or(0);
+    Instant::now() + Duration::from_millis(left)
+}
+
+/// The Lease of one release: a fixed-length name (release and namespace names together can be
+/// longer than an object name may be), the release named in an annotation.
+pub fn lease_name(key: &ReleaseKey) -> String {
+    let digest = sha2::Sha256::digest(format!("{}/{}/{}", key.driver, key.namespace, key.release));
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("helm-guard-deletions-{hex}")
+}
+
+/// Claims written to `coordination.k8s.io/v1` Leases in one namespace.
+pub struct LeaseCoordinator {
+    pub leases: Api<Lease>,
+    pub runtime: tokio::runtime::Handle,
+    /// This replica, as claims and `holderIdentity` name it.
+    pub identity: String,
+    pub ttl: Duration,
+}
+
+impl std::fmt::Debug for LeaseCoordinator {
+    // kube's Api has no Debug of its own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseCoordinator").field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+impl LeaseCoordinator {
+    /// Runs one API call on the runtime, until the deadline.
+    fn until<T>(
+        &self,
+        deadline: Instant,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Result<T, kube::Error>, CoordinationError> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        self.runtime
+            .block_on(async { tokio::time::timeout_at(deadline, call).await })
+            .map_err(|_| CoordinationError::Deadline)
+    }
+}
+
+fn api_error(error: kube::Error) -> CoordinationError {
+    CoordinationError::Api(error.to_string())
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    // 409: a stale resourceVersion on update, or a Lease created meanwhile.
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+impl DeleteCoordinator for LeaseCoordinator {
+    fn claims(&self, key: &ReleaseKey, deadline: Instant) -> Result<Claims, CoordinationError> {
+        let lease = self.until(deadline, self.leases.get_opt(&lease_name(key)))?.map_err(api_error)?;
+        let Some(lease) = lease else { return Ok(Claims::default()) };
+        let annotation =
+            lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION)).map(String::as_str);
+        Ok(Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms()))
+    }
+
+    fn claim(
+        &self,
+        key: &ReleaseKey,
+        object: &str,
+        seen: &Claims,
+        deadline: Instant,
+    ) -> Result<Claimed, CoordinationError> {
+        let now = now_ms();
+        let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
+        let claims =
+            seen.with(object, now.saturating_add(ttl_ms), &self.identity).ok_or(CoordinationError::Full)?;
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(lease_name(key)),
+                resource_version: seen.version.clone(),
+                labels: Some(
+                    LEASE_LABELS
+                        .split(',')
+                        .filter_map(|pair| pair.split_once('='))
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                ),
+                annotations: Some(
+                    [
+                        (
+                            RELEASE_ANNOTATION.to_owned(),
+                            format!("{} {}/{}", key.driver, key.namespace, key.release),
+                        ),
+                        (CLAIMS_ANNOTATION.to_owned(), serde_json::to_string(&claims).unwrap_or_default()),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(i32::try_from(self.ttl.as_secs()).unwrap_or(i32::MAX)),
+                renew_time: Some(MicroTime(jiff::Timestamp::now())),
+                ..LeaseSpec::default()
+            }),
+        };
+        let written = match seen.version {
+            None => self.until(deadline, self.leases.create(&PostParams::default(), &lease))?,
+            Some(_) => {
+                self.until(deadline, self.leases.replace(&lease_name(key), &PostParams::default(), &lease))?
+            }
+        };
+        match written {
+            Ok(_) => Ok(Claimed::Yes),
+            Err(error) if is_conflict(&error) => Ok(Claimed::Conflict),
+            Err(error) => Err(api_error(error)),
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// Deletes the Leases whose claims have all expired, every `every`, so that one Lease per
+/// release ever pruned does not pile up. The delete is conditional on the version read: a Lease
+/// claimed meanwhile stays.
+pub async fn sweep(leases: Api<Lease>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let listed = match leases.list(&ListParams::default().labels(LEASE_LABELS)).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, "could not list the deletion Leases to sweep them");
+                continue;
+            }
+        };
+        let now = now_ms();
+        for lease in listed {
+            let annotation = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CLAIMS_ANNOTATION))
+                .map(String::as_str);
+            let version = lease.metadata.resource_version.clone();
+            if !Claims::read(annotation, version.clone(), now).claims.is_empty() {
+                continue;
+            }
+            let Some(name) = lease.metadata.name.as_deref() else { continue };
+            let params = DeleteParams {
+                preconditions: Some(Preconditions { resource_version: version, uid: None }),
+                ..DeleteParams::default()
+            };
+            if let Err(error) = leases.delete(name, &params).await
+                && !is_conflict(&error)
+            {
+                tracing::debug!(lease = name, %error, "could not delete an expired deletion Lease");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::Driver;
+
+    fn claim(object: &str, until: i64) -> Claim {
+        Claim { object: object.to_owned(), until, by: "a".to_owned() }
+    }
+
+    #[test]
+    fn expired_claims_are_dropped_and_garbage_counts_as_none() {
+        let text = serde_json::to_string(&[claim("v1", 100), claim("v2", 300)]).unwrap();
+        let claims = Claims::read(Some(&text), Some("7".into()), 200);
+        assert_eq!(claims.claims, vec![claim("v2", 300)]);
+        assert_eq!(claims.version.as_deref(), Some("7"));
+        assert!(Claims::read(Some("{not json"), None, 0).claims.is_empty());
+        assert!(Claims::read(None, None, 0).claims.is_empty());
+    }
+
+    #[test]
+    fn a_new_claim_replaces_one_of_the_same_object_and_a_full_lease_refuses() {
+        let claims = Claims { claims: vec![claim("v1", 100), claim("v2", 100)], version: None };
+        let after = claims.with("v1", 500, "b").unwrap();
+        assert_eq!(after, vec![claim("v2", 100), Claim { object: "v1".into(), until: 500, by: "b".into() }]);
+        let full =
+            Claims { claims: (0..MAX_CLAIMS).map(|i| claim(&format!("v{i}"), 100)).collect(), version: None };
+        assert!(full.with("new", 500, "b").is_none());
+        assert!(full.with("v3", 500, "b").is_some(), "renewing an existing claim fits");
+    }
+
+    #[test]
+    fn lease_names_are_valid_object_names_for_any_release() {
+        let long = ReleaseKey { driver: Driver::Secret, namespace: "n".repeat(63), release: "r".repeat(53) };
+        let name = lease_name(&long);
+        assert!(
+            name.len() <= 63
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+        let other = ReleaseKey { driver: Driver::ConfigMap, ..long.clone() };
+        assert_ne!(lease_name(&other), name, "the driver is part of the release's identity");
+    }
+}

@@ -1,0 +1,235 @@
+//! Replicas that agree: two guards, each with its own index, decide deletions of one release at
+//! the same instant through a shared coordinator. Here the coordinator is an in-memory stand-in
+//! with the Lease's semantics (a version, writes conditional on it) and the worst interleaving
+//! forced: both replicas read the claims before either writes. The real Lease, with two guard
+//! processes on a real API server, is checked by tests/e2e_replicas.rs.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::cluster::coordination::{
+    Claim, Claimed, Claims, CoordinationError, DeleteCoordinator, now_ms,
+};
+use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
+use helm_guard::policy::PolicyConfig;
+use helm_guard::release::{DecodeLimits, ReleaseKey};
+use serde_json::Value;
+
+/// A Lease in memory: claims and a version; a write against an old version conflicts.
+#[derive(Debug)]
+struct SharedLeases {
+    leases: Mutex<HashMap<ReleaseKey, (u64, Vec<Claim>)>>,
+    /// The first `rendezvous` reads wait for each other: every replica has read before any writes.
+    rendezvous: Option<Barrier>,
+    reads: AtomicUsize,
+    writes: AtomicUsize,
+    /// Answer nothing, as an API server that does not answer in time.
+    unavailable: bool,
+}
+
+impl SharedLeases {
+    fn new(rendezvous: usize) -> SharedLeases {
+        SharedLeases {
+            leases: Mutex::default(),
+            rendezvous: (rendezvous > 0).then(|| Barrier::new(rendezvous)),
+            reads: AtomicUsize::new(0),
+            writes: AtomicUsize::new(0),
+            unavailable: false,
+        }
+    }
+}
+
+/// One replica's view of the shared Leases.
+#[derive(Debug)]
+struct Replica {
+    leases: Arc<SharedLeases>,
+    name: &'static str,
+}
+
+impl DeleteCoordinator for Replica {
+    fn claims(&self, key: &ReleaseKey, _deadline: Instant) -> Result<Claims, CoordinationError> {
+        if self.leases.unavailable {
+            return Err(CoordinationError::Deadline);
+        }
+        let read = {
+            let leases = self.leases.leases.lock().unwrap();
+            match leases.get(key) {
+                None => Claims::default(),
+                Some((version, claims)) => {
+                    let text = serde_json::to_string(claims).unwrap();
+                    Claims::read(Some(&text), Some(version.to_string()), now_ms())
+                }
+            }
+        };
+        let first_reads = self.leases.reads.fetch_add(1, Ordering::SeqCst);
+        if let Some(barrier) = &self.leases.rendezvous
+            && first_reads < 2
+        {
+            barrier.wait();
+        }
+        Ok(read)
+    }
+
+    fn claim(
+        &self,
+        key: &ReleaseKey,
+        object: &str,
+        seen: &Claims,
+        _deadline: Instant,
+    ) -> Result<Claimed, CoordinationError> {
+        let mut leases = self.leases.leases.lock().unwrap();
+        let current = leases.get(key).map(|(version, _)| version.to_string());
+        if current != seen.version {
+            return Ok(Claimed::Conflict);
+        }
+        let claims = seen.with(object, now_ms() + 30_000, self.name).ok_or(CoordinationError::Full)?;
+        let version = leases.get(key).map_or(1, |(version, _)| version + 1);
+        leases.insert(key.clone(), (version, claims));
+        self.leases.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(Claimed::Yes)
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+}
+
+/// A replica's admission: its own index of `records`, the shared Leases (or none).
+fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_temp(&dir, "snapshot.json", &list(records.to_vec()));
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+    snapshot::load(&index, &path, DecodeLimits::default()).unwrap();
+    index.set_ready(true);
+    Admission {
+        index,
+        config: PolicyConfig::default(),
+        limits: DecodeLimits::default(),
+        fetcher: None,
+        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
+        deadline_exceeded: Default::default(),
+        memo: Default::default(),
+        coordinator: coordinator.map(|c| Arc::new(c) as Arc<dyn DeleteCoordinator>),
+        coordination_refused: Default::default(),
+    }
+}
+
+fn delete(admission: &Admission, record: &Value) -> (bool, String) {
+    let body = serde_json::to_vec(&delete_review(record)).unwrap();
+    let request = admission_review::parse(&body).unwrap();
+    let reviewed = admission.review(Webhook::Validate, request, Io::Allowed).unwrap();
+    let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
+    (reviewed.response.allowed, reason)
+}
+
+/// v1 and v2 both deployed (an interrupted upgrade leaves that), v3 failed: deleting v1 alone
+/// is fine and so is deleting v2 alone; both together leave nothing to roll back to.
+fn two_deployed() -> Vec<Value> {
+    history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")])
+}
+
+/// Two replicas decide "delete v1" and "delete v2" at the same instant.
+fn race(coordinated: bool) -> [(bool, String); 2] {
+    let records = two_deployed();
+    let leases = Arc::new(SharedLeases::new(2));
+    let coordinator = |name| coordinated.then(|| Replica { leases: leases.clone(), name });
+    let (a, b) = (replica(&records, coordinator("a")), replica(&records, coordinator("b")));
+    let start = Barrier::new(2);
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| {
+            start.wait();
+            delete(&a, &records[0])
+        });
+        let second = scope.spawn(|| {
+            start.wait();
+            delete(&b, &records[1])
+        });
+        [first.join().unwrap(), second.join().unwrap()]
+    })
+}
+
+#[test]
+fn each_deletion_alone_is_approved() {
+    let records = two_deployed();
+    for record in &records[..2] {
+        let alone = replica(&records, Some(Replica { leases: Arc::new(SharedLeases::new(0)), name: "a" }));
+        assert_eq!(delete(&alone, record), (true, "history-pruning".to_owned()));
+    }
+}
+
+#[test]
+fn uncoordinated_replicas_approve_both_and_orphan_the_release() {
+    // The gap this closes: without coordination both are approved.
+    let [first, second] = race(false);
+    assert!(first.0 && second.0, "{first:?} {second:?}");
+}
+
+#[test]
+fn coordinated_replicas_never_approve_both() {
+    for _ in 0..50 {
+        let [first, second] = race(true);
+        let approved = [&first, &second].iter().filter(|d| d.0).count();
+        assert_eq!(approved, 1, "exactly one approved: {first:?} {second:?}");
+        let refused = if first.0 { &second } else { &first };
+        assert_eq!(refused.1, "last-deployed-revision", "the second sees the first's claim: {refused:?}");
+    }
+}
+
+#[test]
+fn a_coordinator_that_does_not_answer_refuses_the_deletion_with_retry() {
+    let records = two_deployed();
+    let mut leases = SharedLeases::new(0);
+    leases.unavailable = true;
+    let admission = replica(&records, Some(Replica { leases: Arc::new(leases), name: "a" }));
+    let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
+    let reviewed =
+        admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed).unwrap();
+    assert!(!reviewed.response.allowed);
+    assert_eq!(reviewed.response.audit_annotations["reason"], "coordination-unavailable");
+    assert!(
+        reviewed.response.result.message.contains("retry in a moment"),
+        "{}",
+        reviewed.response.result.message
+    );
+    assert_eq!(admission.coordination_refused.get(), 1);
+    // The refused approval left no tombstone: deleting v2 is still fine on its own.
+    assert!(admission.index.history(&key()).len() == 3);
+}
+
+fn key() -> ReleaseKey {
+    ReleaseKey {
+        driver: helm_guard::release::Driver::Secret,
+        namespace: "demo".into(),
+        release: "web".into(),
+    }
+}
+
+#[test]
+fn refusals_creations_and_updates_never_touch_the_leases() {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let leases = Arc::new(SharedLeases::new(0));
+    let admission = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
+    assert_eq!(delete(&admission, &records[1]), (false, "latest-deployed-revision".to_owned()));
+    let updated = rewrite(&records[1], 2, "superseded");
+    let body = serde_json::to_vec(&update_review(&records[1], &updated)).unwrap();
+    admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed).unwrap();
+    // Inline decisions (no thread hand-off) still work for them: nothing to agree.
+    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
+    assert!(
+        admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden).is_ok()
+    );
+    assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (0, 0));
+    // An approval does: it needs the API, so it leaves the async workers.
+    let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
+    assert!(
+        admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden).is_err()
+    );
+    assert_eq!(delete(&admission, &records[0]), (true, "history-pruning".to_owned()));
+    assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (1, 1));
+}
