@@ -61,22 +61,11 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     let secrets = Api::<Secret>::namespaced(client.clone(), ns);
     let base = in_namespace(helm4_secret(), ns);
     let web = history(&base, &[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
-    let mut cache = history(&base, &[(1, "superseded"), (2, "deployed")]);
-    for record in cache.iter_mut() {
-        let mut release = release_json(record);
-        release["name"] = json!("cache");
-        let renamed = with_release_json(record.clone(), &release);
-        let revision = renamed["metadata"]["labels"]["version"].as_str().unwrap().to_owned();
-        *record = renamed;
-        record["metadata"]["name"] = json!(format!("sh.helm.release.v1.cache.v{revision}"));
-        record["metadata"]["labels"]["name"] = json!("cache");
-    }
-    let mut orphan = history(&base, &[(1, "superseded")]).remove(0);
-    let mut release = release_json(&orphan);
-    release["name"] = json!("orphan");
-    orphan = with_release_json(orphan, &release);
-    orphan["metadata"]["name"] = json!("sh.helm.release.v1.orphan.v1");
-    orphan["metadata"]["labels"]["name"] = json!("orphan");
+    let cache: Vec<Value> = history(&base, &[(1, "superseded"), (2, "deployed")])
+        .iter()
+        .map(|r| as_release(r, "cache"))
+        .collect();
+    let orphan = as_release(&history(&base, &[(1, "superseded")])[0], "orphan");
     for record in web.iter().chain(cache.iter()).chain(std::iter::once(&orphan)) {
         secrets.create(&PostParams::default(), &secret(record.clone())).await.unwrap();
     }

@@ -285,6 +285,7 @@ async fn live_guard(
         &names,
         &dir.path().join("certs"),
         Duration::from_secs(3600),
+        None,
     )
     .await;
     let https = common::guard::HttpsClient::new(running.addr, &ca_pem);

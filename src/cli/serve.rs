@@ -251,10 +251,9 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
                 .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
             tracing::info!(%namespace, %identity, "deletions agreed through Leases");
             let leases = kube::Api::namespaced(client.clone(), &namespace);
-            tokio::spawn(coordination::sweep(
-                leases.clone(),
-                args.tombstone_ttl.max(Duration::from_secs(60)),
-            ));
+            // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
+            let every = (args.tombstone_ttl * 2).max(Duration::from_secs(10));
+            tokio::spawn(coordination::sweep(leases.clone(), every));
             let coordinator: Arc<dyn crate::cluster::DeleteCoordinator> =
                 Arc::new(coordination::LeaseCoordinator {
                     leases,

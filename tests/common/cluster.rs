@@ -38,19 +38,20 @@ pub async fn start_guard(prefix: &str, port_offset: u16) -> LiveGuard {
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("0.0.0.0:{port}").parse().unwrap();
     let names = [host.clone(), "localhost".to_owned()];
-    let (running, index, ca_pem) =
-        super::guard::start_live(client.clone(), listen, &names, dir.path(), Duration::from_secs(30)).await;
+    let namespace = format!("{prefix}-{suffix}");
+    // Deletions agreed through Leases in the test's namespace, as two replicas would.
+    let (running, index, ca_pem) = super::guard::start_live(
+        client.clone(),
+        listen,
+        &names,
+        dir.path(),
+        Duration::from_secs(30),
+        Some(&namespace),
+    )
+    .await;
     let ready = super::eventually(Duration::from_secs(30), || async { index.is_ready() }).await;
     assert!(ready, "the watchers listed the cluster within 30 s");
-    LiveGuard {
-        client,
-        namespace: format!("{prefix}-{suffix}"),
-        url: format!("https://{host}:{port}"),
-        ca_pem,
-        index,
-        running,
-        dir,
-    }
+    LiveGuard { client, namespace, url: format!("https://{host}:{port}"), ca_pem, index, running, dir }
 }
 
 /// Says on stderr that a suite is skipped (the harness captures println!).

@@ -143,6 +143,8 @@ impl Guard {
         tokio::spawn(conn);
         let request =
             hyper::Request::get(path).header("host", "localhost").body(Full::new(Bytes::new())).unwrap();
+        // A kept-alive connection is ready for the next request once the last one is fully done.
+        sender.ready().await.unwrap();
         let response = sender.send_request(request).await.unwrap();
         let status = response.status().as_u16();
         let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -165,17 +167,28 @@ pub fn settings(listen: SocketAddr, certs: &std::path::Path) -> ServerSettings {
 }
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
-/// `names` written into `certs`. Returns the server, its index and the CA to trust.
+/// `names` written into `certs`, agreeing deletions through Leases in `lease_namespace` when
+/// given. Returns the server, its index and the CA to trust.
 pub async fn start_live(
     client: kube::Client,
     listen: SocketAddr,
     names: &[String],
     certs: &std::path::Path,
     tombstone_ttl: Duration,
+    lease_namespace: Option<&str>,
 ) -> (Running, Arc<ReleaseIndex>, String) {
     let bundle = generate(names, 1).unwrap();
     write(&bundle, certs, true).unwrap();
     let metrics = Metrics::new();
+    let coordinator = lease_namespace.map(|namespace| {
+        let coordinator = helm_guard::cluster::coordination::LeaseCoordinator {
+            leases: kube::Api::namespaced(client.clone(), namespace),
+            runtime: tokio::runtime::Handle::current(),
+            identity: "e2e".to_owned(),
+            ttl: tombstone_ttl,
+        };
+        Arc::new(coordinator) as Arc<dyn helm_guard::cluster::DeleteCoordinator>
+    });
     let (index, fetcher) = helm_guard::cluster::live::watch(
         client,
         tombstone_ttl,
@@ -190,8 +203,8 @@ pub async fn start_live(
         decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
         memo: Default::default(),
-        coordinator: None,
-        coordination_refused: Default::default(),
+        coordinator,
+        coordination_refused: metrics.delete_coordination_refused.clone(),
     };
     let running = server::start(
         settings(listen, certs),
@@ -271,6 +284,8 @@ pub async fn send(
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .unwrap();
+    // A kept-alive connection is ready for the next request once the last one is fully done.
+    sender.ready().await.unwrap();
     let response = sender.send_request(request).await.unwrap();
     let status = response.status().as_u16();
     (status, response.into_body().collect().await.unwrap().to_bytes().to_vec())

@@ -89,6 +89,17 @@ pub fn rewrite(record: &Value, revision: u32, status: &str) -> Value {
     out
 }
 
+/// A real record re-encoded as a record of another release (payload, object name and label).
+pub fn as_release(record: &Value, release: &str) -> Value {
+    let mut payload = release_json(record);
+    payload["name"] = json!(release);
+    let revision = payload["version"].as_u64().unwrap();
+    let mut out = with_release_json(record.clone(), &payload);
+    out["metadata"]["name"] = json!(format!("sh.helm.release.v1.{release}.v{revision}"));
+    out["metadata"]["labels"]["name"] = json!(release);
+    out
+}
+
 /// Polls `check` until it holds or `within` has passed; whether it held.
 pub async fn eventually<F, Fut>(within: std::time::Duration, mut check: F) -> bool
 where

@@ -1,0 +1,236 @@
+//! Replicas that agree, on a real API server: two `helm-guard serve` processes watch the same
+//! cluster and agree approvals of deletions through Leases. Opt-in like tests/e2e.rs: runs only
+//! with HELM_GUARD_E2E=1, against the cluster in KUBECONFIG.
+//!
+//! For many releases whose revisions 1 and 2 are both `deployed` and 3 `failed`, the two guards
+//! receive, at the same instant, "delete revision 1" and "delete revision 2": each harmless
+//! alone, together they leave the release nothing to roll back to. Never both approved. It also
+//! measures what the agreement costs an approved deletion (README, BENCHMARKS.md).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::guard::HttpsClient;
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const RELEASES: usize = 40;
+
+/// A `helm-guard serve` process and how to reach it.
+struct GuardProcess {
+    child: Child,
+    https: HttpsClient,
+    metrics: String,
+    _certs: tempfile::TempDir,
+}
+
+impl Drop for GuardProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(replica: &str, lease_namespace: &str, extra: &[&str]) -> GuardProcess {
+    let certs = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["serve", "--dev-certs", certs.path().to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--lease-namespace",
+            lease_namespace,
+            "--replica-id",
+            replica,
+        ])
+        .args(["--shutdown-delay", "0s"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok);
+    let serving: Value = lines
+        .by_ref()
+        .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
+        .find(|event| event["message"] == "serving")
+        .unwrap_or_else(|| panic!("guard {replica} did not start"));
+    // Keep reading its log, so that a full pipe never stalls it.
+    std::thread::spawn(move || lines.for_each(drop));
+    let ca = std::fs::read_to_string(certs.path().join("ca.crt")).unwrap();
+    let https = HttpsClient::new(serving["addr"].as_str().unwrap().parse().unwrap(), &ca);
+    let guard = GuardProcess {
+        child,
+        https,
+        metrics: serving["metrics_addr"].as_str().unwrap().to_owned(),
+        _certs: certs,
+    };
+    let started = Instant::now();
+    while !http_get(&guard.metrics, "/readyz").starts_with("HTTP/1.1 200") {
+        assert!(started.elapsed() < Duration::from_secs(30), "guard {replica} not ready within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    guard
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return String::new() };
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+/// The verdict on a DELETE of `record`: (allowed, reason).
+async fn delete(guard: &HttpsClient, record: &Value) -> (bool, String) {
+    let (status, body) = guard.post("/validate", serde_json::to_vec(&delete_review(record)).unwrap()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let review: Value = serde_json::from_slice(&body).unwrap();
+    let response = &review["response"];
+    (
+        response["allowed"].as_bool().unwrap(),
+        response["auditAnnotations"]["reason"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
+    if !common::cluster::enabled() {
+        common::cluster::skipped("two_replicas_never_approve_deletions_that_together_orphan_a_release");
+        return;
+    }
+    let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
+    let suffix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
+    let ns = format!("helm-guard-e2e-replicas-{suffix}");
+    let namespaces = Api::<Namespace>::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let checks = std::panic::AssertUnwindSafe(checks(client.clone(), ns.clone()));
+    let outcome = futures::FutureExt::catch_unwind(checks).await;
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn checks(client: Client, ns: String) {
+    // The records exist before the guards start: their first lists hold them.
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let mut base = helm4_secret();
+    base["metadata"]["namespace"] = json!(ns);
+    let mut stored: Vec<[Value; 2]> = Vec::new();
+    for i in 0..RELEASES {
+        let records: Vec<Value> = history(&base, &[(1, "deployed"), (2, "deployed"), (3, "failed")])
+            .iter()
+            .map(|r| as_release(r, &format!("rel-{i}")))
+            .collect();
+        let mut created = Vec::new();
+        for record in records {
+            let secret: Secret = serde_json::from_value(record).unwrap();
+            created.push(
+                serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap(),
+            );
+        }
+        let with_kind = |mut v: Value| {
+            v["kind"] = json!("Secret");
+            v["apiVersion"] = json!("v1");
+            v
+        };
+        stored.push([with_kind(created[0].clone()), with_kind(created[1].clone())]);
+    }
+    // For the cost: a release whose revision 1 may go (D5), as often as asked.
+    let mut bench = Vec::new();
+    for record in history(&base, &[(1, "superseded"), (2, "deployed")]).iter().map(|r| as_release(r, "bench"))
+    {
+        let secret: Secret = serde_json::from_value(record).unwrap();
+        let mut created =
+            serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap();
+        created["kind"] = json!("Secret");
+        created["apiVersion"] = json!("v1");
+        bench.push(created);
+    }
+
+    // Claims (and the sweep) on a short clock, so that the sweep is seen within the test.
+    let ttl = ["--tombstone-ttl", "3s"];
+    let (a, b) = (start("replica-a", &ns, &ttl), start("replica-b", &ns, &ttl));
+    let mut both = 0;
+    for (i, [v1, v2]) in stored.iter().enumerate() {
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let send = |guard: HttpsClient, record: Value| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                let body = serde_json::to_vec(&delete_review(&record)).unwrap();
+                let mut sender = guard.connect().await;
+                barrier.wait().await;
+                let (_, answer) = common::guard::send(&mut sender, "POST", "/validate", body).await;
+                let review: Value = serde_json::from_slice(&answer).unwrap();
+                let response = &review["response"];
+                (
+                    response["allowed"].as_bool().unwrap(),
+                    response["auditAnnotations"]["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+        };
+        let (first, second) = (send(a.https.clone(), v1.clone()), send(b.https.clone(), v2.clone()));
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        assert!(!(first.0 && second.0), "release rel-{i}: both deletions approved: {first:?} {second:?}");
+        assert!(first.0 || second.0, "release rel-{i}: one of them is harmless: {first:?} {second:?}");
+        let refused = if first.0 { &second } else { &first };
+        assert_eq!(refused.1, "last-deployed-revision", "rel-{i}: {refused:?}");
+        both += 1;
+    }
+    assert_eq!(both, RELEASES);
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    let written =
+        leases.list(&ListParams::default().labels("app.kubernetes.io/managed-by=helm-guard")).await.unwrap();
+    assert_eq!(written.items.len(), RELEASES, "one Lease per release that had an approval agreed");
+    let lease = &written.items[0];
+    assert!(
+        lease.metadata.annotations.as_ref().unwrap()["helm-guard.io/release"]
+            .starts_with(&format!("secret {ns}/rel-"))
+    );
+
+    // What agreeing costs an approved deletion: the same approved DELETE, sequentially, to a
+    // coordinating replica and to one that does not coordinate.
+    let single = start("single", &ns, &["--coordination", "none"]);
+    let fresh = &bench[0];
+    let mut report = String::new();
+    for (name, guard) in [("lease", &a), ("none", &single)] {
+        let mut sender = guard.https.connect().await;
+        let mut took = Vec::new();
+        for _ in 0..200 {
+            let body = serde_json::to_vec(&delete_review(fresh)).unwrap();
+            let started = Instant::now();
+            let (_, answer) = common::guard::send(&mut sender, "POST", "/validate", body).await;
+            took.push(started.elapsed());
+            let review: Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(review["response"]["auditAnnotations"]["reason"], "history-pruning", "{name}");
+        }
+        took.sort();
+        report += &format!(
+            "approved DELETE, coordination {name}: p50 {:?}, p99 {:?}\n",
+            took[took.len() / 2],
+            took[took.len() * 99 / 100]
+        );
+    }
+    let refusal = delete(&a.https, &bench[1]).await;
+    assert_eq!(refusal, (false, "latest-deployed-revision".to_owned()));
+    eprintln!("{report}");
+
+    // Once every claim has expired, the sweep deletes the Leases.
+    let swept = eventually(Duration::from_secs(40), || async {
+        let ours = ListParams::default().labels("app.kubernetes.io/managed-by=helm-guard");
+        leases.list(&ours).await.unwrap().items.is_empty()
+    })
+    .await;
+    assert!(swept, "the expired Leases were swept");
+}
