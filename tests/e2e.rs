@@ -85,6 +85,26 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     let text = refused.to_string();
     assert!(text.contains("latest, deployed revision") && text.contains("cannot re-use a name"), "{text}");
 
+    // The refusal is an Event on the record, where `kubectl describe` looks (core/v1 Events by
+    // involvedObject name and uid); the client's two retries join its series.
+    for _ in 0..2 {
+        assert!(secrets.delete("sh.helm.release.v1.web.v3", &DeleteParams::default()).await.is_err());
+    }
+    let uid = secrets.get("sh.helm.release.v1.web.v3").await.unwrap().metadata.uid.unwrap();
+    let described = ListParams::default()
+        .fields(&format!("involvedObject.name=sh.helm.release.v1.web.v3,involvedObject.uid={uid}"));
+    let core_events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+    let counted = eventually(Duration::from_secs(25), || async {
+        core_events.list(&described).await.unwrap().items.iter().any(|e| {
+            e.reason.as_deref() == Some("LatestDeployedRevision")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message.as_deref().is_some_and(|m| m.starts_with("denied DELETE by "))
+                && e.series.as_ref().is_some_and(|s| s.count == Some(3))
+        })
+    })
+    .await;
+    assert!(counted, "one Event, a series of 3: {:#?}", core_events.list(&described).await.unwrap().items);
+
     // Deleting the oldest is allowed.
     secrets.delete("sh.helm.release.v1.web.v1", &DeleteParams::default()).await.unwrap();
 

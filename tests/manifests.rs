@@ -78,6 +78,23 @@ fn the_cluster_role_is_read_only() {
 }
 
 #[test]
+fn events_are_the_only_thing_written_cluster_wide() {
+    let rbac = documents("rbac.yaml");
+    let roles: Vec<&serde_json::Value> = rbac.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    assert_eq!(roles.len(), 2);
+    let events = roles.iter().find(|r| r["metadata"]["name"] == "helm-guard-events").unwrap();
+    assert_eq!(
+        events["rules"],
+        serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
+    );
+    let binding = rbac
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == "helm-guard-events")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "helm-guard");
+}
+
+#[test]
 fn leases_are_written_only_in_the_guards_own_namespace() {
     let rbac = documents("rbac.yaml");
     let account = rbac.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();

@@ -16,9 +16,7 @@ use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
 use helm_guard::cluster::coordination::{
     Claim, Claimed, Claims, CoordinationError, DeleteCoordinator, now_ms,
 };
-use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
-use helm_guard::policy::PolicyConfig;
-use helm_guard::release::{DecodeLimits, ReleaseKey};
+use helm_guard::release::ReleaseKey;
 use serde_json::Value;
 
 /// A Lease in memory: claims and a version; a write against an old version conflicts.
@@ -102,21 +100,9 @@ impl DeleteCoordinator for Replica {
 
 /// A replica's admission: its own index of `records`, the shared Leases (or none).
 fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_temp(&dir, "snapshot.json", &list(records.to_vec()));
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
-    snapshot::load(&index, &path, DecodeLimits::default()).unwrap();
-    index.set_ready(true);
     Admission {
-        index,
-        config: PolicyConfig::default(),
-        limits: DecodeLimits::default(),
-        fetcher: None,
-        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
-        deadline_exceeded: Default::default(),
-        memo: Default::default(),
         coordinator: coordinator.map(|c| Arc::new(c) as Arc<dyn DeleteCoordinator>),
-        coordination_refused: Default::default(),
+        ..common::guard::snapshot_admission(records)
     }
 }
 

@@ -311,6 +311,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
         memo: Default::default(),
         coordinator: None,
         coordination_refused: Default::default(),
+        events: None,
     };
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, request, helm_guard::admission::Io::Allowed).unwrap();

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use crate::cluster::events::Notice;
 use crate::policy::{Decision, Mode, Reason, echoed};
 use crate::release::Status;
 use kube::core::DynamicObject;
@@ -18,6 +19,9 @@ pub struct LedgerEntry {
     pub requester: String,
     pub namespace: String,
     pub object: String,
+    /// The object's kind (`Secret`, `ConfigMap`, `Pod`) and uid, for the Event about it.
+    pub kind: String,
+    pub object_uid: Option<String>,
     pub dry_run: bool,
     /// `namespace/name` of the release, when the object belongs to one.
     pub release: Option<String>,
@@ -47,6 +51,13 @@ impl LedgerEntry {
             requester: echoed(request.user_info.username.as_deref().unwrap_or_default()).into_owned(),
             namespace: echoed(request.namespace.as_deref().unwrap_or_default()).into_owned(),
             object: echoed(&request.name).into_owned(),
+            kind: echoed(&request.kind.kind).into_owned(),
+            object_uid: request
+                .old_object
+                .as_ref()
+                .or(request.object.as_ref())
+                .and_then(|o| o.metadata.uid.as_deref())
+                .map(|uid| echoed(uid).into_owned()),
             dry_run: request.dry_run,
             release: None,
             revision: None,
@@ -89,6 +100,43 @@ impl LedgerEntry {
         annotations
     }
 
+    /// The Event this decision calls for: a DELETE or UPDATE of a record (not a dry run) that was
+    /// refused, or let through with a warning or as a would-be refusal.
+    pub fn notice(&self) -> Option<Notice> {
+        let refused_or_warned = self.decision != Decision::Allowed.as_str() || self.message.is_some();
+        let action = match self.operation.as_str() {
+            "DELETE" => "Delete",
+            "UPDATE" => "Update",
+            _ => return None,
+        };
+        if self.webhook != super::Webhook::Validate.as_str()
+            || self.dry_run
+            || !refused_or_warned
+            || self.reason == Reason::NotAReleaseRecord
+        {
+            return None;
+        }
+        let message = self.message.as_deref().unwrap_or_default();
+        let message = message.strip_prefix("helm-guard: ").unwrap_or(message);
+        let first_sentence =
+            message.split_once(". ").map_or(message, |(first, _)| first).trim_end_matches('.');
+        Some(Notice {
+            namespace: self.namespace.clone(),
+            kind: self.kind.clone(),
+            name: self.object.clone(),
+            uid: self.object_uid.clone(),
+            action: action.to_owned(),
+            reason: camel_case(self.reason.as_str()),
+            note: format!(
+                "{} {} by {} ({}): {first_sentence}",
+                self.decision,
+                self.operation,
+                self.requester,
+                self.reason.as_str()
+            ),
+        })
+    }
+
     /// Writes the ledger line.
     pub fn emit(&self) {
         macro_rules! ledger_event {
@@ -124,5 +172,27 @@ impl LedgerEntry {
         } else {
             ledger_event!(tracing::Level::WARN);
         }
+    }
+}
+
+/// `last-deployed-revision` as Events spell reasons: `LastDeployedRevision`.
+fn camel_case(code: &str) -> String {
+    code.split('-')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars
+                .next()
+                .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reasons_read_as_event_reasons() {
+        assert_eq!(super::camel_case("last-deployed-revision"), "LastDeployedRevision");
+        assert_eq!(super::camel_case("exempt"), "Exempt");
     }
 }

@@ -55,6 +55,8 @@ pub struct Admission {
     pub coordinator: Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
     /// Deletions refused because they could not be agreed with the other replicas in time.
     pub coordination_refused: prometheus_client::metrics::counter::Counter,
+    /// Live source: Events about refusals and warnings go here (never waited for).
+    pub events: Option<crate::cluster::events::EventQueue>,
 }
 
 /// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.
@@ -94,6 +96,11 @@ impl Admission {
             Webhook::Mutate => mutating::mutate(self, &request, io)?,
         };
         reviewed.entry.emit();
+        if let Some(events) = &self.events
+            && let Some(notice) = reviewed.entry.notice()
+        {
+            events.offer(notice);
+        }
         Ok(reviewed)
     }
 

@@ -11,6 +11,7 @@ use clap::ValueEnum;
 
 use super::{DecodeArgs, EXIT_OK};
 use crate::admission::Admission;
+use crate::cluster::events::{self, EventQueue};
 use crate::cluster::live::{self, ClusterArgs};
 use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, coordination, snapshot};
 use crate::policy::{Mode, PolicyConfig};
@@ -79,6 +80,10 @@ pub struct ServeArgs {
     /// This replica's name in the Leases (default: $HOSTNAME, the pod name).
     #[arg(long, env = "HELM_GUARD_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// Write a Kubernetes Event on each record whose DELETE or UPDATE was refused or warned
+    /// (not for dry runs); `--emit-events=false` turns them off.
+    #[arg(long, env = "HELM_GUARD_EMIT_EVENTS", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub emit_events: bool,
     /// How long an approved deletion stays hidden from verdicts while the watch has not confirmed it.
     #[arg(long, env = "HELM_GUARD_TOMBSTONE_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub tombstone_ttl: Duration,
@@ -170,8 +175,8 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tls.client_ca = args.client_ca_file.clone();
     tls.client_names = args.client_cn.clone();
     let metrics = Metrics::new();
-    let (index, fetcher, coordinator) = match &args.snapshot {
-        Some(path) => (load_snapshot(path, args)?, None, None),
+    let (index, fetcher, coordinator, events) = match &args.snapshot {
+        Some(path) => (load_snapshot(path, args)?, None, None, None),
         None => watch_cluster(args, &metrics).await?,
     };
     let admission = Admission {
@@ -189,6 +194,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         memo: Default::default(),
         coordinator,
         coordination_refused: metrics.delete_coordination_refused.clone(),
+        events,
     };
     let state = Arc::new(
         AppState::new(
@@ -230,8 +236,15 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
     Ok(index)
 }
 
-type LiveSource =
-    (Arc<ReleaseIndex>, Option<Arc<dyn PayloadFetcher>>, Option<Arc<dyn crate::cluster::DeleteCoordinator>>);
+type LiveSource = (
+    Arc<ReleaseIndex>,
+    Option<Arc<dyn PayloadFetcher>>,
+    Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
+    Option<EventQueue>,
+);
+
+/// Notices waiting to become Events; more are dropped (and counted) rather than waited for.
+const EVENT_QUEUE: usize = 256;
 
 /// Connects to the cluster and starts the watchers (ready once their initial lists are done),
 /// and the deletion Leases' coordinator and sweep.
@@ -239,16 +252,26 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
     let client = live::connect(&args.cluster).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
+    let identity = args
+        .replica_id
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
+    let events = args.emit_events.then(|| {
+        let (queue, notices) = EventQueue::new(EVENT_QUEUE, metrics.events_dropped("queue-full"));
+        tokio::spawn(events::write_events(
+            client.clone(),
+            notices,
+            identity.clone(),
+            metrics.events_dropped("api-error"),
+        ));
+        queue
+    });
     let coordinator = match args.coordination {
         Coordination::None => None,
         Coordination::Lease => {
             let namespace =
                 args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
-            let identity = args
-                .replica_id
-                .clone()
-                .or_else(|| std::env::var("HOSTNAME").ok())
-                .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
             tracing::info!(%namespace, %identity, "deletions agreed through Leases");
             let leases = kube::Api::namespaced(client.clone(), &namespace);
             // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
@@ -266,7 +289,7 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
     };
     let (index, fetcher) =
         live::watch(client, args.tombstone_ttl, args.decode.limits(), metrics.watch_restarts.clone());
-    Ok((index, Some(fetcher), coordinator))
+    Ok((index, Some(fetcher), coordinator, events))
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

@@ -3,6 +3,7 @@
 //! [`feed`], which turns watcher events into index updates).
 
 pub mod coordination;
+pub mod events;
 pub mod feed;
 pub mod index;
 pub mod live;

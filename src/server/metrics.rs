@@ -38,6 +38,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
     pub state: &'static str,
 }
@@ -58,6 +63,7 @@ pub struct Metrics {
     pub watch_restarts: Counter,
     pub decision_deadline_exceeded: Counter,
     pub delete_coordination_refused: Counter,
+    events_dropped: Family<CauseLabels, Counter>,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
     pub tls_certificate_expiry: Gauge,
@@ -104,6 +110,12 @@ impl Metrics {
             "Deletions refused because their approval could not be agreed with the other replicas in time",
             delete_coordination_refused.clone(),
         );
+        let events_dropped = Family::default();
+        registry.register(
+            "events_dropped",
+            "Events about refusals not written: the queue was full, or the API did not take them",
+            events_dropped.clone(),
+        );
         let seconds_since_sync = Gauge::default();
         registry.register(
             "seconds_since_last_sync",
@@ -136,6 +148,7 @@ impl Metrics {
             watch_restarts,
             decision_deadline_exceeded,
             delete_coordination_refused,
+            events_dropped,
             seconds_since_sync,
             tls_certificate_expiry,
         })
@@ -148,6 +161,12 @@ impl Metrics {
 
     pub fn rejected(&self, webhook: &'static str, error: &'static str) {
         self.rejected.get_or_create(&RejectedLabels { webhook, error }).inc();
+    }
+
+    /// Counts Events dropped because the queue was full (`queue-full`) or the API refused or
+    /// timed out (`api-error`).
+    pub fn events_dropped(&self, cause: &'static str) -> Counter {
+        self.events_dropped.get_or_create(&CauseLabels { cause }).clone()
     }
 
     pub fn tls_reload(&self, ok: bool) {

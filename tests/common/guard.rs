@@ -93,6 +93,7 @@ impl Guard {
             memo: Default::default(),
             coordinator: None,
             coordination_refused: Default::default(),
+            events: None,
         };
         let state = Arc::new(
             AppState::new(
@@ -166,6 +167,29 @@ pub fn settings(listen: SocketAddr, certs: &std::path::Path) -> ServerSettings {
     }
 }
 
+/// The admission of a guard serving `records` as a snapshot, with the default policy and
+/// nothing live (no fetcher, coordinator or Events).
+pub fn snapshot_admission(records: &[serde_json::Value]) -> Admission {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snapshot.json");
+    std::fs::write(&path, serde_json::to_vec(&super::list(records.to_vec())).unwrap()).unwrap();
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+    snapshot::load(&index, &path, DecodeLimits::default()).unwrap();
+    index.set_ready(true);
+    Admission {
+        index,
+        config: PolicyConfig::default(),
+        limits: DecodeLimits::default(),
+        fetcher: None,
+        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
+        deadline_exceeded: Default::default(),
+        memo: Default::default(),
+        coordinator: None,
+        coordination_refused: Default::default(),
+        events: None,
+    }
+}
+
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
 /// `names` written into `certs`, agreeing deletions through Leases in `lease_namespace` when
 /// given. Returns the server, its index and the CA to trust.
@@ -189,6 +213,14 @@ pub async fn start_live(
         };
         Arc::new(coordinator) as Arc<dyn helm_guard::cluster::DeleteCoordinator>
     });
+    let (events, notices) =
+        helm_guard::cluster::events::EventQueue::new(64, metrics.events_dropped("queue-full"));
+    tokio::spawn(helm_guard::cluster::events::write_events(
+        client.clone(),
+        notices,
+        "e2e".to_owned(),
+        metrics.events_dropped("api-error"),
+    ));
     let (index, fetcher) = helm_guard::cluster::live::watch(
         client,
         tombstone_ttl,
@@ -205,6 +237,7 @@ pub async fn start_live(
         memo: Default::default(),
         coordinator,
         coordination_refused: metrics.delete_coordination_refused.clone(),
+        events: Some(events),
     };
     let running = server::start(
         settings(listen, certs),

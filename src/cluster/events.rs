@@ -1,0 +1,298 @@
+//! Kubernetes Events (events.k8s.io/v1) on records whose DELETE or UPDATE was refused or warned,
+//! so that `kubectl describe secret sh.helm.release.v1.web.v3` and `kubectl get events` show
+//! them beside the object.
+//!
+//! A verdict never waits for an Event: it offers a [`Notice`] to a bounded queue and goes on; a
+//! full queue drops the notice and counts it. One task writes the Events, each call bounded in
+//! time. Repeats on one object (a client retrying) become one Event series, written at most once
+//! per [`WRITE_INTERVAL`], not one Event each.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+
+/// What an Event says about one decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub namespace: String,
+    /// `Secret` or `ConfigMap`.
+    pub kind: String,
+    pub name: String,
+    /// The object's uid: `kubectl describe` selects Events by it.
+    pub uid: Option<String>,
+    /// `Delete` or `Update`.
+    pub action: String,
+    /// The reason code in the Events' CamelCase (`LastDeployedRevision`).
+    pub reason: String,
+    /// Who, the decision and the message's first sentence.
+    pub note: String,
+}
+
+/// The verdicts' end of the queue. Cloning shares the queue.
+#[derive(Debug, Clone)]
+pub struct EventQueue {
+    sender: mpsc::Sender<Notice>,
+    dropped: Counter,
+}
+
+impl EventQueue {
+    /// A queue of `capacity` notices; `dropped` counts those offered to a full queue.
+    pub fn new(capacity: usize, dropped: Counter) -> (EventQueue, mpsc::Receiver<Notice>) {
+        let (sender, receiver) = mpsc::channel(capacity.max(1));
+        (EventQueue { sender, dropped }, receiver)
+    }
+
+    /// Never waits: a full (or closed) queue drops the notice.
+    pub fn offer(&self, notice: Notice) {
+        if self.sender.try_send(notice).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
+
+/// One object's Events are written at most this often; repeats in between add to the count.
+pub const WRITE_INTERVAL: Duration = Duration::from_secs(10);
+/// A series older than this ends; the next repeat starts a new Event (as the API server's own
+/// event recorder does, so an old Event's TTL does not hide a new one).
+pub const SERIES_LIFETIME: Duration = Duration::from_secs(30 * 60);
+/// Series remembered at once; the oldest is forgotten first.
+pub const MAX_SERIES: usize = 4096;
+
+/// Series are keyed by object and reason: a different refusal of one object is another Event.
+type SeriesKey = (String, String, String, String);
+
+#[derive(Debug, Clone)]
+struct Series {
+    event: String,
+    started: Instant,
+    written: Instant,
+    /// Occurrences, and how many of them the API server has.
+    count: i32,
+    written_count: i32,
+}
+
+/// What to write for a notice or at a tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// A new Event with this name.
+    Create { event: String },
+    /// The series of an existing Event reached this count.
+    Count { namespace: String, event: String, count: i32 },
+}
+
+/// The series of every object that recently had an Event: pure bookkeeping, no I/O.
+#[derive(Debug, Default)]
+pub struct SeriesBook {
+    series: HashMap<SeriesKey, Series>,
+}
+
+impl SeriesBook {
+    /// Records an occurrence; what to write now, if anything.
+    pub fn note(&mut self, notice: &Notice, now: Instant, stamp: u128) -> Option<Write> {
+        let key = (notice.namespace.clone(), notice.kind.clone(), notice.name.clone(), notice.reason.clone());
+        match self.series.get_mut(&key) {
+            Some(series) if now.duration_since(series.started) < SERIES_LIFETIME => {
+                series.count = series.count.saturating_add(1);
+                if now.duration_since(series.written) < WRITE_INTERVAL {
+                    return None;
+                }
+                series.written = now;
+                series.written_count = series.count;
+                Some(Write::Count {
+                    namespace: notice.namespace.clone(),
+                    event: series.event.clone(),
+                    count: series.count,
+                })
+            }
+            _ => {
+                if self.series.len() >= MAX_SERIES && !self.series.contains_key(&key) {
+                    let oldest = self.series.iter().min_by_key(|(_, s)| s.written).map(|(k, _)| k.clone());
+                    if let Some(oldest) = oldest {
+                        self.series.remove(&oldest);
+                    }
+                }
+                // As the API server's recorder names Events: the object, then a unique suffix.
+                let object: String = notice.name.chars().take(200).collect();
+                let event = format!("{object}.{stamp:x}");
+                let series =
+                    Series { event: event.clone(), started: now, written: now, count: 1, written_count: 1 };
+                self.series.insert(key, series);
+                Some(Write::Create { event })
+            }
+        }
+    }
+
+    /// Counts not yet written whose interval has passed; forgets ended series.
+    pub fn due(&mut self, now: Instant) -> Vec<Write> {
+        self.series.retain(|_, s| now.duration_since(s.started) < SERIES_LIFETIME);
+        let mut writes = Vec::new();
+        for ((namespace, ..), series) in self.series.iter_mut() {
+            if series.count > series.written_count && now.duration_since(series.written) >= WRITE_INTERVAL {
+                series.written = now;
+                series.written_count = series.count;
+                writes.push(Write::Count {
+                    namespace: namespace.clone(),
+                    event: series.event.clone(),
+                    count: series.count,
+                });
+            }
+        }
+        writes
+    }
+}
+
+/// Writes Events until the queue closes. `failed` counts Events the API did not take.
+pub async fn write_events(
+    client: kube::Client,
+    mut notices: mpsc::Receiver<Notice>,
+    instance: String,
+    failed: Counter,
+) {
+    const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+    let mut book = SeriesBook::default();
+    let mut ticker = tokio::time::interval(WRITE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let (writes, notice) = tokio::select! {
+            notice = notices.recv() => {
+                let Some(notice) = notice else { return };
+                let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+                (book.note(&notice, Instant::now(), stamp).into_iter().collect::<Vec<_>>(), Some(notice))
+            }
+            _ = ticker.tick() => (book.due(Instant::now()), None),
+        };
+        for write in writes {
+            let call = async {
+                match &write {
+                    Write::Create { event } => {
+                        let Some(notice) = &notice else { return Ok(()) };
+                        let api = Api::<Event>::namespaced(client.clone(), &notice.namespace);
+                        api.create(&PostParams::default(), &new_event(notice, event, &instance))
+                            .await
+                            .map(drop)
+                    }
+                    Write::Count { namespace, event, count } => {
+                        let api = Api::<Event>::namespaced(client.clone(), namespace);
+                        let series = serde_json::json!({"series": {
+                            "count": count,
+                            "lastObservedTime": MicroTime(jiff::Timestamp::now()),
+                        }});
+                        api.patch(event, &PatchParams::default(), &Patch::Merge(&series)).await.map(drop)
+                    }
+                }
+            };
+            match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    failed.inc();
+                    tracing::warn!(%error, "could not write an Event");
+                }
+                Err(_) => {
+                    failed.inc();
+                    tracing::warn!("writing an Event timed out");
+                }
+            }
+        }
+    }
+}
+
+fn new_event(notice: &Notice, name: &str, instance: &str) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(notice.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(jiff::Timestamp::now())),
+        action: Some(notice.action.clone()),
+        reason: Some(notice.reason.clone()),
+        note: Some(notice.note.chars().take(1000).collect()),
+        type_: Some("Warning".to_owned()),
+        reporting_controller: Some("helm-guard.io/helm-guard".to_owned()),
+        reporting_instance: Some(instance.chars().take(128).collect()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some(notice.kind.clone()),
+            namespace: Some(notice.namespace.clone()),
+            name: Some(notice.name.clone()),
+            uid: notice.uid.clone(),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice(name: &str, reason: &str) -> Notice {
+        Notice {
+            namespace: "demo".into(),
+            kind: "Secret".into(),
+            name: name.into(),
+            uid: None,
+            action: "Delete".into(),
+            reason: reason.into(),
+            note: "denied".into(),
+        }
+    }
+
+    #[test]
+    fn retries_become_one_series_written_at_most_once_per_interval() {
+        let mut book = SeriesBook::default();
+        let t0 = Instant::now();
+        let first = book.note(&notice("v3", "LastDeployedRevision"), t0, 0x10);
+        assert_eq!(first, Some(Write::Create { event: "v3.10".into() }));
+        for i in 1..=5 {
+            assert_eq!(
+                book.note(&notice("v3", "LastDeployedRevision"), t0 + Duration::from_secs(i), 0x11),
+                None
+            );
+        }
+        assert_eq!(book.due(t0 + Duration::from_secs(5)), vec![], "not before the interval");
+        let due = book.due(t0 + WRITE_INTERVAL);
+        assert_eq!(due, vec![Write::Count { namespace: "demo".into(), event: "v3.10".into(), count: 6 }]);
+        assert_eq!(book.due(t0 + WRITE_INTERVAL * 3), vec![], "nothing new, nothing written");
+        let later = book.note(&notice("v3", "LastDeployedRevision"), t0 + WRITE_INTERVAL * 3, 0x12);
+        assert_eq!(later, Some(Write::Count { namespace: "demo".into(), event: "v3.10".into(), count: 7 }));
+    }
+
+    #[test]
+    fn another_object_or_reason_is_another_event_and_old_series_end() {
+        let mut book = SeriesBook::default();
+        let t0 = Instant::now();
+        assert!(matches!(book.note(&notice("v3", "A"), t0, 1), Some(Write::Create { .. })));
+        assert!(matches!(book.note(&notice("v2", "A"), t0, 2), Some(Write::Create { .. })));
+        assert!(matches!(book.note(&notice("v3", "B"), t0, 3), Some(Write::Create { .. })));
+        let after = t0 + SERIES_LIFETIME;
+        assert_eq!(book.note(&notice("v3", "A"), after, 4), Some(Write::Create { event: "v3.4".into() }));
+    }
+
+    #[test]
+    fn the_book_is_bounded() {
+        let mut book = SeriesBook::default();
+        let t0 = Instant::now();
+        for i in 0..MAX_SERIES + 10 {
+            book.note(&notice(&format!("r{i}"), "A"), t0 + Duration::from_millis(i as u64), i as u128);
+        }
+        assert_eq!(book.series.len(), MAX_SERIES);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let dropped = Counter::default();
+        let (queue, _receiver) = EventQueue::new(1, dropped.clone());
+        queue.offer(notice("a", "A"));
+        queue.offer(notice("b", "A"));
+        queue.offer(notice("c", "A"));
+        assert_eq!(dropped.get(), 2);
+    }
+}
