@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use crate::cluster::ReleaseIndex;
 use crate::release::ReleaseState;
+use crate::release::history::Anomaly;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
@@ -38,6 +39,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnomalyLabels {
+    pub anomaly: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabels {
     pub cause: &'static str,
 }
@@ -59,6 +65,8 @@ pub struct Metrics {
     rejected: Family<RejectedLabels, Counter>,
     tls_reloads: Family<ResultLabels, Counter>,
     releases: Family<StateLabels, Gauge>,
+    releases_stuck: Gauge,
+    anomalies: Family<AnomalyLabels, Gauge>,
     revisions: Gauge,
     pub watch_restarts: Counter,
     pub decision_deadline_exceeded: Counter,
@@ -94,6 +102,18 @@ impl Metrics {
         registry.register("tls_reloads", "Certificate reloads by result", tls_reloads.clone());
         let releases = Family::default();
         registry.register("releases", "Releases in the index by state", releases.clone());
+        let releases_stuck = Gauge::default();
+        registry.register(
+            "releases_stuck",
+            "Releases whose pending revision has not changed for longer than --stuck-after",
+            releases_stuck.clone(),
+        );
+        let anomalies = Family::default();
+        registry.register(
+            "release_anomalies",
+            "Releases with an anomaly (multiple-deployed, status-label-mismatch, undecodable-record)",
+            anomalies.clone(),
+        );
         let revisions = Gauge::default();
         registry.register("revisions_indexed", "Release revisions held in the index", revisions.clone());
         let watch_restarts = Counter::default();
@@ -137,6 +157,13 @@ impl Metrics {
             "When the serving certificate expires, in Unix seconds (alert on it minus time())",
             tls_certificate_expiry.clone(),
         );
+        // Known label values start at zero, so that rate() and increase() see the first event.
+        for result in ["success", "error"] {
+            drop(tls_reloads.get_or_create(&ResultLabels { result }));
+        }
+        for cause in ["queue-full", "api-error"] {
+            drop(events_dropped.get_or_create(&CauseLabels { cause }));
+        }
         Arc::new(Metrics {
             registry,
             decisions,
@@ -144,6 +171,8 @@ impl Metrics {
             rejected,
             tls_reloads,
             releases,
+            releases_stuck,
+            anomalies,
             revisions,
             watch_restarts,
             decision_deadline_exceeded,
@@ -180,6 +209,11 @@ impl Metrics {
         for state in ReleaseState::ALL {
             let count = classified.iter().filter(|(_, c)| c.state == state).count();
             self.releases.get_or_create(&StateLabels { state: state.as_str() }).set(count as i64);
+        }
+        self.releases_stuck.set(classified.iter().filter(|(_, c)| c.stuck).count() as i64);
+        for anomaly in [Anomaly::MultipleDeployed, Anomaly::StatusLabelMismatch, Anomaly::UndecodableRecord] {
+            let count = classified.iter().filter(|(_, c)| c.anomalies.contains(&anomaly)).count();
+            self.anomalies.get_or_create(&AnomalyLabels { anomaly: anomaly.as_str() }).set(count as i64);
         }
         self.revisions.set(index.revision_count() as i64);
         self.seconds_since_sync.set(seconds_since_sync);

@@ -1,0 +1,130 @@
+//! manifests/monitoring/ against the guard's real `/metrics`: every metric an alert or a
+//! dashboard panel names is one the guard exports, every expression parses as PromQL, and the
+//! rule file is a PrometheusRule.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::guard::{Guard, Options};
+use common::*;
+use promql_parser::parser::{Expr, parse};
+use promql_parser::util::{ExprVisitor, walk_expr};
+use serde_json::Value;
+
+fn manifest(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/manifests/monitoring/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// The metric names an expression selects.
+fn selected(expr: &str) -> BTreeSet<String> {
+    struct Names(BTreeSet<String>);
+    impl ExprVisitor for Names {
+        type Error = ();
+        fn pre_visit(&mut self, expr: &Expr) -> Result<bool, ()> {
+            let selector = match expr {
+                Expr::VectorSelector(vs) => Some(vs),
+                Expr::MatrixSelector(ms) => Some(&ms.vs),
+                _ => None,
+            };
+            if let Some(name) = selector.and_then(|vs| vs.name.clone()) {
+                self.0.insert(name);
+            }
+            Ok(true)
+        }
+    }
+    let parsed = parse(expr).unwrap_or_else(|e| panic!("not PromQL: {expr}: {e}"));
+    let mut names = Names(BTreeSet::new());
+    walk_expr(&mut names, &parsed).unwrap();
+    names.0
+}
+
+/// The sample names of the guard's `/metrics` after it has decided, refused and rejected.
+async fn exported() -> BTreeSet<String> {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let guard = Guard::start(Options { snapshot: records.clone(), ..Options::default() }).await;
+    guard.validate(&delete_review(&records[0])).await;
+    guard.validate(&delete_review(&records[1])).await;
+    let (status, _) = guard.client.post("/validate", b"not json".to_vec()).await;
+    assert_eq!(status, 400);
+    let (status, text) = guard.metrics_get("/metrics").await;
+    assert_eq!(status, 200);
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| line.split(['{', ' ']).next().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_prometheus_rule_parses_and_names_only_exported_metrics() {
+    let rule: Value = serde_saphyr::from_str(&manifest("prometheusrule.yaml")).unwrap();
+    assert_eq!(
+        (rule["apiVersion"].as_str(), rule["kind"].as_str()),
+        (Some("monitoring.coreos.com/v1"), Some("PrometheusRule"))
+    );
+    let exported = exported().await;
+    let mut alerts = BTreeSet::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        assert!(group["name"].is_string());
+        for rule in group["rules"].as_array().unwrap() {
+            let alert = rule["alert"].as_str().expect("every rule is an alert");
+            assert!(alerts.insert(alert.to_owned()), "{alert} twice");
+            assert!(
+                ["critical", "warning", "info"].contains(&rule["labels"]["severity"].as_str().unwrap()),
+                "{alert}"
+            );
+            assert!(
+                rule["annotations"]["summary"].is_string() && rule["annotations"]["description"].is_string(),
+                "{alert}"
+            );
+            if let Some(duration) = rule.get("for") {
+                humantime::parse_duration(duration.as_str().unwrap())
+                    .unwrap_or_else(|e| panic!("{alert}: {e}"));
+            }
+            for name in selected(rule["expr"].as_str().unwrap()) {
+                assert!(
+                    exported.contains(&name),
+                    "{alert} names {name}, which the guard does not export: {exported:?}"
+                );
+            }
+        }
+    }
+    // What the issue asks alerts on.
+    for needed in [
+        "orphaned-superseded",
+        "helm_guard_releases_stuck",
+        "multiple-deployed",
+        "undecodable-record",
+        "decision=\"denied\"",
+        "helm_guard_seconds_since_last_sync",
+        "helm_guard_tls_reloads_total{result=\"error\"}",
+        "helm_guard_decision_deadline_exceeded_total",
+    ] {
+        assert!(manifest("prometheusrule.yaml").contains(needed), "no alert on {needed}");
+    }
+}
+
+#[tokio::test]
+async fn every_dashboard_panel_queries_exported_metrics() {
+    let dashboard: Value = serde_json::from_str(&manifest("grafana-dashboard.json")).unwrap();
+    let exported = exported().await;
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10);
+    let mut seen = BTreeSet::new();
+    for panel in panels {
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{}", panel["title"]);
+        for target in targets {
+            for name in selected(target["expr"].as_str().unwrap()) {
+                assert!(exported.contains(&name), "panel {} names {name}, not exported", panel["title"]);
+                seen.insert(name);
+            }
+        }
+    }
+    // Every metric the guard exports is on the dashboard.
+    let missing: Vec<&String> = exported
+        .iter()
+        .filter(|name| !name.ends_with("_sum") && !name.ends_with("_count") && !seen.contains(*name))
+        .collect();
+    assert!(missing.is_empty(), "not on the dashboard: {missing:?}");
+}
