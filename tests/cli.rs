@@ -639,3 +639,47 @@ fn readme_lists_every_serve_flag_with_its_environment_variable() {
         }
     }
 }
+
+#[test]
+fn scan_repair_plan_gives_a_command_for_each_release_it_can_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stuck = history(&helm4_secret(), &[(1, "deployed"), (2, "pending-upgrade")]);
+    for record in &mut stuck {
+        record["metadata"]["labels"]["modifiedAt"] = json!("1764000000");
+    }
+    let mut items = stuck;
+    items.extend(
+        fixture("snapshot/cluster-snapshot.json")["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["metadata"]["namespace"] == "orphan")
+            .cloned(),
+    );
+    let dump = write_temp(&dir, "dump.json", &list(items));
+    let output = helm_guard(&["scan", "--from-file", dump.to_str().unwrap(), "--repair-plan", "--now", NOW]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.lines()
+            .any(|l| l == "helm-guard repair web -n demo --apply   # revision 2 pending-upgrade -> failed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# orphan/app: orphaned-superseded\n#   the latest deployed revision was deleted"),
+        "{text}"
+    );
+    let json = helm_guard(&[
+        "scan",
+        "--from-file",
+        dump.to_str().unwrap(),
+        "--repair-plan",
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    let plans: Vec<Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans.iter().find(|p| p["release"] == "web").unwrap()["steps"][0]["to"], "failed");
+}

@@ -49,6 +49,50 @@ async fn real_helm_flows_and_crafted_records() {
 
 use futures::FutureExt;
 
+/// helm-guard's Helm plugin, installed for one Helm binary in its own plugin directory.
+struct Plugin {
+    helm: String,
+    plugins: std::path::PathBuf,
+}
+
+impl Plugin {
+    fn install(helm_bin: &str, plugins: &std::path::Path) -> Plugin {
+        std::fs::create_dir_all(plugins).unwrap();
+        let plugin = Plugin { helm: helm_bin.to_owned(), plugins: plugins.to_owned() };
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/plugin");
+        let output = plugin.command().args(["plugin", "install", source]).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{helm_bin} plugin install: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        plugin
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.helm);
+        // helm-guard on PATH, as a user installs it.
+        let binary_dir = std::path::Path::new(env!("CARGO_BIN_EXE_helm-guard")).parent().unwrap().to_owned();
+        let path = std::env::join_paths(
+            std::iter::once(binary_dir)
+                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+        )
+        .unwrap();
+        // HELM_DATA_HOME, not HELM_PLUGINS: Helm 4.1 installs into the data home whatever
+        // HELM_PLUGINS says.
+        command.env("HELM_DATA_HOME", &self.plugins).env("PATH", path);
+        command
+    }
+
+    /// `helm guard ARGS -n NAMESPACE`: (exit code, stdout and stderr).
+    fn run(&self, args: &[&str], namespace: &str) -> (Option<i32>, String) {
+        let output = self.command().arg("guard").args(args).args(["-n", namespace]).output().unwrap();
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.code(), text)
+    }
+}
+
 struct Run {
     client: Client,
     ns: String,
@@ -129,6 +173,65 @@ impl Run {
         assert_eq!(missing.status.code(), Some(2));
         let err = String::from_utf8_lossy(&missing.stderr);
         assert!(err.contains(&format!("release nosuch in namespace {}: not found", self.ns)), "{err}");
+    }
+
+    /// Kills a `helm upgrade` while it waits, leaving its revision pending-upgrade; then
+    /// `helm guard repair` (through the plugin) refuses while the revision is young, plans,
+    /// applies through the guard's webhook, and the next `helm upgrade` succeeds.
+    fn stuck_upgrade_is_repaired(&self, plugin: &Plugin, release: &str) {
+        let bin = plugin.helm.as_str();
+        self.helm_ok(bin, &["install", release, &self.chart]);
+        let mut upgrade = Command::new(bin)
+            .args(["upgrade", release, &self.chart, "--wait", "--timeout", "5m", "-n", &self.ns])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while self.helm_history(bin, release).last().map(|(_, s)| s.as_str()) != Some("pending-upgrade") {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{bin} upgrade never wrote its pending revision"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        upgrade.kill().unwrap();
+        upgrade.wait().unwrap();
+        let blocked =
+            helm(bin, &["upgrade", release, &self.chart, "-n", &self.ns]).expect_err("a stuck release");
+        assert!(blocked.contains("another operation (install/upgrade/rollback) is in progress"), "{blocked}");
+
+        let young = plugin.run(&["repair", release], &self.ns);
+        assert_eq!(young.0, Some(1), "refused while Helm may still be running: {}", young.1);
+        assert!(young.1.contains("Helm may still be running"), "{}", young.1);
+        // Pending for longer than 0 s: a second on the records' clock.
+        std::thread::sleep(Duration::from_millis(1100));
+        let planned = plugin.run(&["repair", release, "--stuck-after", "0s"], &self.ns);
+        assert_eq!(planned.0, Some(0), "{}", planned.1);
+        assert!(planned.1.contains("pending-upgrade -> failed (payload and label)"), "{}", planned.1);
+        assert_eq!(
+            self.helm_history(bin, release).last().unwrap().1,
+            "pending-upgrade",
+            "a plan changes nothing"
+        );
+        let applied = plugin.run(&["repair", release, "--stuck-after", "0s", "--apply"], &self.ns);
+        assert_eq!(applied.0, Some(0), "{}", applied.1);
+        assert!(applied.1.contains("Applied 1 edit."), "{}", applied.1);
+        self.agrees(bin, release);
+        assert_eq!(self.helm_history(bin, release).last().unwrap().1, "failed");
+        self.helm_ok(bin, &["upgrade", release, &self.chart]);
+        assert_eq!(self.helm_history(bin, release).last().unwrap().1, "deployed");
+
+        // `helm guard scan` through Helm: the namespace is Helm's, the scan the guard's.
+        let scan = plugin.run(&["scan", "--release", release, "-o", "json"], &self.ns);
+        assert_eq!(scan.0, Some(0), "{}", scan.1);
+        let reports: Vec<Value> = serde_json::from_str(&scan.1).unwrap();
+        assert_eq!(reports.len(), 1, "{}", scan.1);
+        assert_eq!(
+            (reports[0]["namespace"].as_str(), reports[0]["state"].as_str()),
+            (Some(&*self.ns), Some("healthy"))
+        );
+        self.helm_ok(bin, &["uninstall", release]);
     }
 
     /// `helm-guard scan` of one release, as (revision, status), sorted.
@@ -287,6 +390,14 @@ async fn checks(run: Run, url: String, ca_pem: String) {
         run.helm_ok(bin, &["rollback", release, "5"]);
         run.helm_ok(bin, &["uninstall", release]);
         assert!(run.helm_history(bin, release).is_empty());
+    }
+
+    // A release stuck in pending-upgrade by a killed `helm upgrade` is repaired through the
+    // Helm plugin, and the next upgrade runs; with both Helm versions.
+    let plugins = tempfile::tempdir().unwrap();
+    for (bin, release) in [("helm", "stuck4"), ("helm3", "stuck3")] {
+        let plugin = Plugin::install(bin, &plugins.path().join(bin));
+        run.stuck_upgrade_is_repaired(&plugin, release);
     }
 
     // A release with three revisions; the latest, 3, deployed.

@@ -12,6 +12,7 @@ macro_rules! outln {
 mod audit;
 pub mod certs;
 mod inspect;
+mod repair;
 mod scan;
 mod serve;
 
@@ -44,6 +45,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Classify every release in the cluster (or in a dump) and report the ones that need attention.
     Scan(scan::ScanArgs),
+    /// Put a broken release back into a state Helm can work with, by the edits Helm itself makes.
+    Repair(repair::RepairArgs),
     /// Review the guard's decisions in a kube-apiserver audit log.
     Audit(audit::AuditArgs),
     /// Make a CA and a serving certificate for the webhook Service.
@@ -117,6 +120,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(&args),
         Command::Certs(args) => certs::run(&args),
         Command::Audit(args) => audit::run(&args),
+        Command::Repair(args) => repair::run(&args),
         Command::Completion { shell } => completion(shell),
     };
     match code {

@@ -11,7 +11,10 @@ use super::{
 use crate::cluster::live::{ClusterArgs, connect, list_records};
 use crate::release::objects::parse_objects;
 use crate::release::record::describe;
+use crate::release::repair::{RepairPlan, plan};
 use crate::release::scan::{ReleaseReport, collect_records, report};
+use crate::release::{DecodedRecord, ReleaseKey};
+use std::collections::BTreeMap;
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
@@ -32,6 +35,10 @@ pub struct ScanArgs {
     /// Only the releases that need attention.
     #[arg(long)]
     pub broken: bool,
+    /// For each release that needs attention, the `helm-guard repair` command that fixes it
+    /// (and what it would change), or what only an operator can do.
+    #[arg(long)]
+    pub repair_plan: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Output format: a table with a summary line, or a JSON or YAML array (`[]` when nothing
@@ -66,8 +73,12 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let mut releases = report(&records, now_secs(args.now.as_ref()), stuck_after);
-    if args.broken {
+    if args.broken || args.repair_plan {
         releases.retain(|r| r.broken);
+    }
+    if args.repair_plan {
+        print_repair_plans(&records, &releases, now_secs(args.now.as_ref()), stuck_after, args.output)?;
+        return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
     }
     if releases.is_empty() && args.output == Output::Text {
         outln!("No {}releases found in {source}{}.", if args.broken { "broken " } else { "" }, scope(args))?;
@@ -75,6 +86,61 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         print_reports(&releases, args.output)?;
     }
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
+}
+
+/// The repair of each broken release: a command to paste, or why there is none.
+fn print_repair_plans(
+    records: &[DecodedRecord],
+    releases: &[ReleaseReport],
+    now: i64,
+    stuck_after: i64,
+    output: Output,
+) -> anyhow::Result<()> {
+    let mut by_release: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
+    for record in records {
+        by_release.entry(&record.record.id.key).or_default().push(record);
+    }
+    let plans: Vec<RepairPlan> = by_release
+        .iter()
+        .filter(|(key, _)| {
+            releases
+                .iter()
+                .any(|r| r.namespace == key.namespace && r.release == key.release && r.driver == key.driver)
+        })
+        .map(|(key, records)| plan(key, records, now, stuck_after))
+        .collect();
+    if super::print_data(&plans, output)? {
+        return Ok(());
+    }
+    if plans.is_empty() {
+        outln!("No release needs repair.")?;
+    }
+    for plan in &plans {
+        let (release, namespace) = (&plan.release, &plan.namespace);
+        outln!("# {namespace}/{release}: {}", plan.state)?;
+        if let Some(why) = &plan.refused {
+            outln!("#   not now: {why}")?;
+        }
+        if !plan.steps.is_empty() && plan.refused.is_none() {
+            let changes: Vec<String> = plan
+                .steps
+                .iter()
+                .map(|s| format!("revision {} {} -> {}", s.revision, s.from, s.to))
+                .collect();
+            outln!("helm-guard repair {release} -n {namespace} --apply   # {}", changes.join(", "))?;
+        }
+        for advice in &plan.advice {
+            outln!("#   {advice}")?;
+        }
+        if plan.steps.is_empty() && plan.refused.is_none() && plan.advice.is_empty() {
+            let hint = releases
+                .iter()
+                .find(|r| &r.release == release && &r.namespace == namespace)
+                .map(|r| r.hint.as_str());
+            outln!("#   nothing for repair to change: {}", hint.unwrap_or("see `helm history`"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The filters in words, for the line that says nothing matched.

@@ -288,10 +288,12 @@ pub async fn list_records(
     Ok(objects)
 }
 
-/// Items of a typed list carry no `kind`; put it back so records are recognised as in a dump.
+/// Items of a typed list carry no `kind` or `apiVersion`; put them back so records are
+/// recognised (and can be written back) as in a dump.
 fn with_kind(mut object: serde_json::Value, kind: &str) -> serde_json::Value {
     if let Some(map) = object.as_object_mut() {
         map.insert("kind".to_owned(), serde_json::Value::String(kind.to_owned()));
+        map.insert("apiVersion".to_owned(), serde_json::Value::String("v1".to_owned()));
     }
     object
 }

@@ -8,6 +8,7 @@ pub mod memo;
 pub mod objects;
 pub mod payload;
 pub mod record;
+pub mod repair;
 pub mod status;
 pub mod summary;
 

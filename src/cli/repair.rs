@@ -1,0 +1,194 @@
+//! `helm-guard repair`: put a broken release back into a state Helm can work with, using only
+//! edits Helm itself makes. Prints the plan; changes nothing without `--apply`. Runs as the user
+//! (their kubeconfig), not as the guard: the guard checks these edits like anyone's.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data};
+use crate::cluster::live::{ClusterArgs, connect, list_records};
+use crate::release::record::DecodedRecord;
+use crate::release::repair::{RepairPlan, RepairStep, edited_object, plan};
+use crate::release::scan::collect_records;
+use crate::release::{Driver, ReleaseKey};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "What it changes, only as Helm itself does (payload status and status label together):\n  - a pending-install/upgrade/rollback revision older than --stuck-after: marked failed (as `helm set-status`), so the next upgrade or rollback runs;\n  - a status label that disagrees with the payload: the label set from the payload;\n  - several deployed revisions: all but the newest marked superseded, as Helm does on upgrade.\nAn orphaned-superseded release needs its chart: repair prints the `helm upgrade`/`helm rollback` that fixes it and changes nothing.\n\nExit status: 0 planned or repaired, 1 refused (Helm may still be running), 2 bad input or the release not found."
+)]
+pub struct RepairArgs {
+    /// The release to repair.
+    pub release: String,
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Make the edits. Without it the plan is printed and nothing changes.
+    #[arg(long)]
+    pub apply: bool,
+    /// A pending revision unchanged for longer than this is stuck; a younger one is left alone.
+    #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
+    pub stuck_after: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format: the plan for people, or as JSON or YAML.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+#[derive(Serialize)]
+struct Outcome {
+    #[serde(flatten)]
+    plan: RepairPlan,
+    applied: bool,
+}
+
+pub fn run(args: &RepairArgs) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(repair(args))
+}
+
+async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
+    let client = match connect(&args.cluster).await {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
+    let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
+    let objects = list_records(&client, Some(&namespace), Some(&args.release)).await?;
+    let (records, problems) = collect_records(&objects, args.decode.limits());
+    for problem in &problems {
+        eprintln!("warning: {}: {} (Helm skips this record)", problem.object, problem.error);
+    }
+    if records.is_empty() {
+        eprintln!(
+            "error: release {} not found in namespace {namespace} (no Secret or ConfigMap labelled owner=helm,name={})",
+            args.release, args.release
+        );
+        return Ok(EXIT_BAD_INPUT);
+    }
+    let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
+    let now = now_secs(None);
+    let mut by_release: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
+    for record in &records {
+        by_release.entry(&record.record.id.key).or_default().push(record);
+    }
+    let plans: Vec<RepairPlan> =
+        by_release.iter().map(|(key, records)| plan(key, records, now, stuck_after)).collect();
+    let refused = plans.iter().any(|p| p.refused.is_some());
+    let mut applied = false;
+    if args.apply && !refused && plans.iter().any(|p| !p.steps.is_empty()) {
+        let edits = edits(&client, &plans, &records, &objects, args)?;
+        // The API server (and the guard, if installed) judges every edit before any is made.
+        for dry_run in [true, false] {
+            for (api, object) in &edits {
+                let name = object.metadata.name.as_deref().unwrap_or_default();
+                let params = PostParams { dry_run, ..PostParams::default() };
+                api.replace(name, &params, object).await.with_context(|| {
+                    format!(
+                        "{} {name} (nothing {}changed; run again)",
+                        if dry_run { "checking" } else { "updating" },
+                        if dry_run { "" } else { "more " }
+                    )
+                })?;
+            }
+        }
+        applied = true;
+    }
+    let outcomes: Vec<Outcome> =
+        plans.into_iter().map(|plan| Outcome { applied: applied && !plan.steps.is_empty(), plan }).collect();
+    if !print_data(&outcomes, args.output)? {
+        for outcome in &outcomes {
+            print_plan(&outcome.plan)?;
+        }
+        let steps: usize = outcomes.iter().map(|o| o.plan.steps.len()).sum();
+        if refused {
+            outln!("Nothing changed.")?;
+        } else if steps == 0 {
+            outln!("Nothing to change.")?;
+        } else if applied {
+            outln!("Applied {}.", count(steps, "edit"))?;
+        } else {
+            outln!(
+                "Nothing changed: run again with --apply to make {}.",
+                if steps == 1 { "this edit" } else { "these edits" }
+            )?;
+        }
+    }
+    Ok(if refused { EXIT_FINDINGS } else { EXIT_OK })
+}
+
+fn print_plan(plan: &RepairPlan) -> anyhow::Result<()> {
+    outln!("release {}/{}: {}", plan.namespace, plan.release, plan.state)?;
+    if let Some(why) = &plan.refused {
+        outln!("  refused: {why}")?;
+    }
+    for step in &plan.steps {
+        let change = if step.label_only {
+            format!("status label -> {}", step.to)
+        } else {
+            format!("{} -> {} (payload and label)", step.from, step.to)
+        };
+        outln!("  revision {}  {}  {change}: {}", step.revision, step.object, step.why)?;
+    }
+    for advice in &plan.advice {
+        outln!("  {advice}")?;
+    }
+    Ok(())
+}
+
+/// Each step as the object to write: the listed object (its resourceVersion kept, so that a
+/// record changed meanwhile fails the write) with the new payload and labels, as Helm's storage
+/// `Update` writes them.
+fn edits(
+    client: &kube::Client,
+    plans: &[RepairPlan],
+    records: &[DecodedRecord],
+    objects: &[Value],
+    args: &RepairArgs,
+) -> anyhow::Result<Vec<(Api<DynamicObject>, DynamicObject)>> {
+    let mut edits = Vec::new();
+    for step in plans.iter().flat_map(|p| &p.steps) {
+        let record = records
+            .iter()
+            .find(|r| r.record.object_name == step.object)
+            .context("a planned record went missing")?;
+        let object = objects
+            .iter()
+            .find(|o| {
+                o.pointer("/metadata/name").and_then(Value::as_str) == Some(step.object.as_str())
+                    && o.pointer("/metadata/namespace").and_then(Value::as_str)
+                        == Some(record.record.id.key.namespace.as_str())
+                    && o.get("kind").and_then(Value::as_str) == Some(record.record.id.key.driver.kind())
+            })
+            .context("a planned object went missing")?;
+        edits.push(edit(client, step, record, object.clone(), args)?);
+    }
+    Ok(edits)
+}
+
+fn edit(
+    client: &kube::Client,
+    step: &RepairStep,
+    record: &DecodedRecord,
+    object: Value,
+    args: &RepairArgs,
+) -> anyhow::Result<(Api<DynamicObject>, DynamicObject)> {
+    let edited = edited_object(object, record, step, args.decode.limits(), now_secs(None))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", step.object))?;
+    let resource = match record.record.id.key.driver {
+        Driver::Secret => ApiResource::erase::<Secret>(&()),
+        Driver::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+    };
+    let dynamic: DynamicObject = serde_json::from_value(edited)?;
+    Ok((Api::namespaced_with(client.clone(), &record.record.id.key.namespace, &resource), dynamic))
+}

@@ -1,0 +1,127 @@
+//! `helm-guard repair`'s plans, on real records re-encoded into broken histories, and its edits
+//! judged by the guard's own UPDATE rules: repair changes only what Helm itself changes. The
+//! whole command against a real API server with real Helm is in tests/e2e_helm.rs.
+
+mod common;
+
+use common::*;
+use helm_guard::admission::{Io, Webhook, review as admission_review};
+use helm_guard::release::record::{DecodedRecord, Record};
+use helm_guard::release::repair::{RepairPlan, edited_object, plan};
+use helm_guard::release::{DecodeLimits, ReleaseState, Status};
+use serde_json::{Value, json};
+
+const NOW: i64 = 1_800_000_000;
+const STUCK_AFTER: i64 = 15 * 60;
+
+/// Records of `web` whose latest was written `age` seconds before NOW.
+fn records(revisions: &[(u32, &str)], age: i64) -> Vec<Value> {
+    let mut records = history(&helm4_secret(), revisions);
+    for record in &mut records {
+        record["metadata"]["labels"]["modifiedAt"] = json!((NOW - age).to_string());
+    }
+    records
+}
+
+fn decoded(records: &[Value]) -> Vec<DecodedRecord> {
+    records
+        .iter()
+        .map(|r| DecodedRecord::new(Record::from_object(r, None).unwrap().unwrap(), DecodeLimits::default()))
+        .collect()
+}
+
+fn plan_of(records: &[Value]) -> RepairPlan {
+    let decoded = decoded(records);
+    let refs: Vec<&DecodedRecord> = decoded.iter().collect();
+    plan(&decoded[0].record.id.key, &refs, NOW, STUCK_AFTER)
+}
+
+fn changes(plan: &RepairPlan) -> Vec<(u32, Status, Status, bool)> {
+    plan.steps.iter().map(|s| (s.revision, s.from, s.to, s.label_only)).collect()
+}
+
+#[test]
+fn a_stuck_pending_revision_is_marked_failed_and_a_young_one_is_left_to_helm() {
+    let stuck = plan_of(&records(&[(1, "deployed"), (2, "pending-upgrade")], 3600));
+    assert_eq!(stuck.state, ReleaseState::PendingUpgrade);
+    assert_eq!(changes(&stuck), vec![(2, Status::PendingUpgrade, Status::Failed, false)]);
+    assert!(stuck.refused.is_none());
+    assert!(stuck.advice.iter().any(|a| a.contains("`helm rollback web 1 -n demo`")), "{:?}", stuck.advice);
+
+    let young = plan_of(&records(&[(1, "deployed"), (2, "pending-upgrade")], 60));
+    assert!(young.steps.is_empty());
+    assert!(young.refused.as_deref().is_some_and(|r| r.contains("Helm may still be running")), "{young:?}");
+}
+
+#[test]
+fn several_deployed_revisions_keep_only_the_newest() {
+    let several = plan_of(&records(&[(1, "deployed"), (2, "deployed"), (3, "deployed")], 3600));
+    assert_eq!(
+        changes(&several),
+        vec![
+            (1, Status::Deployed, Status::Superseded, false),
+            (2, Status::Deployed, Status::Superseded, false)
+        ]
+    );
+}
+
+#[test]
+fn a_label_that_disagrees_is_set_from_the_payload() {
+    let mut history = records(&[(1, "superseded"), (2, "deployed")], 3600);
+    history[0]["metadata"]["labels"]["status"] = json!("deployed");
+    let mismatch = plan_of(&history);
+    assert_eq!(changes(&mismatch), vec![(1, Status::Superseded, Status::Superseded, true)]);
+}
+
+#[test]
+fn an_orphaned_release_gets_advice_and_no_edit() {
+    let orphaned = plan_of(&records(&[(1, "superseded"), (2, "superseded")], 3600));
+    assert_eq!(orphaned.state, ReleaseState::OrphanedSuperseded);
+    assert!(orphaned.steps.is_empty());
+    assert!(orphaned.advice[0].contains("`helm upgrade web CHART -n demo`"), "{:?}", orphaned.advice);
+    assert!(orphaned.advice[0].contains("`helm rollback web 2 -n demo`"), "{:?}", orphaned.advice);
+    assert!(
+        plan_of(&records(&[(1, "superseded"), (2, "deployed")], 3600)).steps.is_empty(),
+        "healthy: nothing"
+    );
+}
+
+#[test]
+fn every_edit_is_one_the_guard_lets_through_and_helm_reads_as_planned() {
+    for history in [
+        records(&[(1, "deployed"), (2, "pending-upgrade")], 3600),
+        records(&[(1, "deployed"), (2, "pending-install")], 3600),
+        records(&[(1, "deployed"), (2, "deployed"), (3, "failed")], 3600),
+        {
+            let mut h = records(&[(1, "superseded"), (2, "deployed")], 3600);
+            h[0]["metadata"]["labels"]["status"] = json!("failed");
+            h
+        },
+    ] {
+        let repair = plan_of(&history);
+        assert!(!repair.steps.is_empty());
+        let admission = common::guard::snapshot_admission(&history);
+        let decoded = decoded(&history);
+        for step in &repair.steps {
+            let index = history.iter().position(|r| r["metadata"]["name"] == step.object.as_str()).unwrap();
+            let edited =
+                edited_object(history[index].clone(), &decoded[index], step, DecodeLimits::default(), NOW)
+                    .unwrap();
+            let read = DecodedRecord::new(
+                Record::from_object(&edited, None).unwrap().unwrap(),
+                DecodeLimits::default(),
+            );
+            assert_eq!(read.status(), Some(step.to), "Helm reads the new status");
+            assert_eq!(edited["metadata"]["labels"]["status"], step.to.as_str());
+            let body = serde_json::to_vec(&update_review(&history[index], &edited)).unwrap();
+            let reviewed = admission
+                .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed)
+                .unwrap();
+            assert!(
+                reviewed.response.allowed,
+                "{} of {}: {:?}",
+                step.why, step.object, reviewed.response.result.message
+            );
+        }
+    }
+}
