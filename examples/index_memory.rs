@@ -48,9 +48,12 @@ fn main() {
     }
     index.set_ready(true);
     let after = rss_bytes();
-    let classified = index.classify_all(1_795_968_000, 900);
-    println!("revisions indexed:        {}", index.revision_count());
-    println!("releases:                 {}", classified.len());
+    let started = std::time::Instant::now();
+    let census = index.census(1_795_968_000, 900);
+    let census_took = started.elapsed();
+    println!("revisions indexed:        {}", census.revisions);
+    println!("releases:                 {}", census.states.values().sum::<usize>());
+    println!("census (metrics scrape):  {census_took:?} under the index lock");
     println!("process RSS before:       {:.1} MiB", before as f64 / 1048576.0);
     println!("process RSS after:        {:.1} MiB", after as f64 / 1048576.0);
     println!("index bytes per revision: {:.0}", (after.saturating_sub(before)) as f64 / f64::from(revisions));

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::policy::Mode;
 use crate::release::ReleaseKey;
-use crate::release::history::{Classification, PayloadStatus, RevisionFacts, classify};
+use crate::release::history::{PayloadStatus, RevisionFacts, classify};
 
 /// Where the index's contents come from, which decides what an approved write does to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +83,16 @@ impl Entry {
             facts
         }
     }
+}
+
+/// The index's releases counted by state, stuck revisions and anomalies; records held (hidden
+/// ones included).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Census {
+    pub states: BTreeMap<crate::release::ReleaseState, usize>,
+    pub stuck: usize,
+    pub anomalies: BTreeMap<crate::release::history::Anomaly, usize>,
+    pub revisions: usize,
 }
 
 /// A release's records, by object name (two objects may hold one revision).
@@ -346,21 +356,27 @@ impl ReleaseIndex {
         self.decide(key, None, |_| ((), Some(change)));
     }
 
-    /// Every release with its classification (for metrics). The histories are copied under the
-    /// lock and classified after it is released, so a scrape does not hold up verdicts.
-    pub fn classify_all(&self, now_unix: i64, stuck_after_secs: i64) -> Vec<(ReleaseKey, Classification)> {
+    /// How the releases classify, counted (for metrics). Classified in place under the lock,
+    /// one release at a time in a reused buffer: no history is copied and nothing is allocated
+    /// per release but what classifying takes, so a scrape holds verdicts up only briefly
+    /// (BENCHMARKS.md: 5.3 ms for 10,000 releases of 100,000 revisions, where copying the histories out took 8.4 ms).
+    pub fn census(&self, now_unix: i64, stuck_after_secs: i64) -> Census {
         let now = Instant::now();
-        let histories: Vec<(ReleaseKey, Vec<RevisionFacts>)> = {
-            let state = self.lock();
-            state.releases.keys().map(|key| (key.clone(), state.visible(key, None, now))).collect()
-        };
-        histories
-            .into_iter()
-            .map(|(key, facts)| {
-                let classification = classify(&facts, now_unix, stuck_after_secs);
-                (key, classification)
-            })
-            .collect()
+        let mut census = Census::default();
+        let mut history = Vec::new();
+        let state = self.lock();
+        for records in state.releases.values() {
+            history.clear();
+            history.extend(records.values().filter(|entry| entry.visible(now)).map(|entry| entry.facts));
+            census.revisions += records.len();
+            let classification = classify(&history, now_unix, stuck_after_secs);
+            *census.states.entry(classification.state).or_default() += 1;
+            census.stuck += usize::from(classification.stuck);
+            for anomaly in classification.anomalies {
+                *census.anomalies.entry(anomaly).or_default() += 1;
+            }
+        }
+        census
     }
 
     /// How many records the index holds (hidden ones included).

@@ -205,17 +205,17 @@ impl Metrics {
     /// Renders the metrics, refreshing the index gauges first.
     pub fn render(&self, index: &ReleaseIndex, stuck_after_secs: i64, seconds_since_sync: f64) -> String {
         let now = jiff::Timestamp::now().as_second();
-        let classified = index.classify_all(now, stuck_after_secs);
+        let census = index.census(now, stuck_after_secs);
         for state in ReleaseState::ALL {
-            let count = classified.iter().filter(|(_, c)| c.state == state).count();
+            let count = census.states.get(&state).copied().unwrap_or_default();
             self.releases.get_or_create(&StateLabels { state: state.as_str() }).set(count as i64);
         }
-        self.releases_stuck.set(classified.iter().filter(|(_, c)| c.stuck).count() as i64);
+        self.releases_stuck.set(census.stuck as i64);
         for anomaly in [Anomaly::MultipleDeployed, Anomaly::StatusLabelMismatch, Anomaly::UndecodableRecord] {
-            let count = classified.iter().filter(|(_, c)| c.anomalies.contains(&anomaly)).count();
+            let count = census.anomalies.get(&anomaly).copied().unwrap_or_default();
             self.anomalies.get_or_create(&AnomalyLabels { anomaly: anomaly.as_str() }).set(count as i64);
         }
-        self.revisions.set(index.revision_count() as i64);
+        self.revisions.set(census.revisions as i64);
         self.seconds_since_sync.set(seconds_since_sync);
         let mut out = String::new();
         // Writing to a String cannot fail.
