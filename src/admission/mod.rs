@@ -93,7 +93,7 @@ impl Admission {
     ) -> Result<Reviewed, NeedsIo> {
         let reviewed = match webhook {
             Webhook::Validate => validating::validate(self, request, io)?,
-            Webhook::Mutate => mutating::mutate(self, &request, io)?,
+            Webhook::Mutate => mutating::mutate(self, request, io)?,
         };
         reviewed.entry.emit();
         if let Some(events) = &self.events

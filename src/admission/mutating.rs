@@ -12,14 +12,15 @@ use crate::release::{ReleaseKey, classify};
 
 pub fn mutate(
     admission: &Admission,
-    request: &AdmissionRequest<DynamicObject>,
+    mut request: AdmissionRequest<DynamicObject>,
     io: Io,
 ) -> Result<Reviewed, NeedsIo> {
     let started = std::time::Instant::now();
-    let mut entry = LedgerEntry::new(Webhook::Mutate, request);
-    let mut response = AdmissionResponse::from(request);
+    let mut entry = LedgerEntry::new(Webhook::Mutate, &request);
+    let mut response = AdmissionResponse::from(&request);
+    let pod = chart_pod(&mut request);
     let namespace = request.namespace.as_deref().unwrap_or_default();
-    entry.reason = match chart_pod(request) {
+    entry.reason = match pod {
         None => Reason::NotAHelmInstallPod,
         Some(pod) if pod::already_annotated(&pod) => Reason::AlreadyAnnotated,
         Some(pod) => match HelmInstallPod::from_pod(&pod, namespace) {
@@ -46,15 +47,25 @@ pub fn mutate(
     Ok(Reviewed { response, entry })
 }
 
-/// The pod of a CREATE, when it carries the helm-controller's chart label.
-fn chart_pod(request: &AdmissionRequest<DynamicObject>) -> Option<Value> {
+/// The pod of a CREATE, when it carries the helm-controller's chart label, taken out of the
+/// request as JSON: its spec moves (no copy of the pod is made), its metadata is written out.
+fn chart_pod(request: &mut AdmissionRequest<DynamicObject>) -> Option<Value> {
     if !request.kind.group.is_empty() || request.kind.kind != "Pod" || request.operation != Operation::Create
     {
         return None;
     }
-    let pod = serde_json::to_value(request.object.as_ref()?).ok()?;
-    pod.pointer("/metadata/labels")?.get(CHART_LABEL)?;
-    Some(pod)
+    request.object.as_ref()?.metadata.labels.as_ref()?.get(CHART_LABEL)?;
+    let object = request.object.take()?;
+    let mut pod = match object.data {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    pod.insert("metadata".to_owned(), serde_json::to_value(&object.metadata).ok()?);
+    if let Some(types) = object.types {
+        pod.insert("apiVersion".to_owned(), Value::String(types.api_version));
+        pod.insert("kind".to_owned(), Value::String(types.kind));
+    }
+    Some(Value::Object(pod))
 }
 
 /// Classifies the pod's release and plans the patch; without a complete view of the cluster the

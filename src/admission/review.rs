@@ -3,7 +3,6 @@
 use base64::Engine as _;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use serde_json::Value;
 
 const API_VERSION: &str = "admission.k8s.io/v1";
 
@@ -63,18 +62,27 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError
 ///
 /// kube-core serialises `patch` (a `Vec<u8>`) as an array of numbers
 /// (kube-rs/kube#1781); the API server wants a base64 string, as Go encodes `[]byte`.
-pub fn encode(response: AdmissionResponse) -> Vec<u8> {
-    let patch = response.patch.clone();
-    let mut review = match serde_json::to_value(response.into_review()) {
-        Ok(review) => review,
+pub fn encode(mut response: AdmissionResponse) -> Vec<u8> {
+    let patch = response.patch.take();
+    let mut bytes = match serde_json::to_vec(&response.into_review()) {
+        Ok(bytes) => bytes,
         // Serialising plain strings, maps and numbers cannot fail; answer with an error if it did.
         Err(error) => return encode(AdmissionResponse::invalid(error)),
     };
-    if let (Some(patch), Some(slot)) = (patch, review.pointer_mut("/response/patch")) {
-        *slot = Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+    let Some(patch) = patch else { return bytes };
+    // The patch goes in as the first field of `response` (field order means nothing in JSON),
+    // spliced into the bytes rather than rebuilt through a value tree, which cost a pod review
+    // a quarter of its time. `patchType` is already there.
+    if !bytes.starts_with(OPENING) {
+        return encode(AdmissionResponse::invalid("the AdmissionReview serialiser changed its output"));
     }
-    serde_json::to_vec(&review).unwrap_or_default()
+    let field = format!("\"patch\":\"{}\",", base64::engine::general_purpose::STANDARD.encode(patch));
+    bytes.splice(OPENING.len()..OPENING.len(), field.into_bytes());
+    bytes
 }
+
+/// How kube's serialisation of an answer opens, up to the inside of the response object.
+const OPENING: &[u8] = b"{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"response\":{";
 
 #[cfg(test)]
 mod tests {
@@ -90,7 +98,7 @@ mod tests {
             serde_json::from_value(serde_json::json!([{"op": "add", "path": "/metadata/x", "value": 1}]))
                 .unwrap();
         let response = AdmissionResponse::from(&request).with_patch(patch).unwrap();
-        let out: Value = serde_json::from_slice(&encode(response)).unwrap();
+        let out: serde_json::Value = serde_json::from_slice(&encode(response)).unwrap();
         assert_eq!(out["apiVersion"], API_VERSION);
         assert_eq!(out["kind"], "AdmissionReview");
         assert_eq!(out["response"]["uid"], "b855f6a6-76d1-49df-a766-8c751477c71d");
