@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::*;
 use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
@@ -91,10 +91,6 @@ impl DeleteCoordinator for Replica {
         leases.insert(key.clone(), (version, claims));
         self.leases.writes.fetch_add(1, Ordering::SeqCst);
         Ok(Claimed::Yes)
-    }
-
-    fn ttl(&self) -> Duration {
-        Duration::from_secs(30)
     }
 }
 

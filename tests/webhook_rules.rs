@@ -298,21 +298,10 @@ async fn creates_are_logged_and_allowed_even_when_they_do_not_decode() {
 async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
     use helm_guard::admission::{Admission, Webhook, review as admission_review};
     use helm_guard::policy::PolicyConfig;
-    use helm_guard::release::DecodeLimits;
     let records = web(&[(2, "superseded"), (3, "deployed")]);
     let guard = guard_with(records.clone()).await;
-    let admission = Admission {
-        index: guard.index.clone(),
-        config: PolicyConfig { default_mode: Mode::Audit, ..PolicyConfig::default() },
-        limits: DecodeLimits::default(),
-        fetcher: None,
-        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
-        deadline_exceeded: Default::default(),
-        memo: Default::default(),
-        coordinator: None,
-        coordination_refused: Default::default(),
-        events: None,
-    };
+    let config = PolicyConfig { default_mode: Mode::Audit, ..PolicyConfig::default() };
+    let admission = Admission::new(guard.index.clone(), config);
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, request, helm_guard::admission::Io::Allowed).unwrap();
     assert!(reviewed.response.allowed);

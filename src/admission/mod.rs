@@ -59,6 +59,26 @@ pub struct Admission {
     pub events: Option<crate::cluster::events::EventQueue>,
 }
 
+impl Admission {
+    /// Decisions on `index` under `config`, with the default limits and deadline, and nothing
+    /// live: no payload reads, no agreement between replicas, no Events. Add those with struct
+    /// update syntax: `Admission { fetcher: Some(..), ..Admission::new(index, config) }`.
+    pub fn new(index: Arc<ReleaseIndex>, config: PolicyConfig) -> Admission {
+        Admission {
+            index,
+            config,
+            limits: DecodeLimits::default(),
+            fetcher: None,
+            decision_deadline: DEFAULT_DECISION_DEADLINE,
+            deadline_exceeded: Default::default(),
+            memo: Default::default(),
+            coordinator: None,
+            coordination_refused: Default::default(),
+            events: None,
+        }
+    }
+}
+
 /// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.
 pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(2);
 

@@ -119,8 +119,6 @@ pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
         seen: &Claims,
         deadline: Instant,
     ) -> Result<Claimed, CoordinationError>;
-    /// How long a claim holds.
-    fn ttl(&self) -> Duration;
 }
 
 /// Unix milliseconds now.
@@ -244,10 +242,6 @@ impl DeleteCoordinator for LeaseCoordinator {
             Err(error) if is_conflict(&error) => Ok(Claimed::Conflict),
             Err(error) => Err(api_error(error)),
         }
-    }
-
-    fn ttl(&self) -> Duration {
-        self.ttl
     }
 }
 

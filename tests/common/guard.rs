@@ -78,23 +78,13 @@ impl Guard {
         let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
         snapshot::load(&index, &snapshot_path, DecodeLimits::default()).unwrap();
         index.set_ready(options.ready);
-        let admission = Admission {
-            index: index.clone(),
-            config: PolicyConfig {
-                default_mode: options.mode,
-                exempt_users: options.exempt_users,
-                exempt_groups: options.exempt_groups,
-                ..PolicyConfig::default()
-            },
-            limits: DecodeLimits::default(),
-            fetcher: None,
-            decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
-            deadline_exceeded: Default::default(),
-            memo: Default::default(),
-            coordinator: None,
-            coordination_refused: Default::default(),
-            events: None,
+        let config = PolicyConfig {
+            default_mode: options.mode,
+            exempt_users: options.exempt_users,
+            exempt_groups: options.exempt_groups,
+            ..PolicyConfig::default()
         };
+        let admission = Admission::new(index.clone(), config);
         let state = Arc::new(
             AppState::new(
                 admission,
@@ -176,18 +166,7 @@ pub fn snapshot_admission(records: &[serde_json::Value]) -> Admission {
     let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
     snapshot::load(&index, &path, DecodeLimits::default()).unwrap();
     index.set_ready(true);
-    Admission {
-        index,
-        config: PolicyConfig::default(),
-        limits: DecodeLimits::default(),
-        fetcher: None,
-        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
-        deadline_exceeded: Default::default(),
-        memo: Default::default(),
-        coordinator: None,
-        coordination_refused: Default::default(),
-        events: None,
-    }
+    Admission::new(index, PolicyConfig::default())
 }
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
@@ -228,16 +207,12 @@ pub async fn start_live(
         metrics.watch_restarts.clone(),
     );
     let admission = Admission {
-        index: index.clone(),
-        config: PolicyConfig::default(),
-        limits: DecodeLimits::default(),
         fetcher: Some(fetcher),
-        decision_deadline: helm_guard::admission::DEFAULT_DECISION_DEADLINE,
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
-        memo: Default::default(),
         coordinator,
         coordination_refused: metrics.delete_coordination_refused.clone(),
         events: Some(events),
+        ..Admission::new(index.clone(), PolicyConfig::default())
     };
     let running = server::start(
         settings(listen, certs),
