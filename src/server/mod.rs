@@ -106,6 +106,9 @@ impl AppState {
     }
 }
 
+/// How long the metrics server may take to finish its scrapes at shutdown.
+const METRICS_GRACE: Duration = Duration::from_secs(5);
+
 /// A started server.
 #[derive(Debug)]
 pub struct Running {
@@ -115,14 +118,18 @@ pub struct Running {
     settings: ServerSettings,
     handle: Handle<SocketAddr>,
     metrics_shutdown: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    /// The HTTPS server: stopped gracefully by `handle`.
+    https: JoinHandle<()>,
+    /// The plain-HTTP metrics and probes server: stopped gracefully by `metrics_shutdown`.
+    metrics: JoinHandle<()>,
+    /// Polls the certificate files; it never ends by itself and is aborted last.
+    tls_reload: JoinHandle<()>,
 }
 
 /// Binds the HTTPS and metrics listeners and starts serving.
 pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Result<Running> {
     let (tls_config, loaded_pem) = tls::load(&settings.tls, &state.metrics)?;
     let handle: Handle<SocketAddr> = Handle::new();
-    let mut tasks = Vec::new();
 
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config.clone())
         .handshake_timeout(Duration::from_secs(10))
@@ -144,37 +151,45 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
     // stream's body waits for a permit before it is read.
     http.http2().max_concurrent_streams(32).max_header_list_size(64 * 1024).max_send_buf_size(256 * 1024);
     let app = routes::webhook_router(state.clone());
-    tasks.push(tokio::spawn(async move {
+    // Both listeners are bound before any task starts, so that a failed start leaves nothing
+    // running.
+    let metrics_listener = std::net::TcpListener::bind(settings.metrics_listen)
+        .with_context(|| format!("binding the metrics listener {}", settings.metrics_listen))?;
+    metrics_listener.set_nonblocking(true)?;
+    let metrics_listener = tokio::net::TcpListener::from_std(metrics_listener)?;
+    let metrics_addr = metrics_listener.local_addr()?;
+
+    let https = tokio::spawn(async move {
         if let Err(error) = server.serve(app.into_make_service()).await {
             tracing::error!(%error, "HTTPS server stopped");
         }
-    }));
-    let addr = handle.listening().await.with_context(|| format!("binding {}", settings.listen))?;
-
-    tasks.push(tokio::spawn(tls::reload_on_change(
+    });
+    let addr = match handle.listening().await {
+        Some(addr) => addr,
+        None => {
+            https.abort();
+            anyhow::bail!("the HTTPS server on {} stopped before it listened", settings.listen);
+        }
+    };
+    let tls_reload = tokio::spawn(tls::reload_on_change(
         settings.tls.clone(),
         tls_config,
         loaded_pem,
         settings.tls_reload_every,
         state.metrics.clone(),
-    )));
-
-    let metrics_listener = tokio::net::TcpListener::bind(settings.metrics_listen)
-        .await
-        .with_context(|| format!("binding the metrics listener {}", settings.metrics_listen))?;
-    let metrics_addr = metrics_listener.local_addr()?;
+    ));
     let (metrics_shutdown, mut stop) = tokio::sync::watch::channel(false);
     let metrics_app = routes::metrics_router(state.clone());
-    tasks.push(tokio::spawn(async move {
+    let metrics = tokio::spawn(async move {
         let stopped = async move {
             let _ = stop.wait_for(|stop| *stop).await;
         };
         if let Err(error) = axum::serve(metrics_listener, metrics_app).with_graceful_shutdown(stopped).await {
             tracing::error!(%error, "metrics server stopped");
         }
-    }));
+    });
     tracing::info!(%addr, %metrics_addr, "serving");
-    Ok(Running { addr, metrics_addr, state, settings, handle, metrics_shutdown, tasks })
+    Ok(Running { addr, metrics_addr, state, settings, handle, metrics_shutdown, https, metrics, tls_reload })
 }
 
 impl Running {
@@ -184,16 +199,17 @@ impl Running {
         self.state.shutting_down.store(true, Ordering::Release);
         tracing::info!(delay = ?self.settings.shutdown_delay, "shutting down: no longer ready");
         tokio::time::sleep(self.settings.shutdown_delay).await;
+        // The HTTPS server finishes the requests it has read, within the grace period.
         self.handle.graceful_shutdown(Some(self.settings.shutdown_grace));
+        let _ = self.https.await;
+        // The metrics server finishes its scrapes; a scrape takes milliseconds.
         let _ = self.metrics_shutdown.send(true);
-        let mut tasks = self.tasks.into_iter();
-        // The first two tasks are the servers; the reloader never ends and is aborted.
-        if let Some(https) = tasks.next() {
-            let _ = https.await;
+        let mut metrics = self.metrics;
+        if tokio::time::timeout(METRICS_GRACE, &mut metrics).await.is_err() {
+            tracing::warn!("the metrics server did not stop within {METRICS_GRACE:?}; stopping it");
+            metrics.abort();
         }
-        for task in tasks {
-            task.abort();
-        }
+        self.tls_reload.abort();
         tracing::info!("stopped");
     }
 }
