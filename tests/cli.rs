@@ -399,7 +399,7 @@ fn errors_say_their_cause_once() {
         .args(["--listen", &busy_addr, "--metrics-listen", "127.0.0.1:0"])
         .output()
         .unwrap();
-    assert_ne!(output.status.code(), Some(0));
+    assert_eq!(output.status.code(), Some(1), "a failure at run time, not bad input");
     let err = stderr(&output);
     assert!(err.contains(&format!("binding {busy_addr}: Address already in use")), "{err}");
 }

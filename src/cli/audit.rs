@@ -151,7 +151,13 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_BAD_INPUT);
         }
     };
-    let text = read_input(path)?;
+    let text = match read_input(path) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
     let (mut decisions, unreadable) = read_decisions(text.as_slice())?;
     if unreadable > 0 {
         eprintln!("warning: {} of {} are not audit events", count(unreadable, "line"), input_name(path));

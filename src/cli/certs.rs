@@ -146,6 +146,12 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
+    if let Some(existing) = ["ca.crt", "tls.crt", "tls.key"].map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
+        && !args.force
+    {
+        eprintln!("error: {} exists; pass --force to overwrite", existing.display());
+        return Ok(super::EXIT_BAD_INPUT);
+    }
     let mut names = service_names(&args.service, &args.namespace);
     names.extend(args.extra_names.iter().cloned());
     let bundle = generate(&names, args.days)?;

@@ -108,9 +108,12 @@ pub fn bytes(size: ByteSize) -> usize {
     usize::try_from(size.as_u64()).unwrap_or(usize::MAX)
 }
 
-/// Exit codes shared by the subcommands.
+/// Exit codes shared by the subcommands: 0 fine; 1 findings (a broken release, a denial), or a
+/// failure at run time (binding, TLS, the cluster: what `main` makes of an error); 2 bad input
+/// (usage, a file that is not what the command reads).
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_FINDINGS: u8 = 1;
+pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_BAD_INPUT: u8 = 2;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use bytesize::ByteSize;
 use clap::ValueEnum;
 
-use super::{DecodeArgs, EXIT_OK};
+use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::Admission;
 use crate::cluster::events::{self, EventQueue};
 use crate::cluster::live::{self, ClusterArgs};
@@ -158,8 +158,15 @@ fn init_logging(format: LogFormat) {
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
+    if args.dev_certs.is_none() && (args.tls_cert.is_none() || args.tls_key.is_none()) {
+        eprintln!(
+            "error: no serving certificate: pass --tls-cert FILE and --tls-key FILE (see `helm-guard certs`), or --dev-certs DIR for a local trial"
+        );
+        return Ok(EXIT_BAD_INPUT);
+    }
     init_logging(args.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // A failure from here on (binding, TLS, the cluster) is the runtime's: exit 1 (main).
     runtime.block_on(serve(args))?;
     Ok(EXIT_OK)
 }
@@ -168,9 +175,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     let mut tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
         (Some(dir), _, _) => dev_certs(dir)?,
         (None, Some(cert), Some(key)) => TlsFiles::new(cert.clone(), key.clone()),
-        _ => anyhow::bail!(
-            "no serving certificate: pass --tls-cert FILE and --tls-key FILE (see `helm-guard certs`), or --dev-certs DIR for a local trial"
-        ),
+        _ => anyhow::bail!("no serving certificate"),
     };
     tls.client_ca = args.client_ca_file.clone();
     tls.client_names = args.client_cn.clone();
