@@ -225,8 +225,9 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         shutdown_delay: args.shutdown_delay,
         shutdown_grace: args.shutdown_grace,
     };
+    let stop = server::termination()?;
     let running = server::start(settings, state).await?;
-    server::termination().await;
+    stop.await;
     running.shutdown().await;
     Ok(())
 }
