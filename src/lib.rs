@@ -63,6 +63,7 @@ pub mod cluster;
 pub mod policy;
 pub mod release;
 pub mod server;
+pub mod tally;
 
 /// What this binary is: the crate version, the git commit it was built from and when (set by
 /// `build.rs`), as `--version` and the `helm_guard_build_info` metric report them.

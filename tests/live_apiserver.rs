@@ -14,7 +14,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use common::*;
 use futures::StreamExt;
-use helm_guard::cluster::live::{self, ClusterArgs};
+use helm_guard::cluster::live::{self, ClusterAccess};
 use helm_guard::cluster::{ReleaseIndex, SourceKind};
 use helm_guard::release::{Driver, ReleaseKey, ReleaseState, classify};
 use serde_json::{Value, json};
@@ -164,11 +164,11 @@ async fn the_watchers_list_become_ready_and_follow_events() {
     let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
     let (server, watches) = start_stub(items.clone()).await;
     let dir = tempfile::tempdir().unwrap();
-    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.expect("connects and reads /version");
 
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
-    let restarts = prometheus_client::metrics::counter::Counter::default();
+    let restarts = helm_guard::tally::Tally::default();
     tokio::spawn(live::run(client, index.clone(), restarts.clone()));
     let ready = eventually(Duration::from_secs(5), || async { index.is_ready() }).await;
     assert!(ready, "ready once the three initial lists are done");
@@ -198,7 +198,7 @@ async fn no_reachable_api_server_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     // A port nothing listens on: bind one, then let it go.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let args = ClusterArgs {
+    let args = ClusterAccess {
         kubeconfig: Some(kubeconfig(&dir, &format!("http://127.0.0.1:{port}"))),
         context: None,
     };
@@ -211,10 +211,10 @@ async fn a_failed_watch_is_retried_while_the_last_good_state_serves() {
     let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
     let (server, watches) = start_stub(items).await;
     let dir = tempfile::tempdir().unwrap();
-    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.unwrap();
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
-    let restarts = prometheus_client::metrics::counter::Counter::default();
+    let restarts = helm_guard::tally::Tally::default();
     tokio::spawn(live::run(client, index.clone(), restarts.clone()));
     eventually(Duration::from_secs(5), || async { index.is_ready() && !watches.lock().unwrap().is_empty() })
         .await;
@@ -276,7 +276,7 @@ async fn live_guard(
 ) -> (helm_guard::server::Running, common::guard::HttpsClient, Arc<Mutex<Vec<String>>>, tempfile::TempDir) {
     let (server, _watches, gets) = start_stub_with(records, hang_gets).await;
     let dir = tempfile::tempdir().unwrap();
-    let args = ClusterArgs { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.unwrap();
     let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
     let (running, index, ca_pem) = common::guard::start_live(

@@ -48,13 +48,13 @@ pub struct Admission {
     /// What one decision may spend on API calls; below the webhooks' `timeoutSeconds`.
     pub decision_deadline: Duration,
     /// Decisions that ran out of `decision_deadline` before reading every record they needed.
-    pub deadline_exceeded: prometheus_client::metrics::counter::Counter,
+    pub deadline_exceeded: crate::tally::Tally,
     /// Payload readings by the payload's bytes.
     pub memo: Arc<crate::release::memo::PayloadMemo>,
     /// Live source with several replicas: agrees approvals of deletions with the others.
     pub coordinator: Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
     /// Deletions refused because they could not be agreed with the other replicas in time.
-    pub coordination_refused: prometheus_client::metrics::counter::Counter,
+    pub coordination_refused: crate::tally::Tally,
     /// Live source: Events about refusals and warnings go here (never waited for).
     pub events: Option<crate::cluster::events::EventQueue>,
 }

@@ -1,12 +1,11 @@
 //! `helm-guard certs`: a throwaway CA and a serving certificate for the webhook Service.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::Context;
 use base64::Engine as _;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose};
 
 use super::EXIT_OK;
+use crate::server::certs::{generate, service_names, write};
 
 #[derive(Debug, clap::Args)]
 pub struct CertsArgs {
@@ -76,77 +75,9 @@ fn dns_label(label: &str, letter_first: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// A CA certificate and a serving certificate it signed, in PEM.
-#[derive(Debug, Clone)]
-pub struct CertBundle {
-    pub ca_pem: String,
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-/// Generates a CA and a serving certificate for `names` (DNS names or IP addresses). The CA key
-/// is not kept: rotate by generating a new bundle and updating the webhook's caBundle.
-pub fn generate(names: &[String], days: u32) -> anyhow::Result<CertBundle> {
-    anyhow::ensure!(days > 0, "a certificate valid for 0 days is never valid");
-    let now = time_now();
-    let until = now + std::time::Duration::from_secs(u64::from(days) * 86_400);
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name.push(DnType::CommonName, "helm-guard CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    ca_params.not_before = now.into();
-    ca_params.not_after = until.into();
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
-
-    let mut params = CertificateParams::new(names.to_vec()).context("certificate names")?;
-    params.distinguished_name.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
-    params.not_before = now.into();
-    params.not_after = until.into();
-    let key = KeyPair::generate()?;
-    let cert = params.signed_by(&key, &ca)?;
-    Ok(CertBundle { ca_pem: ca.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
-}
-
-fn time_now() -> std::time::SystemTime {
-    // A minute back, so that a clock slightly behind ours still accepts the certificate.
-    std::time::SystemTime::now() - std::time::Duration::from_secs(60)
-}
-
-/// The DNS names the API server uses to reach a Service.
-pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![
-        format!("{service}.{namespace}.svc"),
-        format!("{service}.{namespace}.svc.cluster.local"),
-        format!("{service}.{namespace}"),
-        service.to_owned(),
-    ]
-}
-
-/// Writes the bundle as ca.crt, tls.crt and tls.key (mode 0600).
-pub fn write(bundle: &CertBundle, dir: &Path, force: bool) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, text) in
-        [("ca.crt", &bundle.ca_pem), ("tls.crt", &bundle.cert_pem), ("tls.key", &bundle.key_pem)]
-    {
-        let path = dir.join(name);
-        anyhow::ensure!(force || !path.exists(), "{} exists; pass --force to overwrite", path.display());
-        write_private(&path, text.as_bytes())?;
-    }
-    Ok(())
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(bytes).with_context(|| format!("writing {}", path.display()))
-}
-
 pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
-    if let Some(existing) = ["ca.crt", "tls.crt", "tls.key"].map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
+    if let Some(existing) =
+        ["ca.crt", "tls.crt", "tls.key"].map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
         && !args.force
     {
         eprintln!("error: {} exists; pass --force to overwrite", existing.display());

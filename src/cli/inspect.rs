@@ -7,11 +7,12 @@ use anyhow::Context as _;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::ClusterArgs;
 use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, NoInput, Output, count, input_name, input_path, print_data,
     read_input,
 };
-use crate::cluster::live::{ClusterArgs, connect, list_records};
+use crate::cluster::live::{connect, list_records};
 use crate::release::objects::{InputObject, ReviewSide, parse_inputs};
 use crate::release::record::{LABEL_OWNER, describe};
 use crate::release::scan::collect_records;
@@ -166,7 +167,7 @@ fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)>
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let objects = runtime.block_on(async {
-        let client = connect(&args.cluster).await?;
+        let client = connect(&args.cluster.access()).await?;
         list_records(&client, Some(namespace), Some(release)).await
     })?;
     let source = format!("release {release} in namespace {namespace}");

@@ -10,7 +10,7 @@ macro_rules! outln {
 }
 
 mod audit;
-pub mod certs;
+mod certs;
 mod inspect;
 mod repair;
 mod scan;
@@ -85,6 +85,26 @@ pub(crate) fn print_data<T: serde::Serialize>(items: &[T], output: Output) -> an
 /// "1 release", "2 releases".
 pub(crate) fn count(n: usize, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// Where to find the cluster, for every command that reads it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClusterArgs {
+    /// Path to a kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, env = "HELM_GUARD_KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, env = "HELM_GUARD_CONTEXT")]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    pub fn access(&self) -> crate::cluster::live::ClusterAccess {
+        crate::cluster::live::ClusterAccess {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
 }
 
 /// Limits shared by every command that decodes payloads.

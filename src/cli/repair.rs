@@ -11,8 +11,9 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data};
-use crate::cluster::live::{ClusterArgs, connect, list_records};
+use crate::cluster::live::{connect, list_records};
 use crate::release::record::DecodedRecord;
 use crate::release::repair::{RepairPlan, RepairStep, edited_object, plan};
 use crate::release::scan::collect_records;
@@ -56,7 +57,7 @@ pub fn run(args: &RepairArgs) -> anyhow::Result<u8> {
 }
 
 async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
-    let client = match connect(&args.cluster).await {
+    let client = match connect(&args.cluster.access()).await {
         Ok(client) => client,
         Err(error) => {
             eprintln!("error: {error:#}");

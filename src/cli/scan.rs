@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::ClusterArgs;
 use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
 };
-use crate::cluster::live::{ClusterArgs, connect, list_records};
+use crate::cluster::live::{connect, list_records};
 use crate::release::objects::parse_objects;
 use crate::release::record::describe;
 use crate::release::repair::{RepairPlan, plan};
@@ -184,7 +185,7 @@ fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
 fn list_cluster(args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let client = connect(&args.cluster).await?;
+        let client = connect(&args.cluster.access()).await?;
         list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await
     })
 }

@@ -9,10 +9,11 @@ use anyhow::Context;
 use bytesize::ByteSize;
 use clap::ValueEnum;
 
+use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::Admission;
 use crate::cluster::events::{self, EventQueue};
-use crate::cluster::live::{self, ClusterArgs};
+use crate::cluster::live;
 use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, coordination, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
@@ -54,7 +55,8 @@ pub struct ServeArgs {
     #[arg(long, env = "HELM_GUARD_DEV_CERTS", value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
     pub dev_certs: Option<PathBuf>,
     /// What to do with a request the policy denies.
-    #[arg(long, env = "HELM_GUARD_MODE", value_enum, default_value_t)]
+    #[arg(long, env = "HELM_GUARD_MODE", default_value_t,
+          value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(Mode::ALL.map(Mode::as_str)), |m| m.parse::<Mode>()))]
     pub mode: Mode,
     /// A user whose requests are always allowed (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_USERS", value_delimiter = ',')]
@@ -255,7 +257,7 @@ const EVENT_QUEUE: usize = 256;
 /// Connects to the cluster and starts the watchers (ready once their initial lists are done),
 /// and the deletion Leases' coordinator and sweep.
 async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<LiveSource> {
-    let client = live::connect(&args.cluster).await.context(
+    let client = live::connect(&args.cluster.access()).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
     let identity = args
@@ -303,8 +305,8 @@ fn dev_certs(dir: &std::path::Path) -> anyhow::Result<TlsFiles> {
     let files = TlsFiles::new(dir.join("tls.crt"), dir.join("tls.key"));
     if !files.cert.exists() || !files.key.exists() {
         let names = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
-        let bundle = super::certs::generate(&names, 30).context("making development certificates")?;
-        super::certs::write(&bundle, dir, true)?;
+        let bundle = crate::server::certs::generate(&names, 30).context("making development certificates")?;
+        crate::server::certs::write(&bundle, dir, true)?;
         tracing::warn!(dir = %dir.display(), "made throwaway development certificates; trust {}/ca.crt", dir.display());
     }
     Ok(files)

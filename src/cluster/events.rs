@@ -15,8 +15,9 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
+
+use crate::tally::Tally;
 
 /// What an Event says about one decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,12 +40,12 @@ pub struct Notice {
 #[derive(Debug, Clone)]
 pub struct EventQueue {
     sender: mpsc::Sender<Notice>,
-    dropped: Counter,
+    dropped: Tally,
 }
 
 impl EventQueue {
     /// A queue of `capacity` notices; `dropped` counts those offered to a full queue.
-    pub fn new(capacity: usize, dropped: Counter) -> (EventQueue, mpsc::Receiver<Notice>) {
+    pub fn new(capacity: usize, dropped: Tally) -> (EventQueue, mpsc::Receiver<Notice>) {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         (EventQueue { sender, dropped }, receiver)
     }
@@ -153,7 +154,7 @@ pub async fn write_events(
     client: kube::Client,
     mut notices: mpsc::Receiver<Notice>,
     instance: String,
-    failed: Counter,
+    failed: Tally,
 ) {
     const CALL_TIMEOUT: Duration = Duration::from_secs(5);
     let mut book = SeriesBook::default();
@@ -288,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_without_waiting() {
-        let dropped = Counter::default();
+        let dropped = Tally::default();
         let (queue, _receiver) = EventQueue::new(1, dropped.clone());
         queue.offer(notice("a", "A"));
         queue.offer(notice("b", "A"));

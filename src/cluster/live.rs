@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use crate::tally::Tally;
 use anyhow::Context;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -13,7 +14,6 @@ use kube::api::{Api, ListParams, PartialObjectMeta};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use prometheus_client::metrics::counter::Counter;
 
 use super::feed::{NamespaceFeed, RecordFeed};
 use super::index::ReleaseIndex;
@@ -24,22 +24,18 @@ use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.
 pub const RECORD_LABELS: &str = "owner=helm";
 
-/// Where to find the cluster: the usual inference (in-cluster, KUBECONFIG, ~/.kube/config) unless
-/// a file or context is named.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ClusterArgs {
-    /// Path to a kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, env = "HELM_GUARD_KUBECONFIG")]
+/// Where to find the cluster: the usual inference (KUBECONFIG, ~/.kube/config, in-cluster)
+/// unless a file or context is named.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterAccess {
     pub kubeconfig: Option<std::path::PathBuf>,
-    /// The kubeconfig context to use.
-    #[arg(long, env = "HELM_GUARD_CONTEXT")]
     pub context: Option<String>,
 }
 
 /// The client configuration, found as kubectl finds it: --kubeconfig, else $KUBECONFIG (a
 /// list, merged), else ~/.kube/config, else the in-cluster service account. The files are read
 /// here rather than by kube, whose errors repeat the path and the cause.
-async fn config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
+async fn config(args: &ClusterAccess) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let paths: Vec<std::path::PathBuf> = match (&args.kubeconfig, std::env::var_os("KUBECONFIG")) {
         (Some(path), _) => vec![path.clone()],
@@ -75,7 +71,7 @@ async fn config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
 }
 
 /// Connects and checks that the API server answers.
-pub async fn connect(args: &ClusterArgs) -> anyhow::Result<kube::Client> {
+pub async fn connect(args: &ClusterAccess) -> anyhow::Result<kube::Client> {
     let config = config(args).await?;
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config)?;
@@ -93,7 +89,7 @@ pub fn watch(
     client: kube::Client,
     tombstone_ttl: Duration,
     limits: DecodeLimits,
-    watch_restarts: Counter,
+    watch_restarts: Tally,
 ) -> (Arc<ReleaseIndex>, Arc<dyn PayloadFetcher>) {
     let index = Arc::new(ReleaseIndex::new(super::SourceKind::Live { tombstone_ttl }));
     tokio::spawn(run(client.clone(), index.clone(), watch_restarts));
@@ -119,7 +115,7 @@ impl InitialLists {
 
 /// Runs the three watchers until the process ends. Errors are retried with backoff while the
 /// index keeps serving its last good state.
-pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Counter) {
+pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Tally) {
     let lists = Arc::new(InitialLists { remaining: AtomicU8::new(3) });
     let secrets = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
     let configmaps = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
@@ -162,7 +158,7 @@ async fn drive<K>(
     mut apply: impl FnMut(Event<K>) -> bool,
     index: &ReleaseIndex,
     lists: &InitialLists,
-    watch_restarts: &Counter,
+    watch_restarts: &Tally,
 ) {
     let mut stream = std::pin::pin!(stream.default_backoff());
     let mut listed_once = false;

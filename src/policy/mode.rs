@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use super::verdict::Verdict;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// Deny what the policy denies.
     #[default]
@@ -17,6 +17,8 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Enforce, Mode::Warn, Mode::Audit];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Enforce => "enforce",

@@ -4,15 +4,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::cluster::ReleaseIndex;
 use crate::release::ReleaseState;
 use crate::release::history::Anomaly;
+use crate::tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
@@ -68,10 +71,10 @@ pub struct Metrics {
     releases_stuck: Gauge,
     anomalies: Family<AnomalyLabels, Gauge>,
     revisions: Gauge,
-    pub watch_restarts: Counter,
-    pub decision_deadline_exceeded: Counter,
-    pub delete_coordination_refused: Counter,
-    events_dropped: Family<CauseLabels, Counter>,
+    pub watch_restarts: Tally,
+    pub decision_deadline_exceeded: Tally,
+    pub delete_coordination_refused: Tally,
+    events_dropped: Family<CauseLabels, Tally>,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
     pub tls_certificate_expiry: Gauge,
@@ -116,15 +119,15 @@ impl Metrics {
         );
         let revisions = Gauge::default();
         registry.register("revisions_indexed", "Release revisions held in the index", revisions.clone());
-        let watch_restarts = Counter::default();
+        let watch_restarts = Tally::default();
         registry.register("watch_restarts", "Times a watch failed and re-listed", watch_restarts.clone());
-        let decision_deadline_exceeded = Counter::default();
+        let decision_deadline_exceeded = Tally::default();
         registry.register(
             "decision_deadline_exceeded",
             "Decisions that ran out of --decision-deadline before reading every record they needed",
             decision_deadline_exceeded.clone(),
         );
-        let delete_coordination_refused = Counter::default();
+        let delete_coordination_refused = Tally::default();
         registry.register(
             "delete_coordination_refused",
             "Deletions refused because their approval could not be agreed with the other replicas in time",
@@ -194,7 +197,7 @@ impl Metrics {
 
     /// Counts Events dropped because the queue was full (`queue-full`) or the API refused or
     /// timed out (`api-error`).
-    pub fn events_dropped(&self, cause: &'static str) -> Counter {
+    pub fn events_dropped(&self, cause: &'static str) -> Tally {
         self.events_dropped.get_or_create(&CauseLabels { cause }).clone()
     }
 
@@ -222,4 +225,19 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The core's counts are Prometheus counters here, and only here.
+impl EncodeMetric for Tally {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&self.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+impl TypedMetric for Tally {
+    const TYPE: MetricType = MetricType::Counter;
 }

@@ -3,6 +3,7 @@
 //! [`start`] binds both listeners and returns a [`Running`] server; [`routes`] holds the
 //! handlers, [`tls`] the certificate and its reload, [`metrics`] the Prometheus registry.
 
+pub mod certs;
 pub mod limits;
 pub mod metrics;
 pub mod routes;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use helm_guard::admission::Admission;
-use helm_guard::cli::certs::{CertBundle, generate, write};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
 use helm_guard::policy::{Mode, PolicyConfig};
 use helm_guard::release::DecodeLimits;
+use helm_guard::server::certs::{CertBundle, generate, write};
 use helm_guard::server::limits::ConnectionLimits;
 use helm_guard::server::{self, AppState, Metrics, RequestLimits, Running, ServerSettings, TlsFiles};
 use http_body_util::{BodyExt, Full};
