@@ -12,8 +12,10 @@
 //!    [`release`], and the release's history from the [`cluster`] index.
 //! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U5),
 //!    [`policy::pod`] (the install-to-upgrade rewrite), [`policy::mode`] (enforce/warn/audit).
-//! 4. [`admission::ledger`] writes the audit annotations and the ledger log line, and the answer
-//!    goes back.
+//! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (and, for a
+//!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
+//!    approved deletion of history is first agreed with the other replicas
+//!    ([`cluster::coordination`]).
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
 //! [`cluster::live`] (kube-rs metadata watchers). The command line is in [`cli`].
