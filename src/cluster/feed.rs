@@ -37,92 +37,120 @@ pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)>
     Some((meta.name.clone()?, NamespaceInfo::from_meta(meta)))
 }
 
-/// Applies one watcher's events for release records of one driver.
-#[derive(Debug)]
-pub struct RecordFeed {
-    driver: Driver,
-    /// Records of a (re-)list in progress, swapped in whole at `InitDone`.
-    relist: Option<Vec<IndexedRecord>>,
+/// What one watcher's objects become in the index.
+pub trait Sink {
+    type Item;
+    /// What an object's metadata tells, if it is one of ours.
+    fn read(&self, meta: &ObjectMeta) -> Option<Self::Item>;
+    /// A completed (re-)list: everything of this kind at once.
+    fn replace(&self, index: &ReleaseIndex, items: Vec<Self::Item>);
+    fn upsert(&self, index: &ReleaseIndex, item: Self::Item);
+    fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta);
 }
 
-impl RecordFeed {
-    pub fn new(driver: Driver) -> RecordFeed {
-        RecordFeed { driver, relist: None }
+/// A watcher's events applied to the index: single changes as they come, a (re-)list gathered
+/// and swapped in whole at its end (`InitDone`), so that verdicts never see half a list.
+#[derive(Debug)]
+pub struct Feed<S: Sink> {
+    sink: S,
+    relist: Option<Vec<S::Item>>,
+}
+
+impl<S: Sink> Feed<S> {
+    pub fn with_sink(sink: S) -> Feed<S> {
+        Feed { sink, relist: None }
     }
 
     /// Applies one event; true when it completed a list.
     pub fn apply<M: kube::Resource>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool {
         index.mark_synced();
         match event {
-            Event::Init => {
-                self.relist = Some(Vec::new());
-                false
-            }
+            Event::Init => self.relist = Some(Vec::new()),
             Event::InitApply(object) => {
-                if let (Some(relist), Some(found)) =
-                    (self.relist.as_mut(), record_from_meta(self.driver, object.meta()))
-                {
-                    relist.push(found);
+                if let (Some(relist), Some(item)) = (self.relist.as_mut(), self.sink.read(object.meta())) {
+                    relist.push(item);
                 }
-                false
             }
             Event::InitDone => {
-                index.replace_records(&[self.driver], self.relist.take().unwrap_or_default());
-                true
+                self.sink.replace(index, self.relist.take().unwrap_or_default());
+                return true;
             }
             Event::Apply(object) => {
-                if let Some(record) = record_from_meta(self.driver, object.meta()) {
-                    index.upsert(record);
+                if let Some(item) = self.sink.read(object.meta()) {
+                    self.sink.upsert(index, item);
                 }
-                false
             }
-            Event::Delete(object) => {
-                if let Some(record) = record_from_meta(self.driver, object.meta()) {
-                    index.remove(&record.key, &record.object);
-                }
-                false
-            }
+            Event::Delete(object) => self.sink.remove(index, object.meta()),
+        }
+        false
+    }
+}
+
+/// Release records of one driver.
+#[derive(Debug)]
+pub struct Records(pub Driver);
+
+impl Sink for Records {
+    type Item = IndexedRecord;
+
+    fn read(&self, meta: &ObjectMeta) -> Option<IndexedRecord> {
+        record_from_meta(self.0, meta)
+    }
+
+    fn replace(&self, index: &ReleaseIndex, items: Vec<IndexedRecord>) {
+        index.replace_records(&[self.0], items);
+    }
+
+    fn upsert(&self, index: &ReleaseIndex, item: IndexedRecord) {
+        index.upsert(item);
+    }
+
+    fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta) {
+        if let Some(record) = record_from_meta(self.0, meta) {
+            index.remove(&record.key, &record.object);
         }
     }
 }
 
-/// Applies the Namespace watcher's events.
+/// Namespaces (their mode label, and whether they are going away).
 #[derive(Debug, Default)]
-pub struct NamespaceFeed {
-    relist: Option<Vec<(String, NamespaceInfo)>>,
+pub struct Namespaces;
+
+impl Sink for Namespaces {
+    type Item = (String, NamespaceInfo);
+
+    fn read(&self, meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
+        namespace_from_meta(meta)
+    }
+
+    fn replace(&self, index: &ReleaseIndex, items: Vec<(String, NamespaceInfo)>) {
+        index.replace_namespaces(items);
+    }
+
+    fn upsert(&self, index: &ReleaseIndex, (name, info): (String, NamespaceInfo)) {
+        index.set_namespace(&name, info);
+    }
+
+    fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta) {
+        if let Some(name) = meta.name.as_deref() {
+            index.remove_namespace(name);
+        }
+    }
 }
 
-impl NamespaceFeed {
-    pub fn apply<M: kube::Resource>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool {
-        match event {
-            Event::Init => {
-                self.relist = Some(Vec::new());
-                false
-            }
-            Event::InitApply(object) => {
-                if let (Some(relist), Some(found)) =
-                    (self.relist.as_mut(), namespace_from_meta(object.meta()))
-                {
-                    relist.push(found);
-                }
-                false
-            }
-            Event::InitDone => {
-                index.replace_namespaces(self.relist.take().unwrap_or_default());
-                true
-            }
-            Event::Apply(object) => {
-                if let Some((name, info)) = namespace_from_meta(object.meta()) {
-                    index.set_namespace(&name, info);
-                }
-                false
-            }
-            Event::Delete(object) => {
-                if let Some(name) = object.meta().name.as_deref() {
-                    index.remove_namespace(name);
-                }
-                false
-            }
-        }
+/// The release records of one driver.
+pub type RecordFeed = Feed<Records>;
+/// The namespaces.
+pub type NamespaceFeed = Feed<Namespaces>;
+
+impl RecordFeed {
+    pub fn new(driver: Driver) -> RecordFeed {
+        Feed::with_sink(Records(driver))
+    }
+}
+
+impl Default for NamespaceFeed {
+    fn default() -> Self {
+        Feed::with_sink(Namespaces)
     }
 }
