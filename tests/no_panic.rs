@@ -74,8 +74,8 @@ proptest! {
             .into_iter()
             .map(|(revision, status, decodes, changed_at)| RevisionFacts {
                 revision,
-                payload: if decodes { PayloadStatus::Decoded(Status::ALL[status]) } else { PayloadStatus::Undecodable },
-                label: Some(Status::ALL[status]),
+                payload: if decodes { PayloadStatus::Decoded(<Status as strum::VariantArray>::VARIANTS[status]) } else { PayloadStatus::Undecodable },
+                label: Some(<Status as strum::VariantArray>::VARIANTS[status]),
                 changed_at,
             })
             .collect();

@@ -305,7 +305,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     let reviewed = admission.review(Webhook::Validate, request, helm_guard::admission::Io::Allowed).unwrap();
     assert!(reviewed.response.allowed);
-    assert_eq!(reviewed.entry.decision, "warned");
+    assert_eq!(reviewed.entry.decision, helm_guard::policy::Decision::Warned);
     let message = reviewed.entry.message.unwrap_or_default();
     assert!(message.contains("revision 3 is the latest, deployed revision of release demo/web"), "{message}");
 }

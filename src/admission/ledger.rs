@@ -15,7 +15,8 @@ use kube::core::admission::AdmissionRequest;
 pub struct LedgerEntry {
     pub webhook: &'static str,
     pub uid: String,
-    pub operation: String,
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`, as the API server names it.
+    pub operation: &'static str,
     pub requester: String,
     pub namespace: String,
     pub object: String,
@@ -30,7 +31,7 @@ pub struct LedgerEntry {
     /// e.g. `pending-upgrade -> deployed`, `deployed -> (deleted)`.
     pub transition: Option<String>,
     pub chart: Option<String>,
-    pub decision: &'static str,
+    pub decision: Decision,
     pub reason: Reason,
     pub mode: Mode,
     pub message: Option<String>,
@@ -47,7 +48,7 @@ impl LedgerEntry {
             webhook: webhook.as_str(),
             // A forged request can put anything here; the API server's own are far shorter.
             uid: echoed(&request.uid).into_owned(),
-            operation: format!("{:?}", request.operation).to_uppercase(),
+            operation: operation_name(&request.operation),
             requester: echoed(request.user_info.username.as_deref().unwrap_or_default()).into_owned(),
             namespace: echoed(request.namespace.as_deref().unwrap_or_default()).into_owned(),
             object: echoed(&request.name).into_owned(),
@@ -64,7 +65,7 @@ impl LedgerEntry {
             status: None,
             transition: None,
             chart: None,
-            decision: Decision::Allowed.as_str(),
+            decision: Decision::Allowed,
             reason: Reason::NotAReleaseRecord,
             mode: Mode::Enforce,
             message: None,
@@ -78,7 +79,7 @@ impl LedgerEntry {
     /// name.
     pub fn audit_annotations(&self) -> HashMap<String, String> {
         let mut annotations = HashMap::from([
-            ("decision".to_owned(), self.decision.to_owned()),
+            ("decision".to_owned(), self.decision.as_str().to_owned()),
             ("reason".to_owned(), self.reason.as_str().to_owned()),
         ]);
         let mut put = |key: &str, value: Option<String>| {
@@ -103,8 +104,8 @@ impl LedgerEntry {
     /// The Event this decision calls for: a DELETE or UPDATE of a record (not a dry run) that was
     /// refused, or let through with a warning or as a would-be refusal.
     pub fn notice(&self) -> Option<Notice> {
-        let refused_or_warned = self.decision != Decision::Allowed.as_str() || self.message.is_some();
-        let action = match self.operation.as_str() {
+        let refused_or_warned = self.decision != Decision::Allowed || self.message.is_some();
+        let action = match self.operation {
             "DELETE" => "Delete",
             "UPDATE" => "Update",
             _ => return None,
@@ -156,7 +157,7 @@ impl LedgerEntry {
                     status = self.status.map(Status::as_str),
                     transition = self.transition.as_deref(),
                     chart = self.chart.as_deref(),
-                    decision = self.decision,
+                    decision = self.decision.as_str(),
                     reason = self.reason.as_str(),
                     mode = self.mode.as_str(),
                     detail = self.detail.as_deref(),
@@ -167,11 +168,22 @@ impl LedgerEntry {
                 )
             };
         }
-        if self.decision == Decision::Allowed.as_str() {
+        if self.decision == Decision::Allowed {
             ledger_event!(tracing::Level::INFO);
         } else {
             ledger_event!(tracing::Level::WARN);
         }
+    }
+}
+
+/// The operation as the API server names it (kube's `Operation` spells its variants in Rust).
+fn operation_name(operation: &kube::core::admission::Operation) -> &'static str {
+    use kube::core::admission::Operation;
+    match operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
     }
 }
 

@@ -22,7 +22,8 @@ use crate::release::{DecodeLimits, ReleaseKey};
 pub use ledger::LedgerEntry;
 
 /// Which webhook a request came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum Webhook {
     Validate,
     Mutate,
@@ -30,10 +31,7 @@ pub enum Webhook {
 
 impl Webhook {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Webhook::Validate => "validate",
-            Webhook::Mutate => "mutate",
-        }
+        self.into()
     }
 }
 

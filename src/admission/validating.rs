@@ -73,7 +73,7 @@ fn respond(request: &AdmissionRequest<DynamicObject>, decided: Decided, mut entr
     // The full message goes to the ledger in every mode: in audit mode it is the only record of
     // what would have been denied.
     entry.message = verdict.message;
-    entry.decision = outcome.decision.as_str();
+    entry.decision = outcome.decision;
     entry.mode = outcome.mode;
     let mut response = AdmissionResponse::from(request);
     if let Some(message) = outcome.denial {

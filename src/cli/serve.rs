@@ -56,7 +56,7 @@ pub struct ServeArgs {
     pub dev_certs: Option<PathBuf>,
     /// What to do with a request the policy denies.
     #[arg(long, env = "HELM_GUARD_MODE", default_value_t,
-          value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(Mode::ALL.map(Mode::as_str)), |m| m.parse::<Mode>()))]
+          value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(<Mode as strum::VariantArray>::VARIANTS.iter().map(|m| m.as_str())), |m| m.parse::<Mode>()))]
     pub mode: Mode,
     /// A user whose requests are always allowed (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_USERS", value_delimiter = ',')]

@@ -1,11 +1,21 @@
 //! enforce / warn / audit: what becomes of a verdict.
 
-use std::fmt;
-use std::str::FromStr;
-
 use super::verdict::Verdict;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Mode {
     /// Deny what the policy denies.
     #[default]
@@ -17,38 +27,24 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Enforce, Mode::Warn, Mode::Audit];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Enforce => "enforce",
-            Mode::Warn => "warn",
-            Mode::Audit => "audit",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "enforce" => Ok(Mode::Enforce),
-            "warn" => Ok(Mode::Warn),
-            "audit" => Ok(Mode::Audit),
-            other => Err(format!("`{other}` is not a mode (enforce, warn, audit)")),
-        }
+        self.into()
     }
 }
 
 /// The `decision` audit annotation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Decision {
     Allowed,
     Denied,
@@ -58,11 +54,7 @@ pub enum Decision {
 
 impl Decision {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allowed => "allowed",
-            Decision::Denied => "denied",
-            Decision::Warned => "warned",
-        }
+        self.into()
     }
 }
 

@@ -1,9 +1,21 @@
 //! A rule's verdict and the reason codes of POLICY.md.
 
-use std::fmt;
-
 /// The reason codes of POLICY.md, plus the codes for requests no rule is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Reason {
     NamespaceTeardown,
     BreakGlass,
@@ -45,34 +57,7 @@ pub enum Reason {
 
 impl Reason {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::NamespaceTeardown => "namespace-teardown",
-            Reason::BreakGlass => "break-glass",
-            Reason::Exempt => "exempt",
-            Reason::UndecodableRecord => "undecodable-record",
-            Reason::LastDeployedRevision => "last-deployed-revision",
-            Reason::HistoryPruning => "history-pruning",
-            Reason::Uninstall => "uninstall",
-            Reason::StuckRevisionRecovery => "stuck-revision-recovery",
-            Reason::LatestDeployedRevision => "latest-deployed-revision",
-            Reason::WouldOrphanRelease => "would-orphan-release",
-            Reason::IdentityLabelChange => "identity-label-change",
-            Reason::StatusLabelMismatch => "status-label-mismatch",
-            Reason::PayloadCorruption => "payload-corruption",
-            Reason::UnreadHistory => "unread-history",
-            Reason::PayloadContentChange => "payload-content-change",
-            Reason::StatusTransition => "status-transition",
-            Reason::ForeignMetadata => "foreign-metadata",
-            Reason::NoOldObject => "no-old-object",
-            Reason::CoordinationUnavailable => "coordination-unavailable",
-            Reason::HelmUpdate => "helm-update",
-            Reason::HelmCreate => "helm-create",
-            Reason::NotAReleaseRecord => "not-a-release-record",
-            Reason::NotAHelmInstallPod => "not-a-helm-install-pod",
-            Reason::ReleaseStateUnavailable => "release-state-unavailable",
-            Reason::ReleaseStateAnnotated => "release-state-annotated",
-            Reason::AlreadyAnnotated => "already-annotated",
-        }
+        self.into()
     }
 }
 
@@ -84,12 +69,6 @@ impl Reason {
     /// uninstall) hold whatever else is deleted.
     pub fn approval_needs_coordination(self) -> bool {
         matches!(self, Reason::HistoryPruning | Reason::StuckRevisionRecovery)
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -2,7 +2,6 @@
 //! states") out. Shared by `scan`, the metrics and the pod mutation.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use serde::Serialize;
 
@@ -117,8 +116,23 @@ impl History {
 }
 
 /// The state of a release, by its latest revision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum ReleaseState {
     Absent,
     Healthy,
@@ -134,32 +148,8 @@ pub enum ReleaseState {
 }
 
 impl ReleaseState {
-    pub const ALL: [ReleaseState; 10] = [
-        ReleaseState::Absent,
-        ReleaseState::Healthy,
-        ReleaseState::Failed,
-        ReleaseState::PendingInstall,
-        ReleaseState::PendingUpgrade,
-        ReleaseState::PendingRollback,
-        ReleaseState::Uninstalling,
-        ReleaseState::Uninstalled,
-        ReleaseState::OrphanedSuperseded,
-        ReleaseState::Unknown,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReleaseState::Absent => "absent",
-            ReleaseState::Healthy => "healthy",
-            ReleaseState::Failed => "failed",
-            ReleaseState::PendingInstall => "pending-install",
-            ReleaseState::PendingUpgrade => "pending-upgrade",
-            ReleaseState::PendingRollback => "pending-rollback",
-            ReleaseState::Uninstalling => "uninstalling",
-            ReleaseState::Uninstalled => "uninstalled",
-            ReleaseState::OrphanedSuperseded => "orphaned-superseded",
-            ReleaseState::Unknown => "unknown",
-        }
+        self.into()
     }
 
     /// Healthy, absent or uninstalled: nothing for an operator to do.
@@ -168,14 +158,23 @@ impl ReleaseState {
     }
 }
 
-impl fmt::Display for ReleaseState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Anomaly {
     MultipleDeployed,
     StatusLabelMismatch,
@@ -184,17 +183,7 @@ pub enum Anomaly {
 
 impl Anomaly {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Anomaly::MultipleDeployed => "multiple-deployed",
-            Anomaly::StatusLabelMismatch => "status-label-mismatch",
-            Anomaly::UndecodableRecord => "undecodable-record",
-        }
-    }
-}
-
-impl fmt::Display for Anomaly {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 

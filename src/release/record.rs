@@ -22,20 +22,31 @@ pub const LABEL_MODIFIED_AT: &str = "modifiedAt";
 pub const LABEL_CREATED_AT: &str = "createdAt";
 
 /// Where Helm keeps its records (`HELM_DRIVER`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Driver {
     Secret,
-    #[serde(rename = "configmap")]
     ConfigMap,
 }
 
 impl Driver {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Driver::Secret => "secret",
-            Driver::ConfigMap => "configmap",
-        }
+        self.into()
     }
 
     pub fn kind(self) -> &'static str {
@@ -52,12 +63,6 @@ impl Driver {
             "configmap" | "configmaps" => Some(Driver::ConfigMap),
             _ => None,
         }
-    }
-}
-
-impl fmt::Display for Driver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -20,7 +20,7 @@ use crate::tally::Tally;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     pub webhook: &'static str,
-    pub operation: String,
+    pub operation: &'static str,
     pub decision: &'static str,
     pub reason: &'static str,
 }
@@ -209,12 +209,12 @@ impl Metrics {
     pub fn render(&self, index: &ReleaseIndex, stuck_after_secs: i64, seconds_since_sync: f64) -> String {
         let now = jiff::Timestamp::now().as_second();
         let census = index.census(now, stuck_after_secs);
-        for state in ReleaseState::ALL {
+        for &state in <ReleaseState as strum::VariantArray>::VARIANTS {
             let count = census.states.get(&state).copied().unwrap_or_default();
             self.releases.get_or_create(&StateLabels { state: state.as_str() }).set(count as i64);
         }
         self.releases_stuck.set(census.stuck as i64);
-        for anomaly in [Anomaly::MultipleDeployed, Anomaly::StatusLabelMismatch, Anomaly::UndecodableRecord] {
+        for &anomaly in <Anomaly as strum::VariantArray>::VARIANTS {
             let count = census.anomalies.get(&anomaly).copied().unwrap_or_default();
             self.anomalies.get_or_create(&AnomalyLabels { anomaly: anomaly.as_str() }).set(count as i64);
         }

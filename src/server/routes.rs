@@ -154,8 +154,8 @@ fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Review
     state.metrics.decision(
         DecisionLabels {
             webhook: webhook.as_str(),
-            operation: reviewed.entry.operation.clone(),
-            decision: reviewed.entry.decision,
+            operation: reviewed.entry.operation,
+            decision: reviewed.entry.decision.as_str(),
             reason: reviewed.entry.reason.as_str(),
         },
         started.elapsed(),
