@@ -1,5 +1,13 @@
 //! `cargo bench --bench release`: decoding records and classifying histories. Results: BENCHMARKS.md.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a benchmark stops on a broken setup"
+)]
+
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -8,6 +8,14 @@
 //! `taskset -c 0 target/release/examples/floor target/dev-certs/tls.crt target/dev-certs/tls.key`.
 //! Loopback only.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a measuring tool stops on a broken setup"
+)]
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::routing::post;

@@ -53,10 +53,8 @@
 //! assert_eq!(verdict.reason, Reason::LatestDeployedRevision);
 //! ```
 
-#![forbid(unsafe_code)]
-// Library code answers bad input with an error, never with a panic.
-#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
-// Tests may: a failed unwrap is a failed test.
+// The lints are in Cargo.toml's [lints], for every target. Unit tests may unwrap: a failed
+// unwrap is a failed test.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
 pub mod admission;

@@ -1,5 +1,13 @@
 //! The `inspect` and `scan` commands as a user runs them.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
 mod common;
 
 use std::process::{Command, Output};

@@ -10,6 +10,14 @@
 //! namespaceSelector matches only that namespace; they are removed at the end, webhooks first,
 //! also when a check fails.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
 mod common;
 
 use std::time::Duration;

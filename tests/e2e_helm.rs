@@ -10,6 +10,14 @@
 //!   duplicated key, a second object holding a revision) are read as Helm reads them, by `scan`
 //!   and by the verdicts; and hand edits Helm never makes are refused.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
 mod common;
 
 use std::process::Command;

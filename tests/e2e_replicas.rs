@@ -7,6 +7,14 @@
 //! alone, together they leave the release nothing to roll back to. Never both approved. It also
 //! measures what the agreement costs an approved deletion (README, BENCHMARKS.md).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,5 +1,13 @@
 //! Random, truncated and mutated input never panics the codec, the record reader or the classifier.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
 mod common;
 
 use helm_guard::release::codec::read_release_json;
