@@ -111,9 +111,18 @@ impl Guard {
         self.running.as_ref().unwrap()
     }
 
-    /// Posts an AdmissionReview and returns its `response`, checking the envelope.
+    /// Sends an AdmissionReview through the guard's router, as the HTTPS server hands it on (TLS
+    /// has its own tests, through `client`), and returns its `response`, checking the envelope.
     pub async fn review(&self, path: &str, review: &Value) -> Value {
-        let (status, body) = self.client.post(path, serde_json::to_vec(review).unwrap()).await;
+        use tower::ServiceExt as _;
+        let request = axum::http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(serde_json::to_vec(review).unwrap()))
+            .unwrap();
+        let router = helm_guard::server::routes::webhook_router(self.running().state.clone());
+        let answer = router.oneshot(request).await.unwrap();
+        let status = answer.status().as_u16();
+        let body = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap();
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         let answer: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
