@@ -39,6 +39,7 @@ impl Mode {
     Copy,
     PartialEq,
     Eq,
+    Hash,
     strum::IntoStaticStr,
     strum::Display,
     strum::EnumString,

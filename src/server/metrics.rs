@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{
+    EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -12,27 +14,29 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
+use crate::admission::Webhook;
 use crate::cluster::ReleaseIndex;
+use crate::policy::{Decision, Reason};
 use crate::release::ReleaseState;
 use crate::release::history::Anomaly;
 use crate::tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
-    pub webhook: &'static str,
+    pub webhook: Webhook,
     pub operation: &'static str,
-    pub decision: &'static str,
-    pub reason: &'static str,
+    pub decision: Decision,
+    pub reason: Reason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
-    pub webhook: &'static str,
+    pub webhook: Webhook,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectedLabels {
-    pub webhook: &'static str,
+    pub webhook: Webhook,
     pub error: &'static str,
 }
 
@@ -43,7 +47,7 @@ pub struct ResultLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AnomalyLabels {
-    pub anomaly: &'static str,
+    pub anomaly: Anomaly,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -53,7 +57,7 @@ pub struct CauseLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    pub state: &'static str,
+    pub state: ReleaseState,
 }
 
 fn latency_histogram() -> Histogram {
@@ -191,7 +195,7 @@ impl Metrics {
         self.decisions.get_or_create(&labels).inc();
     }
 
-    pub fn rejected(&self, webhook: &'static str, error: &'static str) {
+    pub fn rejected(&self, webhook: Webhook, error: &'static str) {
         self.rejected.get_or_create(&RejectedLabels { webhook, error }).inc();
     }
 
@@ -211,12 +215,12 @@ impl Metrics {
         let census = index.census(now, stuck_after_secs);
         for &state in <ReleaseState as strum::VariantArray>::VARIANTS {
             let count = census.states.get(&state).copied().unwrap_or_default();
-            self.releases.get_or_create(&StateLabels { state: state.as_str() }).set(count as i64);
+            self.releases.get_or_create(&StateLabels { state }).set(count as i64);
         }
         self.releases_stuck.set(census.stuck as i64);
         for &anomaly in <Anomaly as strum::VariantArray>::VARIANTS {
             let count = census.anomalies.get(&anomaly).copied().unwrap_or_default();
-            self.anomalies.get_or_create(&AnomalyLabels { anomaly: anomaly.as_str() }).set(count as i64);
+            self.anomalies.get_or_create(&AnomalyLabels { anomaly }).set(count as i64);
         }
         self.revisions.set(census.revisions as i64);
         self.seconds_since_sync.set(seconds_since_sync);
@@ -241,3 +245,16 @@ impl EncodeMetric for Tally {
 impl TypedMetric for Tally {
     const TYPE: MetricType = MetricType::Counter;
 }
+
+/// The enums' own names are the label values (`decision="denied"`, `state="orphaned-superseded"`).
+macro_rules! label_values {
+    ($($name:ty),*) => {$(
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    )*};
+}
+
+label_values!(Webhook, Decision, Reason, ReleaseState, Anomaly);

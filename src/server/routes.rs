@@ -98,7 +98,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
     {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(_)) => {
-            state.metrics.rejected(webhook.as_str(), "too-large");
+            state.metrics.rejected(webhook, "too-large");
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the request body is larger than {} bytes (--max-body-bytes)", limits.max_body_bytes),
@@ -109,7 +109,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
             if let Some(Extension(connection)) = &connection {
                 connection.graceful_shutdown();
             }
-            state.metrics.rejected(webhook.as_str(), "body-timeout");
+            state.metrics.rejected(webhook, "body-timeout");
             return error(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(
@@ -153,10 +153,10 @@ pub const INLINE_MAX_BODY_BYTES: usize = 64 * 1024;
 fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Reviewed) -> Response {
     state.metrics.decision(
         DecisionLabels {
-            webhook: webhook.as_str(),
+            webhook,
             operation: reviewed.entry.operation,
-            decision: reviewed.entry.decision.as_str(),
-            reason: reviewed.entry.reason.as_str(),
+            decision: reviewed.entry.decision,
+            reason: reviewed.entry.reason,
         },
         started.elapsed(),
     );
@@ -164,13 +164,13 @@ fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Review
 }
 
 fn bad_request(state: &AppState, webhook: Webhook, bad: &review::ReviewError) -> Response {
-    state.metrics.rejected(webhook.as_str(), "bad-request");
+    state.metrics.rejected(webhook, "bad-request");
     tracing::warn!(webhook = webhook.as_str(), error = %bad, "rejected a request that is not an AdmissionReview v1");
     error(StatusCode::BAD_REQUEST, bad.to_string())
 }
 
 fn internal_error(state: &AppState, webhook: Webhook, what: &str) -> Response {
-    state.metrics.rejected(webhook.as_str(), "internal");
+    state.metrics.rejected(webhook, "internal");
     tracing::error!(webhook = webhook.as_str(), error = %what, "deciding a request failed");
     error(StatusCode::INTERNAL_SERVER_ERROR, "helm-guard failed to decide this request")
 }
