@@ -12,9 +12,8 @@ use clap::ValueEnum;
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::Admission;
-use crate::cluster::events::{self, EventQueue};
 use crate::cluster::live;
-use crate::cluster::{PayloadFetcher, ReleaseIndex, SourceKind, coordination, snapshot};
+use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
 use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles};
@@ -182,27 +181,19 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tls.client_ca = args.client_ca_file.clone();
     tls.client_names = args.client_cn.clone();
     let metrics = Metrics::new();
-    let (index, fetcher, coordinator, events) = match &args.snapshot {
-        Some(path) => (load_snapshot(path, args)?, None, None, None),
-        None => watch_cluster(args, &metrics).await?,
+    let config = PolicyConfig {
+        default_mode: args.mode,
+        exempt_users: args.exempt_user.clone(),
+        exempt_groups: args.exempt_group.clone(),
+        stuck_after: args.stuck_after,
     };
-    let admission = Admission {
-        index,
-        config: PolicyConfig {
-            default_mode: args.mode,
-            exempt_users: args.exempt_user.clone(),
-            exempt_groups: args.exempt_group.clone(),
-            stuck_after: args.stuck_after,
-        },
-        limits: args.decode.limits(),
-        fetcher,
-        decision_deadline: args.decision_deadline,
-        deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
-        memo: Default::default(),
-        coordinator,
-        coordination_refused: metrics.delete_coordination_refused.clone(),
-        events,
+    let admission = match &args.snapshot {
+        Some(path) => {
+            Admission { limits: args.decode.limits(), ..Admission::new(load_snapshot(path, args)?, config) }
+        }
+        None => watch_cluster(args, config, &metrics).await?,
     };
+    let admission = Admission { decision_deadline: args.decision_deadline, ..admission };
     let state = Arc::new(
         AppState::new(
             admission,
@@ -244,19 +235,12 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
     Ok(index)
 }
 
-type LiveSource = (
-    Arc<ReleaseIndex>,
-    Option<Arc<dyn PayloadFetcher>>,
-    Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
-    Option<EventQueue>,
-);
-
-/// Notices waiting to become Events; more are dropped (and counted) rather than waited for.
-const EVENT_QUEUE: usize = 256;
-
-/// Connects to the cluster and starts the watchers (ready once their initial lists are done),
-/// and the deletion Leases' coordinator and sweep.
-async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<LiveSource> {
+/// Connects to the cluster and starts the live parts (`server::live`).
+async fn watch_cluster(
+    args: &ServeArgs,
+    config: PolicyConfig,
+    metrics: &Metrics,
+) -> anyhow::Result<Admission> {
     let client = live::connect(&args.cluster.access()).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
@@ -265,39 +249,20 @@ async fn watch_cluster(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Li
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
-    let events = args.emit_events.then(|| {
-        let (queue, notices) = EventQueue::new(EVENT_QUEUE, metrics.events_dropped("queue-full"));
-        tokio::spawn(events::write_events(
-            client.clone(),
-            notices,
-            identity.clone(),
-            metrics.events_dropped("api-error"),
-        ));
-        queue
-    });
-    let coordinator = match args.coordination {
+    let lease_namespace = match args.coordination {
         Coordination::None => None,
         Coordination::Lease => {
-            let namespace =
-                args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
-            tracing::info!(%namespace, %identity, "deletions agreed through Leases");
-            let leases = kube::Api::namespaced(client.clone(), &namespace);
-            // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
-            let every = (args.tombstone_ttl * 2).max(Duration::from_secs(10));
-            tokio::spawn(coordination::sweep(leases.clone(), every));
-            let coordinator: Arc<dyn crate::cluster::DeleteCoordinator> =
-                Arc::new(coordination::LeaseCoordinator {
-                    leases,
-                    runtime: tokio::runtime::Handle::current(),
-                    identity,
-                    ttl: args.tombstone_ttl,
-                });
-            Some(coordinator)
+            Some(args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned()))
         }
     };
-    let (index, fetcher) =
-        live::watch(client, args.tombstone_ttl, args.decode.limits(), metrics.watch_restarts.clone());
-    Ok((index, Some(fetcher), coordinator, events))
+    let options = server::live::LiveOptions {
+        tombstone_ttl: args.tombstone_ttl,
+        limits: args.decode.limits(),
+        lease_namespace,
+        identity,
+        emit_events: args.emit_events,
+    };
+    Ok(server::live::admission(client, config, options, metrics))
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

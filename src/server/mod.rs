@@ -5,6 +5,7 @@
 
 pub mod certs;
 pub mod limits;
+pub mod live;
 pub mod metrics;
 pub mod routes;
 pub mod tls;

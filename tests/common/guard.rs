@@ -192,37 +192,16 @@ pub async fn start_live(
     let bundle = generate(names, 1).unwrap();
     write(&bundle, certs, true).unwrap();
     let metrics = Metrics::new();
-    let coordinator = lease_namespace.map(|namespace| {
-        let coordinator = helm_guard::cluster::coordination::LeaseCoordinator {
-            leases: kube::Api::namespaced(client.clone(), namespace),
-            runtime: tokio::runtime::Handle::current(),
-            identity: "e2e".to_owned(),
-            ttl: tombstone_ttl,
-        };
-        Arc::new(coordinator) as Arc<dyn helm_guard::cluster::DeleteCoordinator>
-    });
-    let (events, notices) =
-        helm_guard::cluster::events::EventQueue::new(64, metrics.events_dropped("queue-full"));
-    tokio::spawn(helm_guard::cluster::events::write_events(
-        client.clone(),
-        notices,
-        "e2e".to_owned(),
-        metrics.events_dropped("api-error"),
-    ));
-    let (index, fetcher) = helm_guard::cluster::live::watch(
-        client,
+    // Assembled as `serve` assembles it, Events and Leases included.
+    let options = helm_guard::server::live::LiveOptions {
         tombstone_ttl,
-        DecodeLimits::default(),
-        metrics.watch_restarts.clone(),
-    );
-    let admission = Admission {
-        fetcher: Some(fetcher),
-        deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
-        coordinator,
-        coordination_refused: metrics.delete_coordination_refused.clone(),
-        events: Some(events),
-        ..Admission::new(index.clone(), PolicyConfig::default())
+        limits: DecodeLimits::default(),
+        lease_namespace: lease_namespace.map(str::to_owned),
+        identity: "e2e".to_owned(),
+        emit_events: true,
     };
+    let admission = helm_guard::server::live::admission(client, PolicyConfig::default(), options, &metrics);
+    let index = admission.index.clone();
     let running = server::start(
         settings(listen, certs),
         Arc::new(AppState::new(admission, metrics, RequestLimits::default())),

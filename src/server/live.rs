@@ -1,0 +1,71 @@
+//! The live guard's decision context, assembled once for `serve` and the tests: the index fed
+//! by the watchers, payload reads, agreement between replicas through Leases, refusal Events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Metrics;
+use crate::admission::Admission;
+use crate::cluster::coordination::{self, LeaseCoordinator};
+use crate::cluster::events::{self, EventQueue};
+use crate::cluster::{DeleteCoordinator, live};
+use crate::policy::PolicyConfig;
+use crate::release::DecodeLimits;
+
+/// Notices waiting to become Events; more are dropped (and counted) rather than waited for.
+pub const EVENT_QUEUE: usize = 256;
+
+/// How the live parts run.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    /// How long an approved deletion stays hidden (and its claim holds).
+    pub tombstone_ttl: Duration,
+    pub limits: DecodeLimits,
+    /// Where the deletion Leases live; `None`: no agreement (a single replica).
+    pub lease_namespace: Option<String>,
+    /// This replica, in Leases and Events.
+    pub identity: String,
+    pub emit_events: bool,
+}
+
+/// Starts the watchers (the index is ready once their first lists are done), the Event writer
+/// and the Lease sweep, and returns the decision context they feed. Must be called within a
+/// Tokio runtime.
+pub fn admission(
+    client: kube::Client,
+    config: PolicyConfig,
+    options: LiveOptions,
+    metrics: &Metrics,
+) -> Admission {
+    let events = options.emit_events.then(|| {
+        let (queue, notices) = EventQueue::new(EVENT_QUEUE, metrics.events_dropped("queue-full"));
+        let failed = metrics.events_dropped("api-error");
+        tokio::spawn(events::write_events(client.clone(), notices, options.identity.clone(), failed));
+        queue
+    });
+    let coordinator = options.lease_namespace.as_deref().map(|namespace| {
+        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through Leases");
+        let leases = kube::Api::namespaced(client.clone(), namespace);
+        // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
+        let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
+        tokio::spawn(coordination::sweep(leases.clone(), every));
+        let coordinator = LeaseCoordinator {
+            leases,
+            runtime: tokio::runtime::Handle::current(),
+            identity: options.identity.clone(),
+            ttl: options.tombstone_ttl,
+        };
+        Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
+    });
+    let (index, fetcher) =
+        live::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone());
+    Admission {
+        limits: options.limits,
+        fetcher: Some(fetcher),
+        deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
+        coordinator,
+        coordination_refused: metrics.delete_coordination_refused.clone(),
+        events,
+        ..Admission::new(index, config)
+    }
+}
