@@ -63,7 +63,7 @@ fn scan_text_prints_one_line_per_release_and_a_summary() {
 #[test]
 fn scan_exits_0_when_every_release_is_healthy_and_reads_yaml_from_stdin() {
     let dir = tempfile::tempdir().unwrap();
-    let healthy = list(history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]));
+    let healthy = list(web(&[(1, "superseded"), (2, "deployed")]));
     let yaml = serde_saphyr::to_string(&healthy).unwrap();
     let path = dir.path().join("dump.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -101,7 +101,7 @@ fn scan_exits_2_on_unusable_input_naming_the_problem() {
 #[test]
 fn scan_names_an_undecodable_record_and_still_reports() {
     let dir = tempfile::tempdir().unwrap();
-    let mut items = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let mut items = web(&[(1, "superseded"), (2, "deployed")]);
     items[1]["data"]["release"] = json!("!!!");
     let path = write_temp(&dir, "dump.json", &list(items));
     let output = helm_guard(&["scan", "--from-file", path.to_str().unwrap(), "-o", "json"]);
@@ -375,7 +375,7 @@ fn scan_filters_combine_on_a_dump_as_on_the_cluster() {
 #[test]
 fn counts_are_in_words_a_person_would_write() {
     let dir = tempfile::tempdir().unwrap();
-    let one = write_temp(&dir, "one.json", &list(history(&helm4_secret(), &[(1, "deployed")])));
+    let one = write_temp(&dir, "one.json", &list(web(&[(1, "deployed")])));
     let text = stdout(&helm_guard(&["scan", "--from-file", one.to_str().unwrap()]));
     assert!(text.contains("\n1 release, 1 healthy or uninstalled, 0 need attention"), "{text}");
     let log = "tests/fixtures/audit/kube-apiserver-audit.jsonl";
@@ -651,7 +651,7 @@ fn readme_lists_every_serve_flag_with_its_environment_variable() {
 #[test]
 fn scan_repair_plan_gives_a_command_for_each_release_it_can_repair() {
     let dir = tempfile::tempdir().unwrap();
-    let mut stuck = history(&helm4_secret(), &[(1, "deployed"), (2, "pending-upgrade")]);
+    let mut stuck = web(&[(1, "deployed"), (2, "pending-upgrade")]);
     for record in &mut stuck {
         record["metadata"]["labels"]["modifiedAt"] = json!("1764000000");
     }

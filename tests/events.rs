@@ -34,7 +34,7 @@ fn review(admission: &Admission, review: &Value) -> bool {
 
 #[test]
 fn a_refused_delete_becomes_a_notice_on_the_record() {
-    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
     let (admission, mut notices) = with_events(&records, Mode::Enforce);
     let mut v2 = records[1].clone();
     v2["metadata"]["uid"] = Value::String("0b6f3a1e-2c4d-4e8f-9a7b-5c3d2e1f0a9b".into());
@@ -60,7 +60,7 @@ fn a_refused_delete_becomes_a_notice_on_the_record() {
 
 #[test]
 fn allowed_and_dry_run_changes_make_no_notice_and_warn_mode_does() {
-    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
     let (admission, mut notices) = with_events(&records, Mode::Enforce);
     assert!(review(&admission, &delete_review(&records[0])), "history pruning is allowed");
     assert!(!review(&admission, &dry_run(delete_review(&records[1]))));
@@ -74,7 +74,7 @@ fn allowed_and_dry_run_changes_make_no_notice_and_warn_mode_does() {
 
 #[test]
 fn a_refused_update_becomes_a_notice() {
-    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
     let (admission, mut notices) = with_events(&records, Mode::Enforce);
     let mut hidden = records[1].clone();
     hidden["metadata"]["labels"]["owner"] = Value::String("nobody".into());

@@ -24,7 +24,7 @@ const STUCK_AFTER: i64 = 15 * 60;
 
 /// Records of `web` whose latest was written `age` seconds before NOW.
 fn records(revisions: &[(u32, &str)], age: i64) -> Vec<Value> {
-    let mut records = history(&helm4_secret(), revisions);
+    let mut records = web(revisions);
     for record in &mut records {
         record["metadata"]["labels"]["modifiedAt"] = json!((NOW - age).to_string());
     }

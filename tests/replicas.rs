@@ -121,7 +121,7 @@ fn delete(admission: &Admission, record: &Value) -> (bool, String) {
 /// v1 and v2 both deployed (an interrupted upgrade leaves that), v3 failed: deleting v1 alone
 /// is fine and so is deleting v2 alone; both together leave nothing to roll back to.
 fn two_deployed() -> Vec<Value> {
-    history(&helm4_secret(), &[(1, "deployed"), (2, "deployed"), (3, "failed")])
+    web(&[(1, "deployed"), (2, "deployed"), (3, "failed")])
 }
 
 /// Two replicas decide "delete v1" and "delete v2" at the same instant.
@@ -202,7 +202,7 @@ fn key() -> ReleaseKey {
 
 #[test]
 fn refusals_creations_and_updates_never_touch_the_leases() {
-    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
     let leases = Arc::new(SharedLeases::new(0));
     let admission = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
     assert_eq!(delete(&admission, &records[1]), (false, "latest-deployed-revision".to_owned()));

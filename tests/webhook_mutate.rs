@@ -33,10 +33,6 @@ async fn mutate(guard: &Guard, review: &Value) -> (Value, Option<Value>) {
     (response, patched)
 }
 
-fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
-    history(&helm4_secret(), revisions)
-}
-
 #[tokio::test]
 async fn an_orphaned_superseded_release_gets_upgrade_instead_of_install() {
     let guard = Guard::start(Options {

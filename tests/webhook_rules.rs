@@ -16,10 +16,6 @@ use common::*;
 use helm_guard::policy::Mode;
 use serde_json::{Value, json};
 
-fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
-    history(&helm4_secret(), revisions)
-}
-
 async fn guard_with(records: Vec<Value>) -> Guard {
     Guard::start(Options { snapshot: records, ..Options::default() }).await
 }

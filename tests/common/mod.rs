@@ -144,6 +144,11 @@ pub fn history(base: &Value, revisions: &[(u32, &str)]) -> Vec<Value> {
     revisions.iter().map(|(revision, status)| rewrite(base, *revision, status)).collect()
 }
 
+/// Release `web` in `demo` with these (revision, status) records, from a real Helm 4 record.
+pub fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
+    history(&helm4_secret(), revisions)
+}
+
 pub fn write_temp(dir: &tempfile::TempDir, name: &str, value: &Value) -> PathBuf {
     let path = dir.path().join(name);
     std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
