@@ -154,18 +154,20 @@ fn delete(
         requester: requester(request),
         break_glass: glass.as_deref(),
     };
-    // `record`: an approval hides the record in the index (a tombstone). With a coordinator,
-    // an approval is first agreed with the other replicas, so the first look records nothing.
-    let decide = |record: bool| {
+    let coordinator = admission.coordinator.as_deref().filter(|_| !request.dry_run);
+    // `agreed`: an approval that needs the other replicas' agreement has it (or there are no
+    // others). Only an approval that stands hides the record in the index (a tombstone); the
+    // rest are recorded as they are decided, in one pass under the index lock.
+    let decide = |agreed: bool| {
         admission.index.decide(&id.key, Some(object), |others| {
             let verdict = decide_delete(&facts, &History::new(others), &admission.config);
             let outcome = apply_mode(&verdict, mode);
-            let change = (record && outcome.allowed && !request.dry_run)
+            let stands = agreed || !verdict.reason.approval_needs_coordination();
+            let change = (stands && outcome.allowed && !request.dry_run)
                 .then(|| IndexChange::Delete { object: object.to_owned() });
             ((verdict, outcome), change)
         })
     };
-    let coordinator = admission.coordinator.as_deref().filter(|_| !request.dry_run);
     let mut decided = decide(coordinator.is_none());
     if decided.0.reason == Reason::UnreadHistory {
         // The verdict depends on records known only by their labels: read them, then decide again.
@@ -173,12 +175,9 @@ fn delete(
         decided = decide(coordinator.is_none());
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
-    if !decided.1.allowed {
-        // Refusals need no agreement.
+    if !decided.1.allowed || !decided.0.reason.approval_needs_coordination() {
+        // Refusals, and approvals that hold whatever else is deleted, need no agreement.
         return Ok(decided);
-    }
-    if !decided.0.reason.approval_needs_coordination() {
-        return Ok(decide(true));
     }
     if io == Io::Forbidden {
         return Err(NeedsIo);
