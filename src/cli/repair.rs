@@ -2,7 +2,6 @@
 //! edits Helm itself makes. Prints the plan; changes nothing without `--apply`. Runs as the user
 //! (their kubeconfig), not as the guard: the guard checks these edits like anyone's.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -14,10 +13,10 @@ use serde_json::Value;
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data};
 use crate::cluster::live::{connect, list_records};
+use crate::release::Driver;
 use crate::release::record::DecodedRecord;
 use crate::release::repair::{RepairPlan, RepairStep, edited_object, plan};
-use crate::release::scan::collect_records;
-use crate::release::{Driver, ReleaseKey};
+use crate::release::scan::{by_release, collect_records};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -79,12 +78,8 @@ async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
     }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let now = now_secs(None);
-    let mut by_release: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
-    for record in &records {
-        by_release.entry(&record.record.id.key).or_default().push(record);
-    }
     let plans: Vec<RepairPlan> =
-        by_release.iter().map(|(key, records)| plan(key, records, now, stuck_after)).collect();
+        by_release(&records).iter().map(|(key, records)| plan(key, records, now, stuck_after)).collect();
     let refused = plans.iter().any(|p| p.refused.is_some());
     let mut applied = false;
     if args.apply && !refused && plans.iter().any(|p| !p.steps.is_empty()) {

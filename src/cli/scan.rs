@@ -10,12 +10,11 @@ use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
 };
 use crate::cluster::live::{connect, list_records};
+use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;
 use crate::release::record::describe;
 use crate::release::repair::{RepairPlan, plan};
-use crate::release::scan::{ReleaseReport, collect_records, report};
-use crate::release::{DecodedRecord, ReleaseKey};
-use std::collections::BTreeMap;
+use crate::release::scan::{ReleaseReport, by_release, collect_records, report};
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
@@ -97,11 +96,7 @@ fn print_repair_plans(
     stuck_after: i64,
     output: Output,
 ) -> anyhow::Result<()> {
-    let mut by_release: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
-    for record in records {
-        by_release.entry(&record.record.id.key).or_default().push(record);
-    }
-    let plans: Vec<RepairPlan> = by_release
+    let plans: Vec<RepairPlan> = by_release(records)
         .iter()
         .filter(|(key, _)| {
             releases

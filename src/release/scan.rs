@@ -39,6 +39,15 @@ pub fn collect_records(objects: &[Value], limits: DecodeLimits) -> (Vec<DecodedR
     (records, problems)
 }
 
+/// Records grouped by the release they belong to, in release order.
+pub fn by_release(records: &[DecodedRecord]) -> BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> {
+    let mut releases: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
+    for record in records {
+        releases.entry(&record.record.id.key).or_default().push(record);
+    }
+    releases
+}
+
 /// One line of `scan`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReleaseReport {
@@ -71,11 +80,7 @@ pub struct RevisionReport {
 
 /// Groups records by release and classifies each release. `now` is Unix seconds.
 pub fn report(records: &[DecodedRecord], now: i64, stuck_after_secs: i64) -> Vec<ReleaseReport> {
-    let mut by_release: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
-    for record in records {
-        by_release.entry(&record.record.id.key).or_default().push(record);
-    }
-    by_release
+    by_release(records)
         .into_iter()
         .map(|(key, records)| {
             let facts: Vec<RevisionFacts> = records.iter().map(|r| r.facts()).collect();
