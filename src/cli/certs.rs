@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use base64::Engine as _;
 
 use super::EXIT_OK;
-use crate::server::certs::{generate, service_names, write};
+use crate::server::certs::{FILES, generate, service_names, write};
 
 #[derive(Debug, clap::Args)]
 pub struct CertsArgs {
@@ -76,8 +76,7 @@ fn dns_label(label: &str, letter_first: bool) -> Result<(), String> {
 }
 
 pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
-    if let Some(existing) =
-        ["ca.crt", "tls.crt", "tls.key"].map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
+    if let Some(existing) = FILES.map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
         && !args.force
     {
         eprintln!("error: {} exists; pass --force to overwrite", existing.display());
@@ -86,7 +85,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
     let mut names = service_names(&args.service, &args.namespace);
     names.extend(args.extra_names.iter().cloned());
     let bundle = generate(&names, args.days)?;
-    write(&bundle, &args.out, args.force)?;
+    write(&bundle, &args.out)?;
     outln!("wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}", args.out.display(), names.join(", "))?;
     outln!("caBundle for the webhook configurations:")?;
     outln!("{}", base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem))?;

@@ -271,7 +271,7 @@ fn dev_certs(dir: &std::path::Path) -> anyhow::Result<TlsFiles> {
     if !files.cert.exists() || !files.key.exists() {
         let names = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
         let bundle = crate::server::certs::generate(&names, 30).context("making development certificates")?;
-        crate::server::certs::write(&bundle, dir, true)?;
+        crate::server::certs::write(&bundle, dir)?;
         tracing::warn!(dir = %dir.display(), "made throwaway development certificates; trust {}/ca.crt", dir.display());
     }
     Ok(files)

@@ -52,15 +52,14 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-/// Writes the bundle as ca.crt, tls.crt and tls.key (mode 0600).
-pub fn write(bundle: &CertBundle, dir: &Path, force: bool) -> anyhow::Result<()> {
+/// The files a bundle is written to, in a directory.
+pub const FILES: [&str; 3] = ["ca.crt", "tls.crt", "tls.key"];
+
+/// Writes the bundle as ca.crt, tls.crt and tls.key (mode 0600), replacing what is there.
+pub fn write(bundle: &CertBundle, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, text) in
-        [("ca.crt", &bundle.ca_pem), ("tls.crt", &bundle.cert_pem), ("tls.key", &bundle.key_pem)]
-    {
-        let path = dir.join(name);
-        anyhow::ensure!(force || !path.exists(), "{} exists; pass --force to overwrite", path.display());
-        write_private(&path, text.as_bytes())?;
+    for (name, text) in FILES.into_iter().zip([&bundle.ca_pem, &bundle.cert_pem, &bundle.key_pem]) {
+        write_private(&dir.join(name), text.as_bytes())?;
     }
     Ok(())
 }

@@ -71,7 +71,7 @@ impl Guard {
     pub async fn start(options: Options) -> Guard {
         let dir = tempfile::tempdir().unwrap();
         let bundle = localhost_bundle();
-        write(&bundle, &dir.path().join("certs"), true).unwrap();
+        write(&bundle, &dir.path().join("certs")).unwrap();
         let snapshot_path = dir.path().join("snapshot.json");
         std::fs::write(&snapshot_path, serde_json::to_vec(&super::list(options.snapshot)).unwrap()).unwrap();
 
@@ -190,7 +190,7 @@ pub async fn start_live(
     lease_namespace: Option<&str>,
 ) -> (Running, Arc<ReleaseIndex>, String) {
     let bundle = generate(names, 1).unwrap();
-    write(&bundle, certs, true).unwrap();
+    write(&bundle, certs).unwrap();
     let metrics = Metrics::new();
     // Assembled as `serve` assembles it, Events and Leases included.
     let options = helm_guard::server::live::LiveOptions {
