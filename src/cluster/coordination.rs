@@ -74,6 +74,13 @@ impl Claims {
         Claims { claims, version }
     }
 
+    /// A Lease's unexpired claims, and its version.
+    pub fn of(lease: &Lease, now_ms: i64) -> Claims {
+        let annotation =
+            lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION)).map(String::as_str);
+        Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms)
+    }
+
     /// The claims after this replica's approval of `object` (a claim of the same object is
     /// replaced), or `None` when the Lease is full.
     pub fn with(&self, object: &str, until: i64, by: &str) -> Option<Vec<Claim>> {
@@ -185,9 +192,7 @@ impl DeleteCoordinator for LeaseCoordinator {
     fn claims(&self, key: &ReleaseKey, deadline: Instant) -> Result<Claims, CoordinationError> {
         let lease = self.until(deadline, self.leases.get_opt(&lease_name(key)))?.map_err(api_error)?;
         let Some(lease) = lease else { return Ok(Claims::default()) };
-        let annotation =
-            lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION)).map(String::as_str);
-        Ok(Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms()))
+        Ok(Claims::of(&lease, now_ms()))
     }
 
     fn claim(
@@ -262,16 +267,11 @@ pub async fn sweep(leases: Api<Lease>, every: Duration) {
         };
         let now = now_ms();
         for lease in listed {
-            let annotation = lease
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CLAIMS_ANNOTATION))
-                .map(String::as_str);
-            let version = lease.metadata.resource_version.clone();
-            if !Claims::read(annotation, version.clone(), now).claims.is_empty() {
+            let claims = Claims::of(&lease, now);
+            if !claims.claims.is_empty() {
                 continue;
             }
+            let version = claims.version;
             let Some(name) = lease.metadata.name.as_deref() else { continue };
             let params = DeleteParams {
                 preconditions: Some(Preconditions { resource_version: version, uid: None }),
