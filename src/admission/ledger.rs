@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
+use super::object::ReviewObject;
 use crate::cluster::events::Notice;
 use crate::policy::{Decision, Mode, Reason, echoed};
 use crate::release::Status;
-use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 
 /// One decision, as logged and as annotated.
@@ -43,7 +43,7 @@ pub struct LedgerEntry {
 }
 
 impl LedgerEntry {
-    pub fn new(webhook: super::Webhook, request: &AdmissionRequest<DynamicObject>) -> LedgerEntry {
+    pub fn new(webhook: super::Webhook, request: &AdmissionRequest<ReviewObject>) -> LedgerEntry {
         LedgerEntry {
             webhook: webhook.as_str(),
             // A forged request can put anything here; the API server's own are far shorter.

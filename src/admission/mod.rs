@@ -6,13 +6,14 @@
 
 pub mod ledger;
 pub mod mutating;
+pub mod object;
 pub mod review;
 pub mod validating;
 
 use std::sync::Arc;
 
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use object::ReviewObject;
 
 use std::time::{Duration, Instant};
 
@@ -106,7 +107,7 @@ impl Admission {
     pub fn review(
         &self,
         webhook: Webhook,
-        request: AdmissionRequest<DynamicObject>,
+        request: AdmissionRequest<ReviewObject>,
         io: Io,
     ) -> Result<Reviewed, NeedsIo> {
         let reviewed = match webhook {

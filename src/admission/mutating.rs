@@ -1,18 +1,17 @@
 //! The mutating webhook on helm-install pods: annotate the release state, and turn `install`
 //! into `upgrade` when the release is orphaned-superseded. Never denies.
 
-use kube::core::DynamicObject;
+use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use serde_json::Value;
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::policy::Reason;
-use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod};
+use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod, Pod};
 use crate::release::{ReleaseKey, classify};
 
 pub fn mutate(
     admission: &Admission,
-    mut request: AdmissionRequest<DynamicObject>,
+    mut request: AdmissionRequest<ReviewObject>,
     io: Io,
 ) -> Result<Reviewed, NeedsIo> {
     let started = std::time::Instant::now();
@@ -48,24 +47,15 @@ pub fn mutate(
 }
 
 /// The pod of a CREATE, when it carries the helm-controller's chart label, taken out of the
-/// request as JSON: its spec moves (no copy of the pod is made), its metadata is written out.
-fn chart_pod(request: &mut AdmissionRequest<DynamicObject>) -> Option<Value> {
+/// request (nothing is copied).
+fn chart_pod(request: &mut AdmissionRequest<ReviewObject>) -> Option<Pod> {
     if !request.kind.group.is_empty() || request.kind.kind != "Pod" || request.operation != Operation::Create
     {
         return None;
     }
     request.object.as_ref()?.metadata.labels.as_ref()?.get(CHART_LABEL)?;
     let object = request.object.take()?;
-    let mut pod = match object.data {
-        Value::Object(fields) => fields,
-        _ => serde_json::Map::new(),
-    };
-    pod.insert("metadata".to_owned(), serde_json::to_value(&object.metadata).ok()?);
-    if let Some(types) = object.types {
-        pod.insert("apiVersion".to_owned(), Value::String(types.api_version));
-        pod.insert("kind".to_owned(), Value::String(types.kind));
-    }
-    Some(Value::Object(pod))
+    Some(Pod { metadata: object.metadata, spec: object.spec.unwrap_or_default() })
 }
 
 /// Classifies the pod's release and plans the patch; without a complete view of the cluster the
@@ -73,7 +63,7 @@ fn chart_pod(request: &mut AdmissionRequest<DynamicObject>) -> Option<Value> {
 /// `io` forbids it.
 fn patch(
     admission: &Admission,
-    pod: &Value,
+    pod: &Pod,
     target: &HelmInstallPod,
     started: std::time::Instant,
     io: Io,

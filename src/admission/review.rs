@@ -1,7 +1,7 @@
 //! Reading an AdmissionReview and writing the answer.
 
+use super::object::ReviewObject;
 use base64::Engine as _;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 
 const API_VERSION: &str = "admission.k8s.io/v1";
@@ -35,8 +35,8 @@ struct Envelope {
 
 /// Parses an AdmissionReview v1 request: in one pass when it is one (the common case); a body
 /// that is not gets a second look that says what is wrong with it.
-pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
-    let parsed = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body);
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<ReviewObject>, ReviewError> {
+    let parsed = serde_json::from_slice::<AdmissionReview<ReviewObject>>(body);
     if let Ok(review) = &parsed
         && review.types.kind == "AdmissionReview"
         && review.types.api_version == API_VERSION

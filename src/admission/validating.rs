@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use kube::core::DynamicObject;
+use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
@@ -19,7 +19,7 @@ use crate::release::{Driver, History, Record, ReleaseKey, ReleasePayload, Status
 /// their payloads move into the records rather than being copied.
 pub fn validate(
     admission: &Admission,
-    mut request: AdmissionRequest<DynamicObject>,
+    mut request: AdmissionRequest<ReviewObject>,
     io: Io,
 ) -> Result<Reviewed, NeedsIo> {
     let started = Instant::now();
@@ -31,7 +31,11 @@ pub fn validate(
     };
     let Some(driver) = driver else { return Ok(respond(&request, not_a_record(), entry)) };
     // Each side read as a record of this driver, and whether Helm's labels make it one.
-    let read = |object: Option<DynamicObject>| object.map(|object| Record::from_dynamic(object, driver));
+    let read = |object: Option<ReviewObject>| {
+        object.map(|object| {
+            Record::from_parts(object.metadata, object.secret_type, object.release_data, driver)
+        })
+    };
     let old = read(request.old_object.take());
     let new = read(request.object.take());
 
@@ -66,7 +70,7 @@ fn allowed(verdict: Verdict) -> Decided {
 }
 
 /// The answer: verdict with mode applied, warnings and audit annotations.
-fn respond(request: &AdmissionRequest<DynamicObject>, decided: Decided, mut entry: LedgerEntry) -> Reviewed {
+fn respond(request: &AdmissionRequest<ReviewObject>, decided: Decided, mut entry: LedgerEntry) -> Reviewed {
     let (verdict, outcome) = decided;
     entry.reason = verdict.reason;
     entry.detail = verdict.detail;
@@ -91,7 +95,7 @@ fn not_a_record() -> Decided {
     allowed(Verdict::allow(Reason::NotAReleaseRecord))
 }
 
-fn no_old_object(admission: &Admission, request: &AdmissionRequest<DynamicObject>) -> Decided {
+fn no_old_object(admission: &Admission, request: &AdmissionRequest<ReviewObject>) -> Decided {
     let verdict = Verdict::deny(
         Reason::NoOldObject,
         format!(
@@ -106,7 +110,7 @@ fn no_old_object(admission: &Admission, request: &AdmissionRequest<DynamicObject
     (verdict, outcome)
 }
 
-fn requester(request: &AdmissionRequest<DynamicObject>) -> Requester<'_> {
+fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'_> {
     Requester {
         username: request.user_info.username.as_deref().unwrap_or_default(),
         groups: request.user_info.groups.as_deref().unwrap_or_default(),
@@ -132,7 +136,7 @@ fn status_text(status: Option<Status>) -> &'static str {
 
 fn delete(
     admission: &Admission,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &AdmissionRequest<ReviewObject>,
     record: DecodedRecord,
     started: Instant,
     io: Io,
@@ -245,7 +249,7 @@ fn coordinate(
 
 fn update(
     admission: &Admission,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &AdmissionRequest<ReviewObject>,
     old: Record,
     new: Record,
     new_is_record: bool,
@@ -295,7 +299,7 @@ fn update(
 
 fn create(
     admission: &Admission,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &AdmissionRequest<ReviewObject>,
     record: Record,
     entry: &mut LedgerEntry,
 ) -> Decided {

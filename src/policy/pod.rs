@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::release::{Classification, Driver, ReleaseState};
@@ -30,25 +32,56 @@ pub struct HelmInstallPod {
     pub command: PodCommand,
 }
 
+/// What the rules read of a pod: its metadata, and of its spec the containers' arguments and
+/// environment.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Pod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PodSpec,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct PodSpec {
+    #[serde(default)]
+    pub containers: Vec<Container>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Container {
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    /// Absent for a variable set with `valueFrom`.
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
 impl HelmInstallPod {
     /// Recognises a helm-install pod: the chart label, a container with env `NAME` and first
     /// argument `install` or `delete`. `None` for any other pod, or a driver Helm would refuse.
-    pub fn from_pod(pod: &Value, request_namespace: &str) -> Option<HelmInstallPod> {
-        pod.pointer("/metadata/labels")?.get(CHART_LABEL)?;
-        let containers = pod.pointer("/spec/containers")?.as_array()?;
-        containers.iter().enumerate().find_map(|(index, container)| {
-            let command = match container.pointer("/args/0")?.as_str()? {
+    pub fn from_pod(pod: &Pod, request_namespace: &str) -> Option<HelmInstallPod> {
+        pod.metadata.labels.as_ref()?.get(CHART_LABEL)?;
+        pod.spec.containers.iter().enumerate().find_map(|(index, container)| {
+            let command = match container.args.first()?.as_str() {
                 "install" => PodCommand::Install,
                 "delete" => PodCommand::Delete,
                 _ => return None,
             };
             let env = |name: &str| -> Option<&str> {
-                container.get("env")?.as_array()?.iter().find(|e| e["name"] == name)?.get("value")?.as_str()
+                container.env.iter().find(|e| e.name == name)?.value.as_deref()
             };
             let release = env("NAME").filter(|n| !n.is_empty())?;
             let namespace = env("TARGET_NAMESPACE")
                 .filter(|n| !n.is_empty())
-                .or_else(|| pod.pointer("/metadata/namespace")?.as_str())
+                .or(pod.metadata.namespace.as_deref())
                 .unwrap_or(request_namespace);
             Some(HelmInstallPod {
                 container: index,
@@ -63,8 +96,8 @@ impl HelmInstallPod {
 
 /// Whether helm-guard already annotated this pod (a reinvocation, or a pod made from a mutated
 /// template): it is not patched twice.
-pub fn already_annotated(pod: &Value) -> bool {
-    pod.pointer("/metadata/annotations").and_then(|a| a.get(STATE_ANNOTATION)).is_some()
+pub fn already_annotated(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(STATE_ANNOTATION))
 }
 
 /// What to do to the pod.
@@ -107,11 +140,11 @@ pub fn plan(pod: &HelmInstallPod, release: &Classification) -> PodPlan {
 
 /// The JSONPatch that carries out a plan on the pod: written directly (a handful of operations)
 /// rather than diffed from a mutated copy of the whole pod.
-pub fn patch(pod: &Value, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::Patch {
+pub fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::Patch {
     use json_patch::jsonptr::PointerBuf;
     use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
     let mut operations = Vec::new();
-    let existing = pod.pointer("/metadata/annotations").is_some_and(Value::is_object);
+    let existing = pod.metadata.annotations.is_some();
     if existing {
         for (key, value) in &plan.annotations {
             let path = PointerBuf::from_tokens(["metadata", "annotations", key.as_str()]);
@@ -124,7 +157,8 @@ pub fn patch(pod: &Value, target: &HelmInstallPod, plan: &PodPlan) -> json_patch
         operations.push(PatchOperation::Add(AddOperation { path, value: Value::Object(all) }));
     }
     let container = target.container.to_string();
-    if plan.rewrite_to_upgrade && pod.pointer(&format!("/spec/containers/{container}/args/0")).is_some() {
+    let has_args = pod.spec.containers.get(target.container).is_some_and(|c| !c.args.is_empty());
+    if plan.rewrite_to_upgrade && has_args {
         let path = PointerBuf::from_tokens(["spec", "containers", container.as_str(), "args", "0"]);
         operations.push(PatchOperation::Replace(ReplaceOperation {
             path,
@@ -140,6 +174,11 @@ mod tests {
     use crate::release::Status;
     use crate::release::history::{PayloadStatus, RevisionFacts, classify};
     use serde_json::json;
+
+    /// A pod as the API server sends it, and as the rules read it.
+    fn typed(pod: &Value) -> Pod {
+        serde_json::from_value(pod.clone()).unwrap()
+    }
 
     fn pod(first_arg: &str, env: Value) -> Value {
         json!({
@@ -167,12 +206,13 @@ mod tests {
     #[test]
     fn recognises_release_namespace_and_driver_from_env() {
         let env = json!([{"name": "NAME", "value": "web"}, {"name": "TARGET_NAMESPACE", "value": "demo"}, {"name": "HELM_DRIVER", "value": "configmaps"}]);
-        let found = HelmInstallPod::from_pod(&pod("install", env), "kube-system").unwrap();
+        let found = HelmInstallPod::from_pod(&typed(&pod("install", env)), "kube-system").unwrap();
         assert_eq!((found.container, found.release.as_str(), found.namespace.as_str()), (1, "web", "demo"));
         assert_eq!((found.driver, found.command), (Driver::ConfigMap, PodCommand::Install));
 
         let defaults =
-            HelmInstallPod::from_pod(&pod("delete", json!([{"name": "NAME", "value": "web"}])), "x").unwrap();
+            HelmInstallPod::from_pod(&typed(&pod("delete", json!([{"name": "NAME", "value": "web"}]))), "x")
+                .unwrap();
         assert_eq!(
             (defaults.namespace.as_str(), defaults.driver, defaults.command),
             ("kube-system", Driver::Secret, PodCommand::Delete)
@@ -182,20 +222,22 @@ mod tests {
     #[test]
     fn other_pods_are_not_helm_install_pods() {
         let env = json!([{"name": "NAME", "value": "web"}]);
-        assert!(HelmInstallPod::from_pod(&pod("upgrade", env.clone()), "x").is_none());
-        assert!(HelmInstallPod::from_pod(&pod("install", json!([])), "x").is_none());
+        assert!(HelmInstallPod::from_pod(&typed(&pod("upgrade", env.clone())), "x").is_none());
+        assert!(HelmInstallPod::from_pod(&typed(&pod("install", json!([]))), "x").is_none());
         let mut unlabelled = pod("install", env.clone());
         unlabelled["metadata"]["labels"] = json!({});
-        assert!(HelmInstallPod::from_pod(&unlabelled, "x").is_none());
+        assert!(HelmInstallPod::from_pod(&typed(&unlabelled), "x").is_none());
         let weird_driver = json!([{"name": "NAME", "value": "web"}, {"name": "HELM_DRIVER", "value": "sql"}]);
-        assert!(HelmInstallPod::from_pod(&pod("install", weird_driver), "x").is_none());
+        assert!(HelmInstallPod::from_pod(&typed(&pod("install", weird_driver)), "x").is_none());
     }
 
     #[test]
     fn only_an_orphaned_superseded_install_is_rewritten() {
-        let target =
-            HelmInstallPod::from_pod(&pod("install", json!([{"name": "NAME", "value": "web"}])), "demo")
-                .unwrap();
+        let target = HelmInstallPod::from_pod(
+            &typed(&pod("install", json!([{"name": "NAME", "value": "web"}]))),
+            "demo",
+        )
+        .unwrap();
         type Row = (&'static [(u32, Status)], bool, &'static str);
         let table: [Row; 5] = [
             (&[(1, Status::Superseded), (2, Status::Superseded)], true, "upgrade"),
@@ -216,25 +258,25 @@ mod tests {
     #[test]
     fn applying_the_plan_rewrites_only_the_helm_container() {
         let original = pod("install", json!([{"name": "NAME", "value": "web"}]));
-        let target = HelmInstallPod::from_pod(&original, "demo").unwrap();
+        let target = HelmInstallPod::from_pod(&typed(&original), "demo").unwrap();
         let plan = plan(&target, &state(&[(1, Status::Superseded)]));
         let mut mutated = original.clone();
-        json_patch::patch(&mut mutated, &patch(&original, &target, &plan)).unwrap();
+        json_patch::patch(&mut mutated, &patch(&typed(&original), &target, &plan)).unwrap();
         assert_eq!(mutated["spec"]["containers"][1]["args"], json!(["upgrade", "--namespace", "demo"]));
         assert_eq!(mutated["spec"]["containers"][0]["args"], json!(["serve"]));
         assert_eq!(mutated["metadata"]["annotations"][STATE_ANNOTATION], "orphaned-superseded");
         assert_eq!(mutated["metadata"]["annotations"][REVISION_ANNOTATION], "1");
-        assert!(already_annotated(&mutated) && !already_annotated(&original));
+        assert!(already_annotated(&typed(&mutated)) && !already_annotated(&typed(&original)));
     }
 
     #[test]
     fn the_patch_adds_to_annotations_already_there_and_escapes_their_keys() {
         let mut original = pod("install", json!([{"name": "NAME", "value": "web"}]));
         original["metadata"]["annotations"] = json!({"team/owner": "platform", STATE_ANNOTATION: "stale"});
-        let target = HelmInstallPod::from_pod(&original, "demo").unwrap();
+        let target = HelmInstallPod::from_pod(&typed(&original), "demo").unwrap();
         let plan = plan(&target, &state(&[(1, Status::Deployed)]));
         let mut mutated = original.clone();
-        json_patch::patch(&mut mutated, &patch(&original, &target, &plan)).unwrap();
+        json_patch::patch(&mut mutated, &patch(&typed(&original), &target, &plan)).unwrap();
         assert_eq!(mutated["metadata"]["annotations"]["team/owner"], "platform");
         assert_eq!(mutated["metadata"]["annotations"][STATE_ANNOTATION], "healthy");
         assert_eq!(mutated["spec"]["containers"][1]["args"][0], "install");

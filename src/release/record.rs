@@ -282,20 +282,19 @@ impl Record {
         Ok(raw.is_record(driver).then(|| raw.into_record(driver)))
     }
 
-    /// Reads an object of an AdmissionReview (taking it: the payload moves, it is not copied) as
-    /// a record of `driver`, and says whether Helm's labels make it one. The new side of an UPDATE
-    /// that removed those labels is still read, so that the removal can be judged.
-    pub fn from_dynamic(object: kube::core::DynamicObject, driver: Driver) -> (Record, bool) {
-        let mut data = object.data;
-        let type_ = data.get("type").and_then(Value::as_str).map(str::to_owned);
-        let payload = match data.pointer_mut("/data/release") {
-            Some(Value::String(payload)) => Some(std::mem::take(payload)),
-            _ => None,
-        };
+    /// Reads an object's parts (taken, so the payload moves rather than being copied) as a record
+    /// of `driver`, and says whether Helm's labels make it one. The new side of an UPDATE that
+    /// removed those labels is still read, so that the removal can be judged.
+    pub fn from_parts(
+        metadata: ObjectMeta,
+        secret_type: Option<String>,
+        payload: Option<String>,
+        driver: Driver,
+    ) -> (Record, bool) {
         let raw = RawObject {
             kind: None,
-            metadata: RawMeta::from(object.metadata),
-            type_,
+            metadata: RawMeta::from(metadata),
+            type_: secret_type,
             data: payload.map(|payload| BTreeMap::from([("release".to_owned(), payload)])),
         };
         let is_record = raw.is_record(driver);

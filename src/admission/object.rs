@@ -1,0 +1,280 @@
+//! The objects of an AdmissionReview, read only as far as a verdict looks at them.
+//!
+//! kube's `DynamicObject` keeps every field of an object as a JSON tree, and serde's `flatten`
+//! first buffers each of them (a release payload included) in an intermediate form: that was the
+//! largest cost of a verdict after the TLS stack's own. The guard's webhooks receive Secrets,
+//! ConfigMaps and Pods, and read of them the metadata, a Secret's `type`, `data.release`, and a
+//! pod's `spec`; everything else is skipped without being built.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::core::{ApiResource, DynamicResourceScope, Resource, TypeMeta};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use crate::policy::pod::PodSpec;
+
+/// An object of a review: the fields of a Secret, ConfigMap or Pod that helm-guard reads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReviewObject {
+    /// `apiVersion` and `kind`, when both are given.
+    pub types: Option<TypeMeta>,
+    pub metadata: ObjectMeta,
+    /// A Secret's `type`.
+    pub secret_type: Option<String>,
+    /// `data.release` when it is a string: the payload Helm reads (for a Secret, the API's base64).
+    pub release_data: Option<String>,
+    /// A pod's `spec`, as far as the helm-install pod rules read it.
+    pub spec: Option<PodSpec>,
+}
+
+impl<'de> Deserialize<'de> for ReviewObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReviewObject, D::Error> {
+        deserializer.deserialize_map(ObjectVisitor)
+    }
+}
+
+struct ObjectVisitor;
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = ReviewObject;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReviewObject, A::Error> {
+        let mut object = ReviewObject::default();
+        let (mut api_version, mut kind) = (None, None);
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "apiVersion" => api_version = map.next_value::<Text>()?.0,
+                "kind" => kind = map.next_value::<Text>()?.0,
+                "metadata" => object.metadata = map.next_value::<Option<Meta>>()?.unwrap_or_default().into(),
+                "type" => object.secret_type = map.next_value::<Text>()?.0,
+                "data" => object.release_data = map.next_value::<ReleaseData>()?.0,
+                "spec" => object.spec = map.next_value::<Option<PodSpec>>()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        object.types = api_version.zip(kind).map(|(api_version, kind)| TypeMeta { api_version, kind });
+        Ok(object)
+    }
+}
+
+/// The metadata a verdict, the ledger or a pod's patch reads.
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Meta {
+    name: Option<String>,
+    generate_name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    finalizers: Option<Vec<String>>,
+}
+
+impl From<Meta> for ObjectMeta {
+    fn from(meta: Meta) -> ObjectMeta {
+        ObjectMeta {
+            name: meta.name,
+            generate_name: meta.generate_name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            owner_references: meta.owner_references,
+            finalizers: meta.finalizers,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// What to keep of a field, leniently: a value of another shape is `None`, not an error (as
+/// when the object was a JSON tree), so a verdict is not refused over a field it does not read.
+#[derive(Clone, Copy)]
+enum Lenient {
+    /// A string.
+    Text,
+    /// `data`: the string at its `release` key (Helm reads nothing else).
+    Release,
+}
+
+impl Lenient {
+    fn read<'de, D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<String>, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// Reads a field with [`Lenient::Text`].
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
+        Lenient::Text.read(deserializer).map(Text)
+    }
+}
+
+/// Reads a field with [`Lenient::Release`].
+struct ReleaseData(Option<String>);
+
+impl<'de> Deserialize<'de> for ReleaseData {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseData, D::Error> {
+        Lenient::Release.read(deserializer).map(ReleaseData)
+    }
+}
+
+impl<'de> Visitor<'de> for Lenient {
+    type Value = Option<String>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<String>, E> {
+        Ok(matches!(self, Lenient::Text).then(|| value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Option<String>, E> {
+        Ok(matches!(self, Lenient::Text).then_some(value))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        let mut release = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if matches!(self, Lenient::Release) && key == "release" {
+                release = map.next_value::<Text>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(release)
+    }
+}
+
+/// Lets kube's `AdmissionRequest` carry the object; the type is resolved at run time, as for
+/// kube's `DynamicObject`.
+impl Resource for ReviewObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(json: &str) -> ReviewObject {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_secret_keeps_its_payload_type_and_metadata() {
+        let object = read(
+            r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"sh.helm.release.v1.web.v1","labels":{"owner":"helm"}},
+                "type":"helm.sh/release.v1","data":{"other":"eA==","release":"SDRzSQ=="},"immutable":false}"#,
+        );
+        assert_eq!(object.types.as_ref().map(|t| t.kind.as_str()), Some("Secret"));
+        assert_eq!(object.metadata.name.as_deref(), Some("sh.helm.release.v1.web.v1"));
+        assert_eq!(object.secret_type.as_deref(), Some("helm.sh/release.v1"));
+        assert_eq!(object.release_data.as_deref(), Some("SDRzSQ=="));
+        assert_eq!(object.spec, None);
+    }
+
+    #[test]
+    fn fields_of_another_shape_are_left_out_not_refused() {
+        for data in [
+            r#"{"release":1}"#,
+            r#"{"release":null}"#,
+            r#"{"release":["x"]}"#,
+            r#"{"release":{"a":"b"}}"#,
+            "null",
+            "[1]",
+        ] {
+            let object = read(&format!(
+                r#"{{"metadata":{{}},"data":{data},"type":{data},"apiVersion":"v1","kind":{data}}}"#
+            ));
+            assert_eq!(object.release_data, None, "{data}");
+            assert_eq!(object.secret_type, None, "{data}");
+            assert_eq!(object.types, None, "{data}");
+        }
+        assert_eq!(read(r#"{"data":"release"}"#).release_data, None);
+    }
+
+    #[test]
+    fn a_pod_keeps_its_spec_and_nothing_else_is_built() {
+        let object = read(
+            r#"{"kind":"Pod","metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"args":["install"]}]},"status":{"phase":"Pending"}}"#,
+        );
+        assert_eq!(object.types, None, "kind without apiVersion");
+        assert_eq!(object.spec.unwrap().containers[0].args, ["install"]);
+    }
+
+    #[test]
+    fn malformed_fields_are_errors() {
+        assert!(serde_json::from_str::<ReviewObject>(r#"{"metadata":{"name":1}}"#).is_err());
+        assert!(serde_json::from_str::<ReviewObject>(r#"{"metadata":"x"}"#).is_err());
+        assert!(serde_json::from_str::<ReviewObject>(r#"[]"#).is_err());
+    }
+}
