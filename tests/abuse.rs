@@ -172,6 +172,30 @@ async fn an_unfinished_body_is_cut_off_and_others_are_still_answered() {
 }
 
 #[tokio::test]
+async fn a_request_not_answered_within_the_request_timeout_gets_503() {
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        request_limits: RequestLimits {
+            request_timeout: Duration::from_millis(300),
+            body_read_timeout: Duration::from_secs(30),
+            ..RequestLimits::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let started = Instant::now();
+    let mut slow = unfinished_body(&guard, 1024).await;
+    let answer = read_until_closed(&mut slow, Duration::from_secs(10)).await.expect("closed by the server");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("could not answer in time"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered by the request timeout, not the body's");
+    // Requests that arrive whole are answered as ever.
+    let answer = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(answer["auditAnnotations"]["reason"], "latest-deployed-revision");
+}
+
+#[tokio::test]
 async fn idle_and_surplus_connections_are_closed() {
     let guard = Guard::start(Options {
         connections: ConnectionLimits { max_connections: 2, idle_timeout: Duration::from_millis(500) },

@@ -16,7 +16,7 @@ use crate::cluster::live;
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
-use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles};
+use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_writer};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -147,15 +147,18 @@ pub struct ServeArgs {
     pub decode: DecodeArgs,
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr, in batches ([`log_writer`]); the guard writes out the rest when dropped.
+fn init_logging(format: LogFormat) -> anyhow::Result<log_writer::Flush> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (writer, flush) = log_writer::BatchedWriter::new(std::io::stderr())?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
         // Colour codes only where a terminal shows them, not in files or log collectors.
         LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init(),
     };
+    Ok(flush)
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
@@ -165,7 +168,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
         );
         return Ok(EXIT_BAD_INPUT);
     }
-    init_logging(args.log_format);
+    let _flush = init_logging(args.log_format)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // A failure from here on (binding, TLS, the cluster) is the runtime's: exit 1 (main).
     runtime.block_on(serve(args))?;

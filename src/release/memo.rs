@@ -1,4 +1,4 @@
-//! What reading a payload found, remembered by the payload's SHA-256: the API server sends the
+//! What reading a payload found, remembered by a keyed hash of the payload: the API server sends the
 //! same stored record again and again (its CREATE, every UPDATE's old side, its DELETE), and
 //! reading it (base64, gzip, the whole release checked as Helm reads it) is most of a decision's
 //! cost.

@@ -11,9 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
+use axum::error_handling::HandleErrorLayer;
 use axum_server::ConnectionShutdown;
 use tower::limit::GlobalConcurrencyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
+use tower::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use super::AppState;
@@ -33,7 +34,14 @@ pub fn webhook_router(state: Arc<AppState>) -> Router {
         .route("/mutate", post(mutate))
         .with_state(state.clone())
         .layer(GlobalConcurrencyLimitLayer::with_semaphore(state.reviews.clone()))
-        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout))
+        // tower's timeout, not tower-http's: it polls the request before its timer, so a request
+        // decided at once never registers the timer, whose registration wakes tokio's I/O driver
+        // (tokio-rs/tokio#5207): a system call per request, a tenth of a busy guard's time.
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(timed_out))
+                .layer(TimeoutLayer::new(limits.request_timeout)),
+        )
         .layer(TraceLayer::new_for_http());
     webhooks.merge(metrics_router(state))
 }
@@ -77,6 +85,12 @@ fn closing(state: &AppState, version: Version, mut response: Response) -> Respon
         response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
     }
     response
+}
+
+/// The answer to a request that ran out of `--request-timeout` (the webhook's only failure: the
+/// handlers themselves answer every request).
+async fn timed_out(elapsed: tower::BoxError) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, format!("helm-guard could not answer in time: {elapsed}"))
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {

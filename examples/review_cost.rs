@@ -1,0 +1,48 @@
+//! The cost of one review without the network, in a form `valgrind --tool=callgrind` counts
+//! repeatably (wall-clock benchmarks on a shared machine vary by a third from run to run):
+//!
+//!     cargo build --release --example review_cost
+//!     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg target/release/examples/review_cost REVIEW [N]
+//!     callgrind_annotate --inclusive=yes /tmp/cg | head -40
+//!
+//! Decides REVIEW (an AdmissionReview file; `/validate` unless its object is a Pod) N times
+//! (default 1,000) against examples/cluster-snapshot.json, with the ledger line formatted as in
+//! production (JSON) and written to a sink. Instructions per review: the total of `main`
+//! divided by N (less the set-up, which a run with N = 0 measures). Results: BENCHMARKS.md.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a measuring tool stops on a broken setup"
+)]
+
+use std::sync::Arc;
+
+use helm_guard::admission::{Admission, Io, Webhook, review};
+use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
+use helm_guard::policy::PolicyConfig;
+use helm_guard::release::DecodeLimits;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let body = std::fs::read(args.first().expect("usage: review_cost REVIEW [N]")).unwrap();
+    let n: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1_000);
+    let subscriber = tracing_subscriber::fmt().json().flatten_event(true).with_writer(std::io::sink).finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+    snapshot::load(&index, std::path::Path::new("examples/cluster-snapshot.json"), DecodeLimits::default())
+        .unwrap();
+    index.set_ready(true);
+    let admission = Admission::new(index, PolicyConfig::default());
+    let webhook =
+        if review::parse(&body).unwrap().kind.kind == "Pod" { Webhook::Mutate } else { Webhook::Validate };
+    let mut bytes = 0;
+    for _ in 0..n {
+        let request = review::parse(&body).unwrap();
+        let reviewed = admission.review(webhook, request, Io::Forbidden).unwrap();
+        bytes += review::encode(reviewed.response).len();
+    }
+    println!("{n} reviews, {} bytes of answers", bytes);
+}
