@@ -31,6 +31,7 @@ const GO_STD: GeneralPurpose = Engine::new(
 );
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Bounds on reading a payload: a gzip bomb stops at `max_decoded_bytes`.
 pub struct DecodeLimits {
     /// Largest decompressed payload accepted, in bytes.
     pub max_decoded_bytes: usize,
@@ -43,22 +44,34 @@ impl Default for DecodeLimits {
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why a payload cannot be read as Helm reads it.
 pub enum DecodeError {
     #[error("the record has no `data.release` payload")]
+    /// The object has no `data.release`.
     MissingPayload,
     #[error("`data.release` is not valid base64 as the API server stores Secret data: {0}")]
+    /// A Secret's `data.release` is not the API server's base64.
     ApiBase64(String),
     #[error("the payload is not valid base64 as Helm reads it: {0}")]
+    /// The payload is not the base64 Helm writes.
     HelmBase64(String),
     #[error("the payload is not valid gzip: {0}")]
+    /// The payload is not gzip (Helm gzips every payload it writes).
     Gzip(String),
     #[error("the payload decodes to more than {limit} bytes (limit --max-decoded-bytes); refusing it")]
-    TooLarge { limit: usize },
+    /// The payload inflates past the limit: a gzip bomb, or a release larger than allowed.
+    TooLarge {
+        /// `--max-decoded-bytes`.
+        limit: usize,
+    },
     #[error("the payload is not a Helm release in JSON: {0}")]
+    /// The decoded payload is not JSON Go would decode.
     Json(JsonError),
     #[error("Helm cannot read this release: {0}")]
+    /// The JSON is not a release Helm can read (its own decoding would fail).
     Helm(String),
     #[error("Helm 3 and Helm 4 read this release differently, so helm-guard counts it as unreadable: {0}")]
+    /// Helm 3 and Helm 4 would read the release differently.
     HelmDisagree(String),
     /// A reading remembered from an earlier request for the same bytes (see `memo`).
     #[error("{0}")]
@@ -152,6 +165,8 @@ pub fn encode_helm_payload(release_json: &[u8]) -> Vec<u8> {
     STANDARD.encode(compressed).into_bytes()
 }
 
+/// A release's JSON encoded as a Secret's `data.release` holds it: gzip, Helm's base64, then the
+/// API's base64 (tests and repairs write records as Helm does).
 pub fn encode_secret_payload(release_json: &[u8]) -> Vec<u8> {
     STANDARD.encode(encode_helm_payload(release_json)).into_bytes()
 }

@@ -21,14 +21,25 @@ pub const MAX_DEPTH: usize = 10_000;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum JsonError {
     #[error("invalid JSON at byte {offset}: {what}")]
-    Syntax { offset: u64, what: &'static str },
+    /// Not JSON at `offset`.
+    Syntax {
+        /// Bytes into the decoded JSON.
+        offset: u64,
+        /// What was expected or found.
+        what: &'static str,
+    },
     #[error("JSON nested deeper than {MAX_DEPTH} levels")]
+    /// Nested deeper than Go's decoder allows.
     TooDeep,
     /// A layer below the JSON (base64, gzip) failed; the error says which.
     #[error("{0}")]
     Io(std::sync::Arc<std::io::Error>),
     #[error("the payload decodes to more than {limit} bytes (limit --max-decoded-bytes); refusing it")]
-    TooLarge { limit: u64 },
+    /// Past the decoded-size limit.
+    TooLarge {
+        /// `--max-decoded-bytes`.
+        limit: u64,
+    },
 }
 
 const BUFFER: usize = 16 * 1024;
@@ -95,11 +106,17 @@ impl<R: Read> Source<R> {
 /// The first byte of a JSON value, which says its kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `{...}`
     Object,
+    /// `[...]`
     Array,
+    /// `"..."`
     String,
+    /// A number.
     Number,
+    /// `true` or `false`.
     Bool,
+    /// `null`.
     Null,
 }
 
@@ -122,6 +139,7 @@ pub struct JsonReader<R> {
 
 /// Where a string's decoded bytes go, piece by piece.
 pub trait Sink {
+    /// Takes the next decoded bytes of the string.
     fn put(&mut self, bytes: &[u8]);
 }
 
@@ -132,12 +150,16 @@ impl Sink for () {
 /// Keeps the first `cap` bytes of a string and notes whether there was more.
 #[derive(Debug, Default)]
 pub struct Capture {
+    /// What was captured so far.
     pub bytes: Vec<u8>,
+    /// How much may be captured.
     pub cap: usize,
+    /// Whether more was offered than `cap`.
     pub truncated: bool,
 }
 
 impl Capture {
+    /// Captures up to `cap` bytes.
     pub fn new(cap: usize) -> Capture {
         Capture { bytes: Vec::new(), cap, truncated: false }
     }
@@ -171,14 +193,17 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
+    /// Feeds a one-byte tag that keeps values of different kinds apart.
     pub fn tag(&mut self, tag: u8) {
         self.hash.update([tag]);
     }
 
+    /// Feeds bytes.
     pub fn bytes(&mut self, bytes: &[u8]) {
         self.hash.update(bytes);
     }
 
+    /// The fingerprint.
     pub fn finish(self) -> [u8; 32] {
         self.hash.finalize().into()
     }
@@ -228,6 +253,7 @@ fn is_ws(b: u8) -> bool {
 }
 
 impl<R: Read> JsonReader<R> {
+    /// A reader of the JSON that `src` yields.
     pub fn new(src: Source<R>) -> JsonReader<R> {
         JsonReader { src, depth: 0 }
     }
@@ -278,10 +304,12 @@ impl<R: Read> JsonReader<R> {
         }
     }
 
+    /// Reads `null`.
     pub fn null(&mut self) -> Result<(), JsonError> {
         self.literal(b"null")
     }
 
+    /// Reads `true` or `false`.
     pub fn boolean(&mut self) -> Result<bool, JsonError> {
         if self.src.peek()? == Some(b't') {
             self.literal(b"true").map(|()| true)

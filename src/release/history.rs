@@ -21,7 +21,9 @@ pub enum PayloadStatus {
 /// What the classifier and the policy need of one stored revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RevisionFacts {
+    /// The revision (the payload's `version`, else the `version` label).
     pub revision: u32,
+    /// What reading the payload found.
     pub payload: PayloadStatus,
     /// The `status` label, when it names a Helm status.
     pub label: Option<Status>,
@@ -63,6 +65,7 @@ fn rank(status: Status) -> u8 {
 }
 
 impl History {
+    /// The history of these revisions, in any order.
     pub fn new(facts: &[RevisionFacts]) -> History {
         let mut revisions: Vec<(u32, Status)> =
             facts.iter().filter_map(|f| Some((f.revision, f.status()?))).collect();
@@ -82,6 +85,7 @@ impl History {
         &self.unread
     }
 
+    /// The latest revision Helm sees and its status.
     pub fn latest(&self) -> Option<(u32, Status)> {
         self.revisions.last().copied()
     }
@@ -92,6 +96,7 @@ impl History {
         self.revisions.iter().rev().find(|(r, _)| *r < latest).copied()
     }
 
+    /// The status Helm reads for `revision`.
     pub fn status_of(&self, revision: u32) -> Option<Status> {
         self.revisions.iter().rev().find(|(r, _)| *r == revision).map(|(_, s)| *s)
     }
@@ -134,20 +139,30 @@ impl History {
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum ReleaseState {
+    /// No revision at all: `helm install` starts afresh.
     Absent,
+    /// The latest revision is `deployed`.
     Healthy,
+    /// The latest revision is `failed`.
     Failed,
+    /// The latest revision is `pending-install`.
     PendingInstall,
+    /// The latest revision is `pending-upgrade`.
     PendingUpgrade,
+    /// The latest revision is `pending-rollback`.
     PendingRollback,
+    /// The latest revision is `uninstalling`.
     Uninstalling,
+    /// The latest revision is `uninstalled` (kept with `--keep-history`).
     Uninstalled,
+    /// The latest revision is `superseded` and none is `deployed`: the crash loop of PROBLEM.md.
     OrphanedSuperseded,
     /// The latest is `unknown`, or `superseded` while another revision is still `deployed`.
     Unknown,
 }
 
 impl ReleaseState {
+    /// The state as `scan`, metrics and annotations spell it (`orphaned-superseded`).
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -175,13 +190,18 @@ impl ReleaseState {
 )]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
+/// Something about a release's records that Helm tolerates but an operator should know.
 pub enum Anomaly {
+    /// More than one revision is `deployed`.
     MultipleDeployed,
+    /// A record's `status` label says other than its payload.
     StatusLabelMismatch,
+    /// A record Helm cannot read (it skips it, or fails on it).
     UndecodableRecord,
 }
 
 impl Anomaly {
+    /// The anomaly as `scan` and metrics spell it (`multiple-deployed`).
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -191,10 +211,13 @@ impl Anomaly {
 pub const DEFAULT_STUCK_AFTER_SECS: i64 = 15 * 60;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What a release's history amounts to, as Helm would act on it.
 pub struct Classification {
+    /// The state Helm acts on.
     pub state: ReleaseState,
     /// The latest revision Helm sees and its status.
     pub revision: Option<u32>,
+    /// The status of `revision`.
     pub status: Option<Status>,
     /// Revisions whose status is `deployed`.
     pub deployed: Vec<u32>,
@@ -202,6 +225,7 @@ pub struct Classification {
     pub stuck: bool,
     /// Seconds since the latest revision was last written, when known.
     pub age_secs: Option<i64>,
+    /// What is odd about the records, whatever the state.
     pub anomalies: BTreeSet<Anomaly>,
 }
 

@@ -26,6 +26,7 @@ type Key = (u64, usize);
 type Reading = Result<ReleasePayload, String>;
 
 #[derive(Debug)]
+/// Payload readings by a keyed hash of the payload, the oldest forgotten first.
 pub struct PayloadMemo {
     capacity: usize,
     key: RandomState,
@@ -39,6 +40,7 @@ impl Default for PayloadMemo {
 }
 
 impl PayloadMemo {
+    /// A memo of at most `capacity` readings.
     pub fn new(capacity: usize) -> PayloadMemo {
         PayloadMemo { capacity: capacity.max(1), key: RandomState::new(), state: Mutex::default() }
     }
@@ -92,6 +94,7 @@ impl PayloadMemo {
         self.lock().0.len()
     }
 
+    /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

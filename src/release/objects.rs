@@ -4,13 +4,20 @@
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
+/// Why a CLI input holds no Kubernetes objects.
 pub enum InputError {
     #[error("the input is empty")]
+    /// Nothing but whitespace.
     Empty,
     #[error("the input is neither JSON nor YAML Kubernetes objects: {0}")]
+    /// Neither JSON nor YAML.
     Syntax(String),
     #[error("document {index} is not a Kubernetes object (it has no `kind`)")]
-    NotAnObject { index: usize },
+    /// A document without `kind`.
+    NotAnObject {
+        /// The document's place in the input, from 0.
+        index: usize,
+    },
 }
 
 /// Which object of a captured `AdmissionReview` an input object is.
@@ -25,7 +32,9 @@ pub enum ReviewSide {
 /// An object read from input, and where in an `AdmissionReview` it was, if it came from one.
 #[derive(Debug, Clone)]
 pub struct InputObject {
+    /// The object.
     pub object: Value,
+    /// Which side of an AdmissionReview it came from, when it did.
     pub side: Option<ReviewSide>,
 }
 

@@ -202,11 +202,15 @@ const TEXT_CAP: usize = 1024;
 /// What helm-guard keeps of a release Helm 3 and Helm 4 both read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReleasePayload {
+    /// The release's name.
     pub name: String,
+    /// The release's namespace.
     pub namespace: String,
     /// The revision Helm shows (`version`).
     pub version: u32,
+    /// Status, times and description.
     pub info: ReleaseInfo,
+    /// The chart's metadata, when the payload has a chart.
     pub chart: Option<ChartMetadata>,
     /// SHA-256 of what Helm never changes once a revision is written: name, namespace, version,
     /// chart, manifest, config, and the hooks but for their `last_run` and the policies Helm
@@ -217,24 +221,35 @@ pub struct ReleasePayload {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The `info` of a release.
 pub struct ReleaseInfo {
+    /// The revision's status.
     pub status: Status,
     /// `info.status` as written when it is none of Helm's statuses (Helm shows it as it is).
     pub status_text: Option<String>,
+    /// When the release was first deployed.
     pub first_deployed: Option<String>,
+    /// When this revision was deployed.
     pub last_deployed: Option<String>,
+    /// When the release was uninstalled.
     pub deleted: Option<String>,
+    /// Helm's description of the revision.
     pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// The `chart.metadata` of a release.
 pub struct ChartMetadata {
+    /// The chart's name.
     pub name: String,
+    /// The chart's version.
     pub version: String,
+    /// The chart's app version.
     pub app_version: Option<String>,
 }
 
 impl ReleasePayload {
+    /// The chart's metadata.
     pub fn chart_metadata(&self) -> Option<&ChartMetadata> {
         self.chart.as_ref()
     }

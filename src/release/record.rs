@@ -11,14 +11,21 @@ use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
 use super::history::{PayloadStatus, RevisionFacts};
 use super::status::Status;
 
+/// How Helm names its records: `sh.helm.release.v1.<release>.v<revision>`.
 pub const NAME_PREFIX: &str = "sh.helm.release.v1.";
+/// The `type` of Helm's Secrets.
 pub const SECRET_TYPE: &str = "helm.sh/release.v1";
 /// The labels Helm reserves on its records.
 pub const LABEL_OWNER: &str = "owner";
+/// The label with the release's name.
 pub const LABEL_NAME: &str = "name";
+/// The label with the revision.
 pub const LABEL_VERSION: &str = "version";
+/// The label with the revision's status (Helm writes it; anyone may change it).
 pub const LABEL_STATUS: &str = "status";
+/// The label with the time Helm last wrote the record (Unix seconds).
 pub const LABEL_MODIFIED_AT: &str = "modifiedAt";
+/// The label with the time Helm created the record (Unix seconds).
 pub const LABEL_CREATED_AT: &str = "createdAt";
 
 /// Where Helm keeps its records (`HELM_DRIVER`).
@@ -40,15 +47,19 @@ pub const LABEL_CREATED_AT: &str = "createdAt";
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
 pub enum Driver {
+    /// Helm's `secret` driver (its default).
     Secret,
+    /// Helm's `configmap` driver.
     ConfigMap,
 }
 
 impl Driver {
+    /// The driver as `scan` and JSON spell it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
+    /// The Kubernetes kind the driver stores records as.
     pub fn kind(self) -> &'static str {
         match self {
             Driver::Secret => "Secret",
@@ -69,8 +80,11 @@ impl Driver {
 /// One release of one driver in one namespace: the unit a history belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReleaseKey {
+    /// Where the records are kept.
     pub driver: Driver,
+    /// The release's namespace.
     pub namespace: String,
+    /// The release's name.
     pub release: String,
 }
 
@@ -83,11 +97,14 @@ impl fmt::Display for ReleaseKey {
 /// The identity of one stored revision.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecordId {
+    /// The release.
     pub key: ReleaseKey,
+    /// The revision.
     pub revision: u32,
 }
 
 impl RecordId {
+    /// The object name Helm gives this revision.
     pub fn object_name(&self) -> String {
         format!("{NAME_PREFIX}{}.v{}", self.key.release, self.revision)
     }
@@ -150,7 +167,13 @@ pub fn changed_at_label(labels: &BTreeMap<String, String>) -> Option<i64> {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("{object}: not a Kubernetes object: {detail}")]
-    Malformed { object: String, detail: String },
+    /// The object does not have the shape of a Secret or ConfigMap.
+    Malformed {
+        /// `Kind namespace/name`, as far as it can be told.
+        object: String,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// The shape shared by Secrets and ConfigMaps as far as helm-guard cares. Secret data stays base64
@@ -253,11 +276,15 @@ pub struct Record {
     /// The release (from the labels) and the revision: the `version` label until the payload is
     /// read ([`DecodedRecord`] puts the payload's there, as Helm shows it).
     pub id: RecordId,
+    /// The object's name.
     pub object_name: String,
+    /// The object's labels.
     pub labels: BTreeMap<String, String>,
+    /// The object's annotations (the break-glass annotation among them).
     pub annotations: BTreeMap<String, String>,
     /// The uids of the objects in `ownerReferences`.
     pub owner_references: Vec<String>,
+    /// The object's finalizers.
     pub finalizers: Vec<String>,
     /// The Secret `type` (None for ConfigMaps).
     pub secret_type: Option<String>,
@@ -349,7 +376,9 @@ impl Record {
 /// A record with its payload decoded, or the reason it does not decode.
 #[derive(Debug)]
 pub struct DecodedRecord {
+    /// The record.
     pub record: Record,
+    /// Its payload as Helm reads it, or why Helm cannot.
     pub payload: Result<ReleasePayload, DecodeError>,
 }
 
@@ -383,6 +412,7 @@ impl DecodedRecord {
         DecodedRecord { record, payload }
     }
 
+    /// What the index and the classifier keep of this record.
     pub fn facts(&self) -> RevisionFacts {
         let payload = match &self.payload {
             Ok(payload) => PayloadStatus::Decoded(payload.info.status),

@@ -15,21 +15,28 @@ use super::{Driver, ReleaseKey, ReleaseState, Status};
 pub struct RepairStep {
     /// The record's object name.
     pub object: String,
+    /// The revision to mark.
     pub revision: u32,
     /// The payload's status now and after (equal when only the label changes).
     pub from: Status,
+    /// The status to give it.
     pub to: Status,
     /// Only the `status` label changes (it disagreed with the payload).
     pub label_only: bool,
+    /// Why, in a sentence.
     pub why: String,
 }
 
 /// What repair would do for one release.
 #[derive(Debug, Clone, Serialize)]
 pub struct RepairPlan {
+    /// The release's namespace.
     pub namespace: String,
+    /// The release's name.
     pub release: String,
+    /// The release's state before the repair.
     pub state: ReleaseState,
+    /// What to write, in order.
     pub steps: Vec<RepairStep>,
     /// Why nothing may be changed now, when so (Helm may still be running).
     pub refused: Option<String>,

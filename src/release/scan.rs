@@ -13,7 +13,9 @@ use super::summary::Summary;
 /// What could not be read while collecting records; none of it stops the scan.
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {
+    /// `Kind namespace/name`.
     pub object: String,
+    /// Why it could not be read.
     pub error: String,
 }
 
@@ -51,30 +53,45 @@ pub fn by_release(records: &[DecodedRecord]) -> BTreeMap<&ReleaseKey, Vec<&Decod
 /// One line of `scan`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReleaseReport {
+    /// The release's namespace.
     pub namespace: String,
+    /// The release's name.
     pub release: String,
+    /// Where its records are kept.
     pub driver: Driver,
+    /// Its state, as Helm would act on it.
     pub state: ReleaseState,
+    /// The latest revision Helm sees.
     pub revision: Option<u32>,
+    /// Its status.
     pub status: Option<super::status::Status>,
+    /// A `pending-*` latest revision older than the threshold.
     pub stuck: bool,
+    /// Revisions whose status is `deployed`.
     pub deployed_revisions: Vec<u32>,
+    /// The latest revision's chart, `name-version`.
     pub chart: Option<String>,
+    /// The latest revision's app version.
     pub app_version: Option<String>,
+    /// Anomalies, as `scan` spells them.
     pub anomalies: Vec<String>,
     /// Every revision Helm reads, ascending, as `helm history` lists them (a revision held by two
     /// records appears twice).
     pub history: Vec<RevisionReport>,
     /// Needs an operator: any state but healthy/absent/uninstalled, or an anomaly.
     pub broken: bool,
+    /// What to do about it, in a sentence.
     pub hint: String,
+    /// How many records the release has.
     pub records: usize,
 }
 
 /// One line of `helm history`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RevisionReport {
+    /// The revision.
     pub revision: u32,
+    /// Its status as Helm reads it.
     pub status: super::status::Status,
 }
 

@@ -22,22 +22,33 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Status {
+    /// `unknown`: Helm's zero value.
     Unknown,
+    /// `deployed`: the release's current revision.
     Deployed,
+    /// `uninstalled`: kept after `helm uninstall --keep-history`.
     Uninstalled,
+    /// `superseded`: replaced by a later revision.
     Superseded,
+    /// `failed`: an install, upgrade or rollback that failed.
     Failed,
+    /// `uninstalling`: `helm uninstall` under way.
     Uninstalling,
+    /// `pending-install`: `helm install` under way.
     PendingInstall,
+    /// `pending-upgrade`: `helm upgrade` under way.
     PendingUpgrade,
+    /// `pending-rollback`: `helm rollback` under way.
     PendingRollback,
 }
 
 impl Status {
+    /// The status as Helm spells it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
+    /// Whether an operation is under way (`pending-*`).
     pub fn is_pending(self) -> bool {
         matches!(self, Status::PendingInstall | Status::PendingUpgrade | Status::PendingRollback)
     }
