@@ -53,7 +53,9 @@
 //! assert_eq!(verdict.reason, Reason::LatestDeployedRevision);
 //! ```
 
-// The lints are in Cargo.toml's [lints], for every target. Unit tests may unwrap: a failed
+// Every public item says what it is: the library is read by people who did not write it.
+#![deny(missing_docs)]
+// The other lints are in Cargo.toml's [lints], for every target. Unit tests may unwrap: a failed
 // unwrap is a failed test.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
@@ -68,8 +70,11 @@ pub mod tally;
 /// What this binary is: the crate version, the git commit it was built from and when (set by
 /// `build.rs`), as `--version` and the `helm_guard_build_info` metric report them.
 pub mod build {
+    /// The crate's version.
     pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    /// The git commit built from (`unknown` outside a git checkout).
     pub const COMMIT: &str = env!("HELM_GUARD_GIT_COMMIT");
+    /// When it was built (UTC, RFC 3339).
     pub const DATE: &str = env!("HELM_GUARD_BUILD_DATE");
     /// `--version`'s text.
     pub const LONG_VERSION: &str = concat!(

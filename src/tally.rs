@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Tally(Arc<AtomicU64>);
 
 impl Tally {
+    /// Adds one.
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The count so far.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }

@@ -13,36 +13,52 @@ use kube::core::admission::AdmissionRequest;
 /// One decision, as logged and as annotated.
 #[derive(Debug, Clone)]
 pub struct LedgerEntry {
+    /// Which webhook decided (`validate`, `mutate`).
     pub webhook: &'static str,
+    /// The request's uid (the audit log's `auditID` ties it to the user's request).
     pub uid: String,
     /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`, as the API server names it.
     pub operation: &'static str,
+    /// Who asked.
     pub requester: String,
+    /// The object's namespace.
     pub namespace: String,
+    /// The object's name.
     pub object: String,
     /// The object's kind (`Secret`, `ConfigMap`, `Pod`) and uid, for the Event about it.
     pub kind: String,
+    /// The object's uid.
     pub object_uid: Option<String>,
+    /// Whether the request was a dry run (nothing was changed).
     pub dry_run: bool,
     /// `namespace/name` of the release, when the object belongs to one.
     pub release: Option<String>,
+    /// The record's revision, or the pod's release's latest.
     pub revision: Option<u32>,
+    /// Its status as Helm reads it.
     pub status: Option<Status>,
     /// e.g. `pending-upgrade -> deployed`, `deployed -> (deleted)`.
     pub transition: Option<String>,
+    /// The chart, `name-version`.
     pub chart: Option<String>,
+    /// What was decided, mode included.
     pub decision: Decision,
+    /// The rule that decided.
     pub reason: Reason,
+    /// The mode that applied.
     pub mode: Mode,
+    /// The denial or warning, in full.
     pub message: Option<String>,
     /// The break-glass reason, or the exempt identity.
     pub detail: Option<String>,
     /// Mutations only: the release state and what the pod will do.
     pub release_state: Option<String>,
+    /// The pod's action, as the action annotation says it.
     pub action: Option<String>,
 }
 
 impl LedgerEntry {
+    /// An entry for `request`, before anything is decided.
     pub fn new(webhook: super::Webhook, request: &AdmissionRequest<ReviewObject>) -> LedgerEntry {
         LedgerEntry {
             webhook: webhook.as_str(),

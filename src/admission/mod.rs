@@ -26,11 +26,14 @@ pub use ledger::LedgerEntry;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "lowercase")]
 pub enum Webhook {
+    /// The validating webhook on release records.
     Validate,
+    /// The mutating webhook on helm-install pods.
     Mutate,
 }
 
 impl Webhook {
+    /// The webhook as its path and metric labels spell it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -39,8 +42,11 @@ impl Webhook {
 /// Everything a verdict needs besides the request.
 #[derive(Debug, Clone)]
 pub struct Admission {
+    /// What the guard knows of the cluster's releases.
     pub index: Arc<ReleaseIndex>,
+    /// The policy's configuration.
     pub config: PolicyConfig,
+    /// Bounds on reading payloads.
     pub limits: DecodeLimits,
     /// Live source only: reads a payload the index does not hold.
     pub fetcher: Option<Arc<dyn PayloadFetcher>>,
@@ -84,13 +90,16 @@ pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(2);
 /// A request's answer and its ledger entry.
 #[derive(Debug)]
 pub struct Reviewed {
+    /// What goes back to the API server.
     pub response: AdmissionResponse,
+    /// What is logged and annotated.
     pub entry: LedgerEntry,
 }
 
 /// Whether a decision may wait on the API server (it then runs on a blocking thread).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Io {
+    /// Decided on a blocking thread: the decision may wait on the API server.
     Allowed,
     /// Decided on an async worker: a decision that needs the API server says so instead.
     Forbidden,

@@ -9,6 +9,8 @@ use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod, Pod};
 use crate::release::{ReleaseKey, classify};
 
+/// Decides a pod CREATE: annotates a helm-install pod with its release's state, and rewrites
+/// `install` to `upgrade` when the release is orphaned-superseded. Never denies.
 pub fn mutate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,

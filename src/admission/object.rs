@@ -22,6 +22,8 @@ use crate::policy::pod::PodSpec;
 pub struct ReviewObject {
     /// `apiVersion` and `kind`, when both are given.
     pub types: Option<TypeMeta>,
+    /// `name`, `generateName`, `namespace`, `uid`, `resourceVersion`, labels, annotations, owner
+    /// references and finalizers; nothing else of the metadata is read.
     pub metadata: ObjectMeta,
     /// A Secret's `type`.
     pub secret_type: Option<String>,

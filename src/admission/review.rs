@@ -7,16 +7,26 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 const API_VERSION: &str = "admission.k8s.io/v1";
 
 #[derive(Debug, thiserror::Error)]
+/// Why a body is not an AdmissionReview v1 request (the answer is a 400 that says so).
 pub enum ReviewError {
     #[error("the body is not a JSON object: {0}")]
+    /// Not JSON, or not an object.
     NotJson(serde_json::Error),
     #[error(
         "expected kind AdmissionReview, apiVersion {API_VERSION}; got kind {kind:?}, apiVersion {api_version:?}"
     )]
-    WrongType { kind: String, api_version: String },
+    /// Another kind or version.
+    WrongType {
+        /// The body's `kind`.
+        kind: String,
+        /// The body's `apiVersion`.
+        api_version: String,
+    },
     #[error("the AdmissionReview has no `request`")]
+    /// No `request`.
     NoRequest,
     #[error("the AdmissionReview request is malformed: {0}")]
+    /// A `request` that is not one.
     Malformed(serde_json::Error),
 }
 

@@ -32,12 +32,15 @@ use crate::release::DecodeLimits;
     version = crate::build::LONG_VERSION,
     about = "Keeps Helm release records from being broken, and repairs K3s/RKE2 helm-install jobs"
 )]
+/// The command line.
 pub struct Cli {
     #[command(subcommand)]
+    /// The subcommand.
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
+/// helm-guard's subcommands.
 pub enum Command {
     /// Run the admission webhook.
     Serve(Box<serve::ServeArgs>),
@@ -54,6 +57,7 @@ pub enum Command {
     /// Print a shell completion script: `source <(helm-guard completion bash)`.
     Completion {
         #[arg(value_enum)]
+        /// The shell.
         shell: clap_complete::Shell,
     },
 }
@@ -99,6 +103,7 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// How to reach the cluster, as the flags say.
     pub fn access(&self) -> crate::cluster::live::ClusterAccess {
         crate::cluster::live::ClusterAccess {
             kubeconfig: self.kubeconfig.clone(),
@@ -118,6 +123,7 @@ pub struct DecodeArgs {
 }
 
 impl DecodeArgs {
+    /// The decoding limits the flags set.
     pub fn limits(&self) -> DecodeLimits {
         DecodeLimits { max_decoded_bytes: bytes(self.max_decoded_bytes) }
     }
@@ -132,10 +138,14 @@ pub fn bytes(size: ByteSize) -> usize {
 /// failure at run time (binding, TLS, the cluster: what `main` makes of an error); 2 bad input
 /// (usage, a file that is not what the command reads).
 pub const EXIT_OK: u8 = 0;
+/// A broken release was found, or a decision was a denial.
 pub const EXIT_FINDINGS: u8 = 1;
+/// A failure at run time (binding, TLS, the cluster).
 pub const EXIT_FAILURE: u8 = 1;
+/// Bad input: usage, or a file that is not what the command reads.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
+/// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let code = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
@@ -185,7 +195,9 @@ pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
 #[derive(Debug, thiserror::Error)]
 #[error("no {what} given; name a file, or `-` (or a pipe) to read standard input\n\nUsage: {usage}")]
 pub struct NoInput {
+    /// What was not given (`a record file`).
     pub what: &'static str,
+    /// The command's usage line.
     pub usage: &'static str,
 }
 

@@ -52,6 +52,7 @@ pub struct Claim {
 /// The unexpired claims on a release as last read, and the version to update against.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claims {
+    /// The claims, unexpired.
     pub claims: Vec<Claim>,
     /// The Lease's resourceVersion; `None` when there is no Lease yet.
     pub version: Option<String>,
@@ -97,10 +98,13 @@ impl Claims {
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinationError {
     #[error("the Kubernetes API did not answer within the decision deadline")]
+    /// The API did not answer in time.
     Deadline,
     #[error("the release's deletion Lease already holds {MAX_CLAIMS} unexpired claims")]
+    /// The Lease holds as many claims as it may.
     Full,
     #[error("the Kubernetes API refused: {0}")]
+    /// The API refused the read or the write.
     Api(String),
 }
 
@@ -151,10 +155,13 @@ pub fn lease_name(key: &ReleaseKey) -> String {
 
 /// Claims written to `coordination.k8s.io/v1` Leases in one namespace.
 pub struct LeaseCoordinator {
+    /// The Leases' namespace.
     pub leases: Api<Lease>,
+    /// Where the API calls run (verdicts wait on them from a blocking thread).
     pub runtime: tokio::runtime::Handle,
     /// This replica, as claims and `holderIdentity` name it.
     pub identity: String,
+    /// How long a claim holds.
     pub ttl: Duration,
 }
 

@@ -22,9 +22,11 @@ use crate::tally::Tally;
 /// What an Event says about one decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
+    /// The object's namespace.
     pub namespace: String,
     /// `Secret` or `ConfigMap`.
     pub kind: String,
+    /// The object's name.
     pub name: String,
     /// The object's uid: `kubectl describe` selects Events by it.
     pub uid: Option<String>,
@@ -83,9 +85,19 @@ struct Series {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     /// A new Event with this name.
-    Create { event: String },
+    Create {
+        /// The Event's name.
+        event: String,
+    },
     /// The series of an existing Event reached this count.
-    Count { namespace: String, event: String, count: i32 },
+    Count {
+        /// The Event's namespace.
+        namespace: String,
+        /// The Event's name.
+        event: String,
+        /// The series' count.
+        count: i32,
+    },
 }
 
 /// The series of every object that recently had an Event: pure bookkeeping, no I/O.

@@ -39,12 +39,15 @@ pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)>
 
 /// What one watcher's objects become in the index.
 pub trait Sink {
+    /// What the index keeps of one object.
     type Item;
     /// What an object's metadata tells, if it is one of ours.
     fn read(&self, meta: &ObjectMeta) -> Option<Self::Item>;
     /// A completed (re-)list: everything of this kind at once.
     fn replace(&self, index: &ReleaseIndex, items: Vec<Self::Item>);
+    /// One object added or changed.
     fn upsert(&self, index: &ReleaseIndex, item: Self::Item);
+    /// One object gone.
     fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta);
 }
 
@@ -57,6 +60,7 @@ pub struct Feed<S: Sink> {
 }
 
 impl<S: Sink> Feed<S> {
+    /// A feed into `sink`.
     pub fn with_sink(sink: S) -> Feed<S> {
         Feed { sink, relist: None }
     }
@@ -144,6 +148,7 @@ pub type RecordFeed = Feed<Records>;
 pub type NamespaceFeed = Feed<Namespaces>;
 
 impl RecordFeed {
+    /// The feed of one driver's records.
     pub fn new(driver: Driver) -> RecordFeed {
         Feed::with_sink(Records(driver))
     }

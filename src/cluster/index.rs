@@ -23,7 +23,10 @@ pub enum SourceKind {
     Snapshot,
     /// Watchers on the cluster: they are the truth. An approved deletion is hidden until the watch
     /// confirms it, or until `tombstone_ttl` passes (the delete may have failed further down).
-    Live { tombstone_ttl: Duration },
+    Live {
+        /// How long an approved deletion stays hidden without the watch confirming it.
+        tombstone_ttl: Duration,
+    },
 }
 
 /// What a namespace contributes to verdicts.
@@ -53,9 +56,17 @@ impl NamespaceInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexChange {
     /// An approved CREATE or UPDATE of this object.
-    Upsert { object: String, facts: RevisionFacts },
+    Upsert {
+        /// The object's name.
+        object: String,
+        /// What the record says.
+        facts: RevisionFacts,
+    },
     /// An approved DELETE of this object.
-    Delete { object: String },
+    Delete {
+        /// The object's name.
+        object: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -89,9 +100,13 @@ impl Entry {
 /// ones included).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Census {
+    /// Releases by state.
     pub states: BTreeMap<crate::release::ReleaseState, usize>,
+    /// Releases whose latest revision is stuck pending.
     pub stuck: usize,
+    /// Releases by anomaly.
     pub anomalies: BTreeMap<crate::release::history::Anomaly, usize>,
+    /// Records held.
     pub revisions: usize,
 }
 
@@ -131,13 +146,18 @@ impl IndexState {
 /// One record as a source delivers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedRecord {
+    /// The release.
     pub key: ReleaseKey,
+    /// The object's name.
     pub object: String,
+    /// What the record says.
     pub facts: RevisionFacts,
+    /// The object's resourceVersion, when the source has one.
     pub resource_version: Option<String>,
 }
 
 #[derive(Debug)]
+/// Every release in the cluster, by the facts of its records; what verdicts decide against.
 pub struct ReleaseIndex {
     source: SourceKind,
     state: Mutex<IndexState>,
@@ -146,6 +166,7 @@ pub struct ReleaseIndex {
 }
 
 impl ReleaseIndex {
+    /// An empty index, fed by `source`.
     pub fn new(source: SourceKind) -> ReleaseIndex {
         ReleaseIndex {
             source,
@@ -167,6 +188,7 @@ impl ReleaseIndex {
         self.ready.load(Ordering::Acquire)
     }
 
+    /// Says whether every source has delivered its first complete list.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
         if ready {
@@ -242,14 +264,17 @@ impl ReleaseIndex {
         state.releases.extend(fresh);
     }
 
+    /// Adds or changes a namespace.
     pub fn set_namespace(&self, name: &str, info: NamespaceInfo) {
         self.lock().namespaces.insert(name.to_owned(), info);
     }
 
+    /// Forgets a namespace.
     pub fn remove_namespace(&self, name: &str) {
         self.lock().namespaces.remove(name);
     }
 
+    /// Replaces every namespace at once (a completed list).
     pub fn replace_namespaces(&self, namespaces: impl IntoIterator<Item = (String, NamespaceInfo)>) {
         self.lock().namespaces = namespaces.into_iter().collect();
     }

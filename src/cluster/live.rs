@@ -28,7 +28,9 @@ pub const RECORD_LABELS: &str = "owner=helm";
 /// unless a file or context is named.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterAccess {
+    /// The kubeconfig file; else `$KUBECONFIG`, `~/.kube/config`, or the in-cluster account.
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context; else the current one.
     pub context: Option<String>,
 }
 
@@ -181,8 +183,11 @@ async fn drive<K>(
 /// Reads records with GETs, a few at a time, all within the verdict's deadline.
 #[derive(Clone)]
 pub struct ApiPayloadFetcher {
+    /// The cluster.
     pub client: kube::Client,
+    /// Where the reads run (verdicts wait on them from a blocking thread).
     pub runtime: tokio::runtime::Handle,
+    /// Bounds on reading payloads.
     pub limits: DecodeLimits,
 }
 

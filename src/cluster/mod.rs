@@ -21,7 +21,12 @@ use crate::release::history::RevisionFacts;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fetched {
     /// The payload as Helm reads it, at this resourceVersion.
-    Read { resource_version: Option<String>, facts: RevisionFacts },
+    Read {
+        /// The resourceVersion the record was read at.
+        resource_version: Option<String>,
+        /// What it says.
+        facts: RevisionFacts,
+    },
     /// The object is gone (its deletion not yet seen by the watch).
     Gone,
 }
@@ -30,5 +35,6 @@ pub enum Fetched {
 /// what Helm sees. Called from a blocking thread; every read shares one deadline. A record left
 /// out of the answer could not be read in time.
 pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
+    /// Reads `objects` of the release `key`, giving up at `deadline`.
     fn fetch(&self, key: &ReleaseKey, objects: &[String], deadline: Instant) -> Vec<(String, Fetched)>;
 }

@@ -15,8 +15,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// Summary of a loaded snapshot.
 #[derive(Debug)]
 pub struct Loaded {
+    /// Records loaded.
     pub records: usize,
+    /// Namespaces loaded.
     pub namespaces: usize,
+    /// What could not be read (it is not in the index).
     pub problems: Vec<Problem>,
 }
 

@@ -7,7 +7,9 @@ use super::mode::Mode;
 /// Who the API server says sent the request.
 #[derive(Debug, Clone, Copy)]
 pub struct Requester<'a> {
+    /// The requester's user name.
     pub username: &'a str,
+    /// The requester's groups.
     pub groups: &'a [String],
 }
 
@@ -17,10 +19,13 @@ pub struct Requester<'a> {
 const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
 
 #[derive(Debug, Clone)]
+/// The guard's configuration, as far as verdicts read it.
 pub struct PolicyConfig {
     /// The mode where a namespace does not set its own.
     pub default_mode: Mode,
+    /// Users whose requests are let through (D2, U1), by exact name.
     pub exempt_users: Vec<String>,
+    /// Groups whose members' requests are let through (D2, U1).
     pub exempt_groups: Vec<String>,
     /// A pending revision unchanged for longer than this is stuck.
     pub stuck_after: Duration,
@@ -50,10 +55,12 @@ impl PolicyConfig {
             .map(|group| format!("group:{group}"))
     }
 
+    /// Whether `requester` is the namespace controller (D1).
     pub fn is_namespace_controller(requester: Requester<'_>) -> bool {
         requester.username == NAMESPACE_CONTROLLER
     }
 
+    /// `stuck_after` in seconds, as the classifier takes it.
     pub fn stuck_after_secs(&self) -> i64 {
         i64::try_from(self.stuck_after.as_secs()).unwrap_or(i64::MAX)
     }

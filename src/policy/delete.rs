@@ -7,14 +7,20 @@ use crate::release::{History, Status};
 /// What the request tells about the deletion.
 #[derive(Debug, Clone, Copy)]
 pub struct DeleteFacts<'a> {
+    /// The release's namespace.
     pub namespace: &'a str,
+    /// The release's name.
     pub release: &'a str,
+    /// The revision being deleted.
     pub revision: u32,
     /// The record's status (payload if it decodes, else label); `None` when its payload does not
     /// decode.
     pub status: Option<Status>,
+    /// Whether the namespace is being deleted (D1).
     pub namespace_terminating: bool,
+    /// Who asks.
     pub requester: Requester<'a>,
+    /// The break-glass reason on the record (D2).
     pub break_glass: Option<&'a str>,
 }
 

@@ -16,6 +16,7 @@ use super::verdict::Verdict;
     strum::VariantArray,
 )]
 #[strum(serialize_all = "kebab-case")]
+/// What becomes of a denial: globally `--mode`, per namespace the `helm-guard.io/mode` label.
 pub enum Mode {
     /// Deny what the policy denies.
     #[default]
@@ -27,6 +28,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode as flags and labels spell it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -47,13 +49,16 @@ impl Mode {
 )]
 #[strum(serialize_all = "kebab-case")]
 pub enum Decision {
+    /// Let through.
     Allowed,
+    /// Refused.
     Denied,
     /// Would have been denied; let through by warn or audit mode.
     Warned,
 }
 
 impl Decision {
+    /// The decision as the audit annotations and metrics spell it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -62,8 +67,11 @@ impl Decision {
 /// A verdict with the mode applied: what goes back to the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
+    /// Whether the API server lets the request through.
     pub allowed: bool,
+    /// What was decided, mode included.
     pub decision: Decision,
+    /// The mode that applied.
     pub mode: Mode,
     /// The denial message (enforce) or nothing.
     pub denial: Option<String>,
@@ -84,6 +92,7 @@ fn warning(text: String) -> String {
     short
 }
 
+/// What `mode` makes of `verdict`.
 pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
     let message = verdict.message.clone();
     match (verdict.allowed, mode) {

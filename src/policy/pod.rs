@@ -8,16 +8,23 @@ use serde_json::Value;
 
 use crate::release::{Classification, Driver, ReleaseState};
 
+/// The label the helm-controller puts on the pods of its jobs.
 pub const CHART_LABEL: &str = "helmcharts.helm.cattle.io/chart";
+/// The release's state, as the guard saw it.
 pub const STATE_ANNOTATION: &str = "helm-guard.io/release-state";
+/// The release's latest revision.
 pub const REVISION_ANNOTATION: &str = "helm-guard.io/release-revision";
+/// What the pod's `klipper-helm` will do.
 pub const ACTION_ANNOTATION: &str = "helm-guard.io/action";
+/// What the guard rewrote (`install`), when it rewrote the pod's command.
 pub const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
 
 /// The first argument the helm-controller gives the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodCommand {
+    /// `install`: install or upgrade the chart.
     Install,
+    /// `delete`: uninstall the chart.
     Delete,
 }
 
@@ -26,9 +33,13 @@ pub enum PodCommand {
 pub struct HelmInstallPod {
     /// Index of the container that runs klipper-helm.
     pub container: usize,
+    /// The release (env `NAME`).
     pub release: String,
+    /// The release's namespace (env `TARGET_NAMESPACE`, else the pod's).
     pub namespace: String,
+    /// Helm's driver (env `HELM_DRIVER`).
     pub driver: Driver,
+    /// What the pod was asked to do.
     pub command: PodCommand,
 }
 
@@ -37,27 +48,36 @@ pub struct HelmInstallPod {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Pod {
     #[serde(default)]
+    /// The pod's metadata.
     pub metadata: ObjectMeta,
     #[serde(default)]
+    /// The pod's spec, as far as it is read.
     pub spec: PodSpec,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The containers of a pod's spec.
 pub struct PodSpec {
     #[serde(default)]
+    /// The pod's containers.
     pub containers: Vec<Container>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The arguments and environment of a container.
 pub struct Container {
     #[serde(default)]
+    /// The container's arguments.
     pub args: Vec<String>,
     #[serde(default)]
+    /// The container's environment.
     pub env: Vec<EnvVar>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// One environment variable.
 pub struct EnvVar {
+    /// Its name.
     pub name: String,
     /// Absent for a variable set with `valueFrom`.
     #[serde(default)]
@@ -103,9 +123,11 @@ pub fn already_annotated(pod: &Pod) -> bool {
 /// What to do to the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPlan {
+    /// Annotations to add.
     pub annotations: BTreeMap<String, String>,
     /// Replace the first argument `install` with `upgrade`.
     pub rewrite_to_upgrade: bool,
+    /// What the pod will do, as the action annotation says it.
     pub action: &'static str,
 }
 

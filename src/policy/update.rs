@@ -12,6 +12,7 @@ use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSIO
 /// What Helm reads of one side's payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayloadSide {
+    /// The status Helm reads.
     pub status: Status,
     /// Fingerprint of what Helm never rewrites (see `ReleasePayload::content`); `None` when not
     /// taken, which no comparison accepts.
@@ -21,21 +22,30 @@ pub struct PayloadSide {
 /// One side of the update.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordSide<'a> {
+    /// The object's labels.
     pub labels: &'a BTreeMap<String, String>,
+    /// The Secret's `type` (`None` for a ConfigMap).
     pub secret_type: Option<&'a str>,
     /// `None` when the payload does not decode as Helm reads it.
     pub payload: Option<PayloadSide>,
     /// The uids the object's owner references point at.
     pub owner_references: &'a [String],
+    /// The object's finalizers.
     pub finalizers: &'a [String],
 }
 
 #[derive(Debug, Clone, Copy)]
+/// What the UPDATE rules (U1–U8) read of a request.
 pub struct UpdateFacts<'a> {
+    /// The record's namespace.
     pub namespace: &'a str,
+    /// The record's object name.
     pub object_name: &'a str,
+    /// The object as stored.
     pub old: RecordSide<'a>,
+    /// The object as it would be stored.
     pub new: RecordSide<'a>,
+    /// Who asks.
     pub requester: Requester<'a>,
     /// The break-glass annotation of the new object.
     pub break_glass: Option<&'a str>,
@@ -58,6 +68,7 @@ pub fn helm_transition(from: Status, to: Status) -> bool {
         || (matches!(from, Superseded | Uninstalling | Unknown) || pending(from)) && to == Failed
 }
 
+/// Decides an UPDATE of a release record (POLICY.md, rules U1–U8).
 pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
     let UpdateFacts { namespace, object_name, old, new, .. } = *facts;
     let object = format!("{namespace}/{object_name}");

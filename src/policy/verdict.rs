@@ -17,18 +17,31 @@
 )]
 #[strum(serialize_all = "kebab-case")]
 pub enum Reason {
+    /// D1: the namespace is being torn down.
     NamespaceTeardown,
+    /// D2/U1: the record carries `helm-guard.io/allow-delete` with a reason.
     BreakGlass,
+    /// D2/U1: the requester is an exempt user or group.
     Exempt,
+    /// D3: the record is one Helm cannot read (and ignores).
     UndecodableRecord,
+    /// D4: the only `deployed` revision below a latest that is not being uninstalled.
     LastDeployedRevision,
+    /// D5: an older revision, as Helm's `--history-max` prunes.
     HistoryPruning,
+    /// D6: the latest revision of a release being uninstalled.
     Uninstall,
+    /// D7: a stuck `pending-*` or `failed` latest above a `deployed` one (or alone).
     StuckRevisionRecovery,
+    /// D8: the latest revision, `deployed`.
     LatestDeployedRevision,
+    /// D9: any other deletion of the latest: the release would be left orphaned.
     WouldOrphanRelease,
+    /// U2: the `owner`, `name` or `version` label, or the Secret `type`, changed.
     IdentityLabelChange,
+    /// U7: the payload status and the `status` label disagree after the update.
     StatusLabelMismatch,
+    /// U4: a readable payload replaced by an unreadable one.
     PayloadCorruption,
     /// A DELETE whose verdict needs records the guard could not read within its deadline.
     UnreadHistory,
@@ -42,8 +55,11 @@ pub enum Reason {
     NoOldObject,
     /// An approval of a DELETE that could not be agreed with the other replicas in time.
     CoordinationUnavailable,
+    /// U8: Helm's own update.
     HelmUpdate,
+    /// A CREATE of a record: Helm's business, logged.
     HelmCreate,
+    /// The object is not a Helm release record.
     NotAReleaseRecord,
     /// A pod that is not a helm-install pod.
     NotAHelmInstallPod,
@@ -56,6 +72,7 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reason as the audit annotations, metrics and POLICY.md spell it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -75,7 +92,9 @@ impl Reason {
 /// What a rule says, before the mode is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
+    /// Whether the rule lets the request through.
     pub allowed: bool,
+    /// The rule that decided.
     pub reason: Reason,
     /// For a denial: what, why, and what to do instead. For an allowance: a warning, if any.
     pub message: Option<String>,
@@ -84,19 +103,23 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// An allowance.
     pub fn allow(reason: Reason) -> Verdict {
         Verdict { allowed: true, reason, message: None, detail: None }
     }
 
+    /// An allowance with a warning for the client.
     pub fn warn(reason: Reason, warning: impl Into<String>) -> Verdict {
         Verdict { allowed: true, reason, message: Some(warning.into()), detail: None }
     }
 
+    /// A denial with its message: what, why, and what to do instead.
     pub fn deny(reason: Reason, message: impl Into<String>) -> Verdict {
         Verdict { allowed: false, reason, message: Some(message.into()), detail: None }
     }
 
     #[must_use]
+    /// The same verdict with free text for the audit annotations.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Verdict {
         self.detail = Some(detail.into());
         self

@@ -9,8 +9,11 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 /// A CA certificate and a serving certificate it signed, in PEM.
 #[derive(Debug, Clone)]
 pub struct CertBundle {
+    /// The CA's certificate, PEM (the webhooks' `caBundle`).
     pub ca_pem: String,
+    /// The serving certificate, PEM.
     pub cert_pem: String,
+    /// The serving key, PEM.
     pub key_pem: String,
 }
 

@@ -42,6 +42,7 @@ pub struct LimitAcceptor {
 }
 
 impl LimitAcceptor {
+    /// An acceptor that holds at most `limits.max_connections` connections.
     pub fn new(limits: ConnectionLimits) -> LimitAcceptor {
         LimitAcceptor {
             slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),

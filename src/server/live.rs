@@ -20,11 +20,13 @@ pub const EVENT_QUEUE: usize = 256;
 pub struct LiveOptions {
     /// How long an approved deletion stays hidden (and its claim holds).
     pub tombstone_ttl: Duration,
+    /// Bounds on reading payloads.
     pub limits: DecodeLimits,
     /// Where the deletion Leases live; `None`: no agreement (a single replica).
     pub lease_namespace: Option<String>,
     /// This replica, in Leases and Events.
     pub identity: String,
+    /// Whether refusals and warnings are also written as Kubernetes Events.
     pub emit_events: bool,
 }
 

@@ -22,41 +22,59 @@ use crate::release::history::Anomaly;
 use crate::tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of `helm_guard_admission_decisions_total`.
 pub struct DecisionLabels {
+    /// Which webhook.
     pub webhook: Webhook,
+    /// `CREATE`, `UPDATE`, `DELETE`.
     pub operation: &'static str,
+    /// What was decided.
     pub decision: Decision,
+    /// The rule that decided.
     pub reason: Reason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of `helm_guard_admission_duration_seconds`.
 pub struct WebhookLabels {
+    /// Which webhook.
     pub webhook: Webhook,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of `helm_guard_admission_rejected_requests_total`.
 pub struct RejectedLabels {
+    /// Which webhook.
     pub webhook: Webhook,
+    /// Why (`bad-request`, `too-large`, `body-timeout`, `internal`).
     pub error: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of `helm_guard_tls_reloads_total`.
 pub struct ResultLabels {
+    /// `success` or `error`.
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of the anomaly gauge.
 pub struct AnomalyLabels {
+    /// Which anomaly.
     pub anomaly: Anomaly,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of the dropped-Events counter.
 pub struct CauseLabels {
+    /// Why they were dropped.
     pub cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of the releases gauge.
 pub struct StateLabels {
+    /// Which state.
     pub state: ReleaseState,
 }
 
@@ -65,6 +83,7 @@ fn latency_histogram() -> Histogram {
 }
 
 #[derive(Debug)]
+/// The guard's Prometheus metrics (`/metrics`).
 pub struct Metrics {
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
@@ -75,8 +94,11 @@ pub struct Metrics {
     releases_stuck: Gauge,
     anomalies: Family<AnomalyLabels, Gauge>,
     revisions: Gauge,
+    /// Watches restarted after an error.
     pub watch_restarts: Tally,
+    /// Decisions that ran out of `--decision-deadline`.
     pub decision_deadline_exceeded: Tally,
+    /// Deletions refused because the replicas could not agree them in time.
     pub delete_coordination_refused: Tally,
     events_dropped: Family<CauseLabels, Tally>,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -85,6 +107,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The metrics, registered.
     pub fn new() -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("helm_guard");
         let decisions = Family::default();
@@ -190,11 +213,13 @@ impl Metrics {
         })
     }
 
+    /// Counts a decision and how long it took.
     pub fn decision(&self, labels: DecisionLabels, took: Duration) {
         self.latency.get_or_create(&WebhookLabels { webhook: labels.webhook }).observe(took.as_secs_f64());
         self.decisions.get_or_create(&labels).inc();
     }
 
+    /// Counts a request that was not decided (`error` says why).
     pub fn rejected(&self, webhook: Webhook, error: &'static str) {
         self.rejected.get_or_create(&RejectedLabels { webhook, error }).inc();
     }
@@ -205,6 +230,7 @@ impl Metrics {
         self.events_dropped.get_or_create(&CauseLabels { cause }).clone()
     }
 
+    /// Counts a certificate reload.
     pub fn tls_reload(&self, ok: bool) {
         self.tls_reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "error" } }).inc();
     }

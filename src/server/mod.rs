@@ -27,8 +27,11 @@ pub use tls::TlsFiles;
 /// Listener settings.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
+    /// The webhooks' HTTPS address.
     pub listen: SocketAddr,
+    /// The plain-HTTP address of health, readiness and metrics.
     pub metrics_listen: SocketAddr,
+    /// The serving certificate and key (and the client CA, if any).
     pub tls: TlsFiles,
     /// How often the certificate files are checked for changes.
     pub tls_reload_every: Duration,
@@ -72,8 +75,11 @@ impl Default for RequestLimits {
 /// What the handlers share.
 #[derive(Debug)]
 pub struct AppState {
+    /// What decisions need.
     pub admission: Admission,
+    /// The metrics.
     pub metrics: Arc<Metrics>,
+    /// The per-request bounds.
     pub limits: RequestLimits,
     /// Decisions under way at once; the permit is taken before the body is read.
     pub(crate) reviews: Arc<tokio::sync::Semaphore>,
@@ -81,6 +87,7 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The shared state of a server deciding with `admission`.
     pub fn new(admission: Admission, metrics: Arc<Metrics>, limits: RequestLimits) -> AppState {
         AppState {
             admission,
@@ -115,8 +122,11 @@ const METRICS_GRACE: Duration = Duration::from_secs(5);
 /// A started server.
 #[derive(Debug)]
 pub struct Running {
+    /// The webhooks' address, as bound.
     pub addr: SocketAddr,
+    /// The metrics address, as bound.
     pub metrics_addr: SocketAddr,
+    /// The shared state.
     pub state: Arc<AppState>,
     settings: ServerSettings,
     handle: Handle<SocketAddr>,

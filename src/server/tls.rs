@@ -22,7 +22,9 @@ use super::metrics::Metrics;
 /// A certificate chain and key in PEM files, and who may call.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
+    /// The certificate chain, PEM.
     pub cert: PathBuf,
+    /// The private key, PEM.
     pub key: PathBuf,
     /// When set, a client must present a certificate signed by a CA in this PEM file (the API
     /// server does, given a kubeconfig for the webhook in its AdmissionConfiguration); others are
