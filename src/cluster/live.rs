@@ -3,8 +3,8 @@
 //! GET when a verdict needs what Helm sees (labels can lie), once per resourceVersion.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 use crate::tally::Tally;
 use anyhow::Context;
@@ -99,77 +99,70 @@ pub fn watch(
     (index, Arc::new(fetcher))
 }
 
-/// Counts initial lists; the index is ready once every watcher has completed one.
-#[derive(Debug)]
-struct InitialLists {
-    remaining: AtomicU8,
-}
-
-impl InitialLists {
-    fn done(&self, index: &ReleaseIndex) {
-        let before = self.remaining.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-        if before == Ok(1) {
-            index.set_ready(true);
-            tracing::info!(revisions = index.revision_count(), "initial lists complete: ready");
-        }
-    }
-}
-
 /// Runs the three watchers until the process ends. Errors are retried with backoff while the
-/// index keeps serving its last good state.
+/// index keeps serving its last good state. The index is ready once each watcher has completed
+/// its first list.
 pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Tally) {
-    let lists = Arc::new(InitialLists { remaining: AtomicU8::new(3) });
     let secrets = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
     let configmaps = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
     let namespaces = watcher::Config::default().any_semantic();
+    let (secrets_listed, secrets_ready) = oneshot::channel();
+    let (configmaps_listed, configmaps_ready) = oneshot::channel();
+    let (namespaces_listed, namespaces_ready) = oneshot::channel();
+    let ready = async {
+        // A watcher's sender is dropped unsent only when its stream ends, which it does not.
+        if let (Ok(()), Ok(()), Ok(())) = tokio::join!(secrets_ready, configmaps_ready, namespaces_ready) {
+            index.set_ready(true);
+            tracing::info!(revisions = index.revision_count(), "initial lists complete: ready");
+        }
+    };
 
     let mut secret_feed = RecordFeed::new(Driver::Secret);
     let mut configmap_feed = RecordFeed::new(Driver::ConfigMap);
     let mut namespace_feed = NamespaceFeed::default();
     tokio::join!(
+        ready,
         drive(
             "secrets",
             watcher::watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), secrets),
             |event| secret_feed.apply(&index, event),
-            &index,
-            &lists,
+            secrets_listed,
             &watch_restarts,
         ),
         drive(
             "configmaps",
             watcher::watcher(Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()), configmaps),
             |event| configmap_feed.apply(&index, event),
-            &index,
-            &lists,
+            configmaps_listed,
             &watch_restarts,
         ),
         drive(
             "namespaces",
             watcher::watcher(Api::<PartialObjectMeta<Namespace>>::all(client), namespaces),
             |event| namespace_feed.apply(&index, event),
-            &index,
-            &lists,
+            namespaces_listed,
             &watch_restarts,
         ),
     );
 }
 
+/// Applies one watcher's events; `listed` hears of its first completed list.
 async fn drive<K>(
     what: &'static str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send,
     mut apply: impl FnMut(Event<K>) -> bool,
-    index: &ReleaseIndex,
-    lists: &InitialLists,
+    listed: oneshot::Sender<()>,
     watch_restarts: &Tally,
 ) {
     let mut stream = std::pin::pin!(stream.default_backoff());
-    let mut listed_once = false;
+    let mut listed = Some(listed);
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
-                if apply(event) && !listed_once {
-                    listed_once = true;
-                    lists.done(index);
+                if apply(event)
+                    && let Some(listed) = listed.take()
+                {
+                    let _ = listed.send(());
                 }
             }
             Err(error) => {
