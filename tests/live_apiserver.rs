@@ -24,7 +24,7 @@ use common::*;
 use futures::StreamExt;
 use helm_guard::cluster::live::{self, ClusterAccess};
 use helm_guard::cluster::{ReleaseIndex, SourceKind};
-use helm_guard::release::{Driver, ReleaseKey, ReleaseState, classify};
+use helm_guard::release::ReleaseState;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -162,11 +162,6 @@ fn kubeconfig(dir: &tempfile::TempDir, server: &str) -> std::path::PathBuf {
     path
 }
 
-fn state(index: &ReleaseIndex, namespace: &str, release: &str) -> ReleaseState {
-    let key = ReleaseKey { driver: Driver::Secret, namespace: namespace.into(), release: release.into() };
-    classify(&index.history(&key), 0, 900).state
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchers_list_become_ready_and_follow_events() {
     let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
@@ -181,8 +176,8 @@ async fn the_watchers_list_become_ready_and_follow_events() {
     let ready = eventually(Duration::from_secs(5), || async { index.is_ready() }).await;
     assert!(ready, "ready once the three initial lists are done");
     assert_eq!(index.revision_count(), 10);
-    assert_eq!(state(&index, "demo", "web"), ReleaseState::Failed);
-    assert_eq!(state(&index, "orphan", "app"), ReleaseState::OrphanedSuperseded);
+    assert_eq!(indexed_release(&index, &secret_release("demo", "web")).1, ReleaseState::Failed);
+    assert_eq!(indexed_release(&index, &secret_release("orphan", "app")).1, ReleaseState::OrphanedSuperseded);
     assert_eq!(restarts.get(), 0);
 
     // A watch event: orphan/app is upgraded to revision 2.
@@ -194,7 +189,7 @@ async fn the_watchers_list_become_ready_and_follow_events() {
         let _ = watch.send(json!({"type": "ADDED", "object": metadata_only(&app_v2)}));
     }
     let upgraded = eventually(Duration::from_secs(5), || async {
-        state(&index, "orphan", "app") == ReleaseState::Healthy
+        indexed_release(&index, &secret_release("orphan", "app")).1 == ReleaseState::Healthy
     })
     .await;
     assert!(upgraded, "the watch event reached the index");
@@ -235,7 +230,11 @@ async fn a_failed_watch_is_retried_while_the_last_good_state_serves() {
     assert!(restarts.get() > 0, "the failure is counted");
     assert!(watches.lock().unwrap().len() > 1, "and the watch is opened again");
     assert!(index.is_ready());
-    assert_eq!(state(&index, "demo", "web"), ReleaseState::Failed, "the last good state still serves");
+    assert_eq!(
+        indexed_release(&index, &secret_release("demo", "web")).1,
+        ReleaseState::Failed,
+        "the last good state still serves"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::*;
 use helm_guard::cluster::feed::{NamespaceFeed, RecordFeed};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
-use helm_guard::release::{DecodeLimits, Driver, History, ReleaseKey, ReleaseState, Status, classify};
+use helm_guard::release::{DecodeLimits, Driver, ReleaseKey, ReleaseState};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::Event;
@@ -40,17 +40,6 @@ fn snapshot_items() -> Vec<Value> {
 
 fn live_index() -> ReleaseIndex {
     ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) })
-}
-
-fn key(namespace: &str, release: &str) -> ReleaseKey {
-    ReleaseKey { driver: Driver::Secret, namespace: namespace.into(), release: release.into() }
-}
-
-/// The revisions and statuses seen, and the state (a live index has read no payload yet: its
-/// labels stand in).
-fn state(index: &ReleaseIndex, key: &ReleaseKey) -> (Vec<(u32, Status)>, ReleaseState) {
-    let facts = index.history(key);
-    (History::new(&facts).revisions().to_vec(), classify(&facts, 0, 900).state)
 }
 
 #[test]
@@ -81,8 +70,12 @@ fn an_initial_list_matches_the_snapshot_source() {
         ("pending", "rb"),
         ("stuck", "job"),
     ] {
-        let key = key(namespace, release);
-        assert_eq!(state(&from_watch, &key), state(&from_snapshot, &key), "{namespace}/{release}");
+        let key = secret_release(namespace, release);
+        assert_eq!(
+            indexed_release(&from_watch, &key),
+            indexed_release(&from_snapshot, &key),
+            "{namespace}/{release}"
+        );
     }
 }
 
@@ -101,12 +94,12 @@ fn apply_and_delete_events_keep_the_index_current() {
     let app_v1 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1").unwrap();
     let app_v2 = rewrite(app_v1, 2, "deployed");
     feed.apply(&index, Event::Apply(meta::<Secret>(&app_v2)));
-    assert_eq!(state(&index, &key("orphan", "app")).1, ReleaseState::Healthy);
+    assert_eq!(indexed_release(&index, &secret_release("orphan", "app")).1, ReleaseState::Healthy);
 
     // demo/web's failed revision 4 is deleted: revision 3 (deployed) is the latest.
     let web_v4 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.web.v4").unwrap();
     feed.apply(&index, Event::Delete(meta::<Secret>(web_v4)));
-    assert_eq!(state(&index, &key("demo", "web")).1, ReleaseState::Healthy);
+    assert_eq!(indexed_release(&index, &secret_release("demo", "web")).1, ReleaseState::Healthy);
 
     // A re-list that no longer holds pending/rb drops it.
     feed.apply(&index, Event::<PartialObjectMeta<Secret>>::Init);
@@ -114,8 +107,12 @@ fn apply_and_delete_events_keep_the_index_current() {
         feed.apply(&index, Event::InitApply(meta::<Secret>(item)));
     }
     feed.apply(&index, Event::<PartialObjectMeta<Secret>>::InitDone);
-    assert!(index.history(&key("pending", "rb")).is_empty());
-    assert_eq!(state(&index, &key("demo", "web")).1, ReleaseState::Failed, "the re-list is the truth");
+    assert!(index.history(&secret_release("pending", "rb")).is_empty());
+    assert_eq!(
+        indexed_release(&index, &secret_release("demo", "web")).1,
+        ReleaseState::Failed,
+        "the re-list is the truth"
+    );
 }
 
 #[test]
@@ -128,7 +125,7 @@ fn a_configmap_watch_ignores_configmaps_that_are_not_records() {
     feed.apply(&index, Event::Apply(meta::<k8s_openapi::api::core::v1::ConfigMap>(&stray)));
     assert_eq!(index.revision_count(), 1);
     let key = ReleaseKey { driver: Driver::ConfigMap, namespace: "cm".into(), release: "api".into() };
-    assert_eq!(state(&index, &key).1, ReleaseState::Healthy);
+    assert_eq!(indexed_release(&index, &key).1, ReleaseState::Healthy);
 }
 
 #[test]

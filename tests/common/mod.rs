@@ -211,3 +211,23 @@ pub fn dry_run(mut review: Value) -> Value {
     review["request"]["dryRun"] = json!(true);
     review
 }
+
+/// The release `namespace/release` stored in Secrets (Helm's default driver).
+pub fn secret_release(namespace: &str, release: &str) -> helm_guard::release::ReleaseKey {
+    helm_guard::release::ReleaseKey {
+        driver: helm_guard::release::Driver::Secret,
+        namespace: namespace.into(),
+        release: release.into(),
+    }
+}
+
+/// The revisions and statuses an index holds for a release, and the state they classify as (a
+/// live index that has read no payload yet classifies by the labels).
+pub fn indexed_release(
+    index: &helm_guard::cluster::ReleaseIndex,
+    key: &helm_guard::release::ReleaseKey,
+) -> (Vec<(u32, helm_guard::release::Status)>, helm_guard::release::ReleaseState) {
+    use helm_guard::release::history::{History, classify};
+    let facts = index.history(key);
+    (History::new(&facts).revisions().to_vec(), classify(&facts, 0, 900).state)
+}
