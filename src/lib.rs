@@ -5,12 +5,16 @@
 //!
 //! Follow one admission request from TLS accept to verdict:
 //!
-//! 1. [`server`] accepts the connection (rustls, certificate reload in [`server::tls`]) and
-//!    [`server::routes`] reads the body, within its size limit.
-//! 2. [`admission::review`] parses the AdmissionReview; [`admission::validating`] or
+//! 1. [`server`] accepts the connection (rustls, certificate reload in [`server::tls`]; the
+//!    connection cap and idle timeout in [`server::limits`]) and [`server::routes`] reads the
+//!    body within its size limit, deadline and permit, and decides it on the async worker
+//!    (a large body, or a decision that must wait on the API server, on a blocking thread).
+//! 2. [`admission::review`] parses the AdmissionReview, its objects only as far as a verdict
+//!    reads them ([`admission::object`]); [`admission::validating`] or
 //!    [`admission::mutating`] gathers the facts: the record in the request, decoded by
-//!    [`release`], and the release's history from the [`cluster`] index.
-//! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U5),
+//!    [`release`] (or recalled by [`release::memo`]), and the release's history from the
+//!    [`cluster`] index.
+//! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U8),
 //!    [`policy::pod`] (the install-to-upgrade rewrite), [`policy::mode`] (enforce/warn/audit).
 //! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (and, for a
 //!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
