@@ -3,8 +3,11 @@
 //! kube's `DynamicObject` keeps every field of an object as a JSON tree, and serde's `flatten`
 //! first buffers each of them (a release payload included) in an intermediate form: that was the
 //! largest cost of a verdict after the TLS stack's own. The guard's webhooks receive Secrets,
-//! ConfigMaps and Pods, and read of them the metadata, a Secret's `type`, `data.release`, and a
-//! pod's `spec`; everything else is skipped without being built.
+//! ConfigMaps and Pods, and read of them some metadata (not `managedFields`, half of a pod's
+//! size), a Secret's `type`, `data.release`, and the arguments and environment of a pod's
+//! containers; everything else is skipped without being built. A field of an unexpected shape
+//! that no verdict reads is left out rather than refused; duplicate keys keep the last value, as
+//! Go's `encoding/json` does.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
