@@ -6,8 +6,8 @@
 //! ConfigMaps and Pods, and read of them some metadata (not `managedFields`, half of a pod's
 //! size), a Secret's `type`, `data.release`, and the arguments and environment of a pod's
 //! containers; everything else is skipped without being built. A field of an unexpected shape
-//! that no verdict reads is left out rather than refused; duplicate keys keep the last value, as
-//! Go's `encoding/json` does.
+//! that no verdict reads is left out rather than refused; a duplicate key at the top or in `data`
+//! keeps the last value, as Go's `encoding/json` does (the API server never sends one).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -274,6 +274,13 @@ mod tests {
         );
         assert_eq!(object.types, None, "kind without apiVersion");
         assert_eq!(object.spec.unwrap().containers[0].args, ["install"]);
+    }
+
+    #[test]
+    fn a_duplicate_key_keeps_the_last_value() {
+        let object = read(r#"{"data":{"release":"first","release":"last"},"type":"a","type":"b"}"#);
+        assert_eq!(object.release_data.as_deref(), Some("last"));
+        assert_eq!(object.secret_type.as_deref(), Some("b"));
     }
 
     #[test]
