@@ -179,8 +179,9 @@ impl LedgerEntry {
                     detail = self.detail.as_deref(),
                     release_state = self.release_state.as_deref(),
                     action = self.action.as_deref(),
-                    message = self.message.as_deref(),
-                    "admission decision"
+                    // The event's message: the verdict's when it has one, so that a line has one
+                    // `message` key (a format string beside a `message` field wrote two).
+                    message = self.message.as_deref().unwrap_or("admission decision"),
                 )
             };
         }
@@ -218,6 +219,76 @@ fn camel_case(code: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Log output the test can read back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn entry(decision: Decision, message: Option<&str>) -> LedgerEntry {
+        LedgerEntry {
+            webhook: "validate",
+            uid: "u".into(),
+            operation: "DELETE",
+            requester: "admin".into(),
+            namespace: "demo".into(),
+            object: "sh.helm.release.v1.web.v3".into(),
+            kind: "Secret".into(),
+            object_uid: None,
+            dry_run: false,
+            release: Some("demo/web".into()),
+            revision: Some(3),
+            status: Some(Status::Deployed),
+            transition: None,
+            chart: None,
+            decision,
+            reason: Reason::LatestDeployedRevision,
+            mode: Mode::Enforce,
+            message: message.map(str::to_owned),
+            detail: None,
+            release_state: None,
+            action: None,
+        }
+    }
+
+    /// The ledger line as `serve --log-format json` writes it.
+    fn json_line(entry: &LedgerEntry) -> String {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber =
+            tracing_subscriber::fmt().json().flatten_event(true).with_writer(move || writer.clone()).finish();
+        tracing::subscriber::with_default(subscriber, || entry.emit());
+        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn the_ledger_line_has_one_message_the_verdicts_when_there_is_one() {
+        let denied = json_line(&entry(Decision::Denied, Some("helm-guard: revision 3 is the latest")));
+        assert_eq!(denied.matches("\"message\":").count(), 1, "{denied}");
+        let line: serde_json::Value = serde_json::from_str(&denied).unwrap();
+        assert_eq!(line["message"], "helm-guard: revision 3 is the latest");
+        assert_eq!(line["level"], "WARN");
+        assert_eq!(line["reason"], "latest-deployed-revision");
+
+        let allowed = json_line(&entry(Decision::Allowed, None));
+        assert_eq!(allowed.matches("\"message\":").count(), 1, "{allowed}");
+        let line: serde_json::Value = serde_json::from_str(&allowed).unwrap();
+        assert_eq!(line["message"], "admission decision");
+        assert_eq!(line["level"], "INFO");
+    }
+
     #[test]
     fn reasons_read_as_event_reasons() {
         assert_eq!(super::camel_case("last-deployed-revision"), "LastDeployedRevision");
