@@ -10,15 +10,15 @@
 //! keeps the last value, as Go's `encoding/json` does (the API server never sends one).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicResourceScope, Resource, TypeMeta};
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::policy::pod::PodSpec;
+use crate::release::fields::{Meta, ReleaseData, Text};
 
 /// An object of a review: the fields of a Secret, ConfigMap or Pod that helm-guard reads.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,7 +26,7 @@ pub struct ReviewObject {
     /// `apiVersion` and `kind`, when both are given.
     pub types: Option<TypeMeta>,
     /// `name`, `generateName`, `namespace`, `uid`, `resourceVersion`, labels, annotations, owner
-    /// references and finalizers; nothing else of the metadata is read.
+    /// references (by uid) and finalizers; nothing else of the metadata is read.
     pub metadata: ObjectMeta,
     /// A Secret's `type`.
     pub secret_type: Option<String>,
@@ -69,125 +69,6 @@ impl<'de> Visitor<'de> for ObjectVisitor {
         }
         object.types = api_version.zip(kind).map(|(api_version, kind)| TypeMeta { api_version, kind });
         Ok(object)
-    }
-}
-
-/// The metadata a verdict, the ledger or a pod's patch reads.
-#[derive(Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct Meta {
-    name: Option<String>,
-    generate_name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-    owner_references: Option<Vec<OwnerReference>>,
-    finalizers: Option<Vec<String>>,
-}
-
-impl From<Meta> for ObjectMeta {
-    fn from(meta: Meta) -> ObjectMeta {
-        ObjectMeta {
-            name: meta.name,
-            generate_name: meta.generate_name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            labels: meta.labels,
-            annotations: meta.annotations,
-            owner_references: meta.owner_references,
-            finalizers: meta.finalizers,
-            ..ObjectMeta::default()
-        }
-    }
-}
-
-/// What to keep of a field, leniently: a value of another shape is `None`, not an error (as
-/// when the object was a JSON tree), so a verdict is not refused over a field it does not read.
-#[derive(Clone, Copy)]
-enum Lenient {
-    /// A string.
-    Text,
-    /// `data`: the string at its `release` key (Helm reads nothing else).
-    Release,
-}
-
-impl Lenient {
-    fn read<'de, D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<String>, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-/// Reads a field with [`Lenient::Text`].
-struct Text(Option<String>);
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
-        Lenient::Text.read(deserializer).map(Text)
-    }
-}
-
-/// Reads a field with [`Lenient::Release`].
-struct ReleaseData(Option<String>);
-
-impl<'de> Deserialize<'de> for ReleaseData {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseData, D::Error> {
-        Lenient::Release.read(deserializer).map(ReleaseData)
-    }
-}
-
-impl<'de> Visitor<'de> for Lenient {
-    type Value = Option<String>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("any JSON value")
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<String>, E> {
-        Ok(matches!(self, Lenient::Text).then(|| value.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, value: String) -> Result<Option<String>, E> {
-        Ok(matches!(self, Lenient::Text).then_some(value))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-        let mut release = None;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if matches!(self, Lenient::Release) && key == "release" {
-                release = map.next_value::<Text>()?.0;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(release)
     }
 }
 

@@ -2,6 +2,7 @@
 //! history. Pure: no I/O here.
 
 pub mod codec;
+pub(crate) mod fields;
 pub mod gojson;
 pub mod history;
 pub mod memo;

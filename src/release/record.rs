@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
+use super::fields::{Meta, ReleaseData, Text};
 use super::history::{PayloadStatus, RevisionFacts};
 use super::status::Status;
 
@@ -178,54 +179,16 @@ pub enum RecordError {
 
 /// The shape shared by Secrets and ConfigMaps as far as helm-guard cares. Secret data stays base64
 /// text here so that a bad value is an error about the payload, not about the whole object.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 struct RawObject {
     #[serde(default)]
-    kind: Option<String>,
+    kind: Text,
     #[serde(default)]
-    metadata: RawMeta,
+    metadata: Meta,
     #[serde(default, rename = "type")]
-    type_: Option<String>,
+    type_: Text,
     #[serde(default)]
-    data: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawMeta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    annotations: Option<BTreeMap<String, String>>,
-    #[serde(default, rename = "ownerReferences")]
-    owner_references: Option<Vec<RawOwner>>,
-    #[serde(default)]
-    finalizers: Option<Vec<String>>,
-}
-
-/// An owner reference, by the owner's uid (what tells two references apart).
-#[derive(Debug, Default, Deserialize)]
-struct RawOwner {
-    #[serde(default)]
-    uid: String,
-}
-
-impl From<ObjectMeta> for RawMeta {
-    fn from(meta: ObjectMeta) -> RawMeta {
-        RawMeta {
-            name: meta.name,
-            namespace: meta.namespace,
-            labels: meta.labels,
-            annotations: meta.annotations,
-            owner_references: meta
-                .owner_references
-                .map(|owners| owners.into_iter().map(|owner| RawOwner { uid: owner.uid }).collect()),
-            finalizers: meta.finalizers,
-        }
-    }
+    data: ReleaseData,
 }
 
 impl RawObject {
@@ -264,8 +227,8 @@ impl RawObject {
                 .map(|owner| owner.uid)
                 .collect(),
             finalizers: self.metadata.finalizers.unwrap_or_default(),
-            secret_type: self.type_,
-            payload: self.data.and_then(|mut data| data.remove("release")),
+            secret_type: self.type_.0,
+            payload: self.data.0,
         }
     }
 }
@@ -300,7 +263,7 @@ impl Record {
     /// Secret or ConfigMap, or without the `owner=helm` and `name` labels).
     pub fn from_object(object: &Value, fallback_kind: Option<&str>) -> Result<Option<Record>, RecordError> {
         let raw = RawObject::read(object)?;
-        let kind = raw.kind.as_deref().or(fallback_kind).unwrap_or_default();
+        let kind = raw.kind.0.as_deref().or(fallback_kind).unwrap_or_default();
         let driver = match kind {
             "Secret" => Driver::Secret,
             "ConfigMap" => Driver::ConfigMap,
@@ -319,10 +282,10 @@ impl Record {
         driver: Driver,
     ) -> (Record, bool) {
         let raw = RawObject {
-            kind: None,
-            metadata: RawMeta::from(metadata),
-            type_: secret_type,
-            data: payload.map(|payload| BTreeMap::from([("release".to_owned(), payload)])),
+            kind: Text(None),
+            metadata: Meta::from(metadata),
+            type_: Text(secret_type),
+            data: ReleaseData(payload),
         };
         let is_record = raw.is_record(driver);
         (raw.into_record(driver), is_record)

@@ -1,0 +1,163 @@
+//! Lenient readers of the fields of a Kubernetes object that helm-guard reads, shared by the
+//! records of dumps and snapshots ([`super::record`]) and the objects of admission reviews
+//! (`admission::object`): one list of the metadata read, one reading of `data.release`.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+/// The metadata helm-guard reads: what a record, a verdict, the ledger or a pod's patch needs.
+/// Nothing else (not `managedFields`, half of a pod's size) is built.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct Meta {
+    pub(crate) name: Option<String>,
+    pub(crate) generate_name: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) uid: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) labels: Option<BTreeMap<String, String>>,
+    pub(crate) annotations: Option<BTreeMap<String, String>>,
+    pub(crate) owner_references: Option<Vec<Owner>>,
+    pub(crate) finalizers: Option<Vec<String>>,
+}
+
+/// An owner reference, by the owner's uid (what tells two references apart).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Owner {
+    #[serde(default)]
+    pub(crate) uid: String,
+}
+
+impl From<Meta> for ObjectMeta {
+    fn from(meta: Meta) -> ObjectMeta {
+        ObjectMeta {
+            name: meta.name,
+            generate_name: meta.generate_name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            owner_references: meta.owner_references.map(|owners| {
+                owners
+                    .into_iter()
+                    .map(|owner| OwnerReference { uid: owner.uid, ..OwnerReference::default() })
+                    .collect()
+            }),
+            finalizers: meta.finalizers,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+impl From<ObjectMeta> for Meta {
+    fn from(meta: ObjectMeta) -> Meta {
+        Meta {
+            name: meta.name,
+            generate_name: meta.generate_name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            owner_references: meta
+                .owner_references
+                .map(|owners| owners.into_iter().map(|owner| Owner { uid: owner.uid }).collect()),
+            finalizers: meta.finalizers,
+        }
+    }
+}
+
+/// What to keep of a field, leniently: a value of another shape is `None`, not an error (as
+/// when the object was a JSON tree), so a verdict is not refused over a field it does not read.
+#[derive(Clone, Copy)]
+enum Lenient {
+    /// A string.
+    Text,
+    /// `data`: the string at its `release` key (Helm reads nothing else).
+    Release,
+}
+
+impl Lenient {
+    fn read<'de, D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<String>, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// Reads a field with [`Lenient::Text`].
+#[derive(Default)]
+pub(crate) struct Text(pub(crate) Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
+        Lenient::Text.read(deserializer).map(Text)
+    }
+}
+
+/// Reads a field with [`Lenient::Release`].
+#[derive(Default)]
+pub(crate) struct ReleaseData(pub(crate) Option<String>);
+
+impl<'de> Deserialize<'de> for ReleaseData {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseData, D::Error> {
+        Lenient::Release.read(deserializer).map(ReleaseData)
+    }
+}
+
+impl<'de> Visitor<'de> for Lenient {
+    type Value = Option<String>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<String>, E> {
+        Ok(matches!(self, Lenient::Text).then(|| value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Option<String>, E> {
+        Ok(matches!(self, Lenient::Text).then_some(value))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        let mut release = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if matches!(self, Lenient::Release) && key == "release" {
+                release = map.next_value::<Text>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(release)
+    }
+}
