@@ -36,7 +36,7 @@ pub fn webhook_router(state: Arc<AppState>) -> Router {
         .layer(GlobalConcurrencyLimitLayer::with_semaphore(state.reviews.clone()))
         // tower's timeout, not tower-http's: it polls the request before its timer, so a request
         // decided at once never registers the timer, whose registration wakes tokio's I/O driver
-        // (tokio-rs/tokio#5207): a system call per request, a tenth of a busy guard's time.
+        // (tokio-rs/tokio#5207): a system call per request (BENCHMARKS.md, strace counts).
         .layer(
             tower::ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(timed_out))
