@@ -55,22 +55,9 @@ impl From<Meta> for ObjectMeta {
     }
 }
 
-impl From<ObjectMeta> for Meta {
-    fn from(meta: ObjectMeta) -> Meta {
-        Meta {
-            name: meta.name,
-            generate_name: meta.generate_name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            labels: meta.labels,
-            annotations: meta.annotations,
-            owner_references: meta
-                .owner_references
-                .map(|owners| owners.into_iter().map(|owner| Owner { uid: owner.uid }).collect()),
-            finalizers: meta.finalizers,
-        }
-    }
+/// Reads an object's metadata as [`Meta`] does, into kube's type.
+pub(crate) fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    Meta::deserialize(deserializer).map(ObjectMeta::from)
 }
 
 /// What to keep of a field, leniently: a value of another shape is `None`, not an error (as

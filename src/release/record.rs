@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
-use super::fields::{Meta, ReleaseData, Text};
+use super::fields::{ReleaseData, Text, lean_meta};
 use super::history::{PayloadStatus, RevisionFacts};
 use super::status::Status;
 
@@ -183,8 +183,8 @@ pub enum RecordError {
 struct RawObject {
     #[serde(default)]
     kind: Text,
-    #[serde(default)]
-    metadata: Meta,
+    #[serde(default, deserialize_with = "lean_meta")]
+    metadata: ObjectMeta,
     #[serde(default, rename = "type")]
     type_: Text,
     #[serde(default)]
@@ -281,12 +281,8 @@ impl Record {
         payload: Option<String>,
         driver: Driver,
     ) -> (Record, bool) {
-        let raw = RawObject {
-            kind: Text(None),
-            metadata: Meta::from(metadata),
-            type_: Text(secret_type),
-            data: ReleaseData(payload),
-        };
+        let raw =
+            RawObject { kind: Text(None), metadata, type_: Text(secret_type), data: ReleaseData(payload) };
         let is_record = raw.is_record(driver);
         (raw.into_record(driver), is_record)
     }
