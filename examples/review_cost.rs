@@ -29,7 +29,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let body = std::fs::read(args.first().expect("usage: review_cost REVIEW [N]")).unwrap();
     let n: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1_000);
-    let subscriber = tracing_subscriber::fmt().json().flatten_event(true).with_writer(std::io::sink).finish();
+    let subscriber = helm_guard::server::log_format::json_subscriber(std::io::sink).finish();
     tracing::subscriber::set_global_default(subscriber).unwrap();
     let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
     snapshot::load(&index, std::path::Path::new("examples/cluster-snapshot.json"), DecodeLimits::default())

@@ -267,8 +267,7 @@ mod tests {
     fn json_line(entry: &LedgerEntry) -> String {
         let out = Captured::default();
         let writer = out.clone();
-        let subscriber =
-            tracing_subscriber::fmt().json().flatten_event(true).with_writer(move || writer.clone()).finish();
+        let subscriber = crate::server::log_format::json_subscriber(move || writer.clone()).finish();
         tracing::subscriber::with_default(subscriber, || entry.emit());
         String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
     }

@@ -31,7 +31,7 @@ pub struct ReviewObject {
     /// A Secret's `type`.
     pub secret_type: Option<String>,
     /// `data.release` when it is a string: the payload Helm reads (for a Secret, the API's base64).
-    pub release_data: Option<String>,
+    pub release_data: Option<Vec<u8>>,
     /// A pod's `spec`, as far as the helm-install pod rules read it.
     pub spec: Option<PodSpec>,
 }
@@ -124,20 +124,13 @@ mod tests {
         assert_eq!(object.types.as_ref().map(|t| t.kind.as_str()), Some("Secret"));
         assert_eq!(object.metadata.name.as_deref(), Some("sh.helm.release.v1.web.v1"));
         assert_eq!(object.secret_type.as_deref(), Some("helm.sh/release.v1"));
-        assert_eq!(object.release_data.as_deref(), Some("SDRzSQ=="));
+        assert_eq!(object.release_data.as_deref(), Some(&b"SDRzSQ=="[..]));
         assert_eq!(object.spec, None);
     }
 
     #[test]
     fn fields_of_another_shape_are_left_out_not_refused() {
-        for data in [
-            r#"{"release":1}"#,
-            r#"{"release":null}"#,
-            r#"{"release":["x"]}"#,
-            r#"{"release":{"a":"b"}}"#,
-            "null",
-            "[1]",
-        ] {
+        for data in [r#"{"release":null}"#, r#"{"release":["x"]}"#, "null", "[1]", "1"] {
             let object = read(&format!(
                 r#"{{"metadata":{{}},"data":{data},"type":{data},"apiVersion":"v1","kind":{data}}}"#
             ));
@@ -146,6 +139,24 @@ mod tests {
             assert_eq!(object.types, None, "{data}");
         }
         assert_eq!(read(r#"{"data":"release"}"#).release_data, None);
+    }
+
+    #[test]
+    fn a_release_that_is_no_string_is_a_malformed_object() {
+        // The API server stores a Secret's or ConfigMap's data values as strings only.
+        for release in ["1", "true", r#"{"a":"b"}"#] {
+            let json = format!(r#"{{"data":{{"release":{release}}}}}"#);
+            let error = serde_json::from_str::<ReviewObject>(&json).unwrap_err();
+            assert!(error.to_string().contains("expected a string"), "{release}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_payload_is_read_as_written_escapes_and_all() {
+        // Go's encoder escapes no base64 character, but JSON allows any to be; an escaped one is
+        // the character, and what is no base64 is left for the payload's decoder to refuse.
+        let object = read(r#"{"data":{"release":"SDR\/zSQ==\u0041\u00e9"}}"#);
+        assert_eq!(object.release_data.as_deref(), Some("SDR/zSQ==A\u{e9}".as_bytes()));
     }
 
     #[test]
@@ -160,7 +171,7 @@ mod tests {
     #[test]
     fn a_duplicate_key_keeps_the_last_value() {
         let object = read(r#"{"data":{"release":"first","release":"last"},"type":"a","type":"b"}"#);
-        assert_eq!(object.release_data.as_deref(), Some("last"));
+        assert_eq!(object.release_data.as_deref(), Some(&b"last"[..]));
         assert_eq!(object.secret_type.as_deref(), Some("b"));
     }
 

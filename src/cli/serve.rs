@@ -16,7 +16,9 @@ use crate::cluster::live;
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
-use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_writer};
+use crate::server::{
+    self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format, log_writer,
+};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -152,11 +154,14 @@ fn init_logging(format: LogFormat) -> anyhow::Result<log_writer::Flush> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (writer, flush) = log_writer::BatchedWriter::new(std::io::stderr())?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        LogFormat::Json => log_format::json_subscriber(writer).with_env_filter(filter).try_init(),
         // Colour codes only where a terminal shows them, not in files or log collectors.
-        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init(),
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(writer)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
     };
     Ok(flush)
 }

@@ -60,43 +60,20 @@ pub(crate) fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Ob
     Meta::deserialize(deserializer).map(ObjectMeta::from)
 }
 
-/// What to keep of a field, leniently: a value of another shape is `None`, not an error (as
-/// when the object was a JSON tree), so a verdict is not refused over a field it does not read.
-#[derive(Clone, Copy)]
-enum Lenient {
-    /// A string.
-    Text,
-    /// `data`: the string at its `release` key (Helm reads nothing else).
-    Release,
-}
-
-impl Lenient {
-    fn read<'de, D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<String>, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-/// Reads a field with [`Lenient::Text`].
+/// Reads a string field leniently: a value of another shape is `None`, not an error (as when the
+/// object was a JSON tree), so a verdict is not refused over a field it does not read.
 #[derive(Default)]
 pub(crate) struct Text(pub(crate) Option<String>);
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Text, D::Error> {
-        Lenient::Text.read(deserializer).map(Text)
+        deserializer.deserialize_any(TextVisitor).map(Text)
     }
 }
 
-/// Reads a field with [`Lenient::Release`].
-#[derive(Default)]
-pub(crate) struct ReleaseData(pub(crate) Option<String>);
+struct TextVisitor;
 
-impl<'de> Deserialize<'de> for ReleaseData {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseData, D::Error> {
-        Lenient::Release.read(deserializer).map(ReleaseData)
-    }
-}
-
-impl<'de> Visitor<'de> for Lenient {
+impl<'de> Visitor<'de> for TextVisitor {
     type Value = Option<String>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -104,11 +81,11 @@ impl<'de> Visitor<'de> for Lenient {
     }
 
     fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<String>, E> {
-        Ok(matches!(self, Lenient::Text).then(|| value.to_owned()))
+        Ok(Some(value.to_owned()))
     }
 
     fn visit_string<E: de::Error>(self, value: String) -> Result<Option<String>, E> {
-        Ok(matches!(self, Lenient::Text).then_some(value))
+        Ok(Some(value))
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<String>, E> {
@@ -137,14 +114,114 @@ impl<'de> Visitor<'de> for Lenient {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// Reads `data` for its `release` key (Helm reads nothing else), keeping that string's bytes as
+/// they stand in the JSON: Helm only ever base64-decodes them, which refuses anything but base64
+/// text, so they are neither checked as UTF-8 nor scanned for control characters here (serde_json
+/// then finds the string's end with a vectorised search: most of a review's bytes are this string).
+/// `data` of another shape, a `null` or an array `release` is no payload; a `release` that is a
+/// number, a boolean or an object is a malformed object (the API server stores none of these).
+#[derive(Default)]
+pub(crate) struct ReleaseData(pub(crate) Option<Vec<u8>>);
+
+impl<'de> Deserialize<'de> for ReleaseData {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseData, D::Error> {
+        deserializer.deserialize_any(DataVisitor).map(ReleaseData)
+    }
+}
+
+struct DataVisitor;
+
+impl<'de> Visitor<'de> for DataVisitor {
+    type Value = Option<Vec<u8>>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("an object's data")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Vec<u8>>, A::Error> {
         let mut release = None;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if matches!(self, Lenient::Release) && key == "release" {
-                release = map.next_value::<Text>()?.0;
+            if key == "release" {
+                release = map.next_value::<Option<ReleaseBytes>>()?.and_then(|bytes| bytes.0);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
         }
         Ok(release)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<Vec<u8>>, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<Vec<u8>>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<Vec<u8>>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<Vec<u8>>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<Vec<u8>>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<Vec<u8>>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Vec<u8>>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+}
+
+/// The `release` string's bytes ([`ReleaseData`]); an array is skipped.
+struct ReleaseBytes(Option<Vec<u8>>);
+
+impl<'de> Deserialize<'de> for ReleaseBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseBytes, D::Error> {
+        deserializer.deserialize_bytes(BytesVisitor).map(ReleaseBytes)
+    }
+}
+
+struct BytesVisitor;
+
+impl<'de> Visitor<'de> for BytesVisitor {
+    type Value = Option<Vec<u8>>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a string")
+    }
+
+    fn visit_bytes<E: de::Error>(self, value: &[u8]) -> Result<Option<Vec<u8>>, E> {
+        Ok(Some(value.to_vec()))
+    }
+
+    fn visit_byte_buf<E: de::Error>(self, value: Vec<u8>) -> Result<Option<Vec<u8>>, E> {
+        Ok(Some(value))
+    }
+
+    // A JSON tree (a dump's object) hands over its strings as strings.
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<Vec<u8>>, E> {
+        Ok(Some(value.as_bytes().to_vec()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Option<Vec<u8>>, E> {
+        Ok(Some(value.into_bytes()))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Vec<u8>>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
     }
 }

@@ -255,7 +255,7 @@ pub struct Record {
     /// names its records (Helm does not need it to be).
     pub identity_agrees: bool,
     /// `data.release` exactly as stored in the object (for a Secret: the API's base64).
-    pub payload: Option<String>,
+    pub payload: Option<Vec<u8>>,
 }
 
 impl Record {
@@ -278,7 +278,7 @@ impl Record {
     pub fn from_parts(
         metadata: ObjectMeta,
         secret_type: Option<String>,
-        payload: Option<String>,
+        payload: Option<Vec<u8>>,
         driver: Driver,
     ) -> (Record, bool) {
         let raw =
@@ -301,8 +301,8 @@ impl Record {
     pub fn decode_json(&self, limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
         let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
         match self.id.key.driver {
-            Driver::Secret => codec::decode_secret_payload(payload.as_bytes(), limits),
-            Driver::ConfigMap => codec::decode_helm_payload(payload.as_bytes(), limits),
+            Driver::Secret => codec::decode_secret_payload(payload, limits),
+            Driver::ConfigMap => codec::decode_helm_payload(payload, limits),
         }
     }
 
@@ -319,9 +319,9 @@ impl Record {
     ) -> Result<ReleasePayload, DecodeError> {
         let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
         let secret = self.id.key.driver == Driver::Secret;
-        let read = || codec::read_payload(payload.as_bytes(), secret, limits, fingerprint);
+        let read = || codec::read_payload(payload, secret, limits, fingerprint);
         match memo {
-            Some(memo) => memo.read(payload.as_bytes(), secret, limits, fingerprint, read),
+            Some(memo) => memo.read(payload, secret, limits, fingerprint, read),
             None => read(),
         }
     }

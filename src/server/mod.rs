@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod limits;
 pub mod live;
+pub mod log_format;
 pub mod log_writer;
 pub mod metrics;
 pub mod routes;
