@@ -16,7 +16,8 @@
 //!    [`cluster`] index.
 //! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U8),
 //!    [`policy::pod`] (the install-to-upgrade rewrite), [`policy::mode`] (enforce/warn/audit).
-//! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (and, for a
+//! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (as JSON by
+//!    [`server::log_format`], in batches by [`server::log_writer`]; and, for a
 //!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
 //!    approved deletion of history is first agreed with the other replicas
 //!    ([`cluster::coordination`]).
