@@ -220,22 +220,7 @@ fn camel_case(code: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// Log output the test can read back.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::server::log_writer::Captured;
 
     fn entry(decision: Decision, message: Option<&str>) -> LedgerEntry {
         LedgerEntry {
@@ -266,10 +251,9 @@ mod tests {
     /// The ledger line as `serve --log-format json` writes it.
     fn json_line(entry: &LedgerEntry) -> String {
         let out = Captured::default();
-        let writer = out.clone();
-        let subscriber = crate::server::log_format::json_subscriber(move || writer.clone()).finish();
+        let subscriber = crate::server::log_format::json_subscriber(out.clone()).finish();
         tracing::subscriber::with_default(subscriber, || entry.emit());
-        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+        out.text()
     }
 
     #[test]

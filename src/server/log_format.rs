@@ -94,30 +94,7 @@ fn serialize(line: &mut Vec<u8>, timestamp: &str, event: &Event<'_>) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl io::Write for Lines {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Lines {
-        type Writer = Lines;
-
-        fn make_writer(&'a self) -> Lines {
-            self.clone()
-        }
-    }
+    use crate::server::log_writer::Captured;
 
     #[derive(Debug)]
     struct Failure;
@@ -133,7 +110,7 @@ mod tests {
     /// The lines the same events make under our formatter or tracing-subscriber's, each with
     /// its timestamp blanked.
     fn lines(ours: bool) -> Vec<String> {
-        let out = Lines::default();
+        let out = Captured::default();
         let level = tracing::Level::TRACE;
         let run = || {
             let quoted = "a \"quoted\" \\ line\nwith\ttabs, \u{1} a control, é and 🦀";
@@ -154,8 +131,8 @@ mod tests {
             let subscriber = theirs.with_writer(out.clone()).with_max_level(level).finish();
             tracing::subscriber::with_default(subscriber, run);
         }
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        text.lines()
+        out.text()
+            .lines()
             .map(|line| {
                 let (timestamp, rest) = line.split_once(r#"","level""#).unwrap();
                 assert!(timestamp.starts_with(r#"{"timestamp":"20"#) && timestamp.ends_with('Z'), "{line}");
@@ -180,7 +157,7 @@ mod tests {
     fn a_log_record_is_formatted_as_tracing_subscriber_does() {
         // tracing-subscriber installs the `log` bridge at `init`; a test cannot, so the record is
         // formatted through a subscriber that sees it as `log` would hand it over.
-        let out = Lines::default();
+        let out = Captured::default();
         let subscriber = json_subscriber(out.clone()).finish();
         tracing::subscriber::with_default(subscriber, || {
             let record = tracing_log::log::Record::builder()
@@ -190,8 +167,7 @@ mod tests {
                 .build();
             tracing_log::format_trace(&record).unwrap();
         });
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(out.text().trim()).unwrap();
         assert_eq!(line["target"], "rustls::conn");
         assert_eq!(line["message"], "a log record");
         assert_eq!(line["level"], "WARN");
