@@ -43,6 +43,16 @@ async fn bad_bodies_get_clear_http_errors() {
     let (status, _) = guard.client.post("/mutate", serde_json::to_vec(&no_uid).unwrap()).await;
     assert_eq!(status, 400);
 
+    // A real DELETE whose record's payload is a number: no object the API server stores.
+    let mut numeric_payload = review(
+        "admission/03-delete-latest-deployed-seed/003-validate-delete-secret-sh.helm.release.v1.web.v3.json",
+    );
+    numeric_payload["request"]["oldObject"]["data"]["release"] = json!(42);
+    let (status, body) = guard.client.post("/validate", serde_json::to_vec(&numeric_payload).unwrap()).await;
+    assert_eq!(status, 400);
+    let error = error_body(&body)["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("malformed") && error.contains("expected a string"), "{error}");
+
     // A real request is larger than the 64 KiB limit set here once padded.
     let mut huge = review(
         "admission/05-helm3-install-upgrade/007-validate-create-secret-sh.helm.release.v1.cache.v1.json",
