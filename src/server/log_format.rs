@@ -1,23 +1,27 @@
 //! JSON log lines, as tracing-subscriber's JSON format writes them, at a fraction of the cost.
 //!
-//! The guard writes one ledger line of some twenty fields per decision. tracing-subscriber's JSON
-//! formatter serialises into its line buffer through an adaptor that checks every fragment (each
-//! key, each quote, each run of a string) as UTF-8 and appends it on its own: 32,000
-//! instructions for one ledger line, a sixth of a whole DELETE review (BENCHMARKS.md).
-//! [`JsonLines`] serialises the same map, with the same field visitor (`tracing-serde`'s), into a
-//! byte buffer and hands it over once. Events inside a span and records from the `log` crate,
-//! which the guard writes rarely, go to tracing-subscriber's own formatter, so their `spans` list
-//! and normalised target are its own too; the tests hold the two formatters to the same output.
+//! The guard writes one ledger line of some twenty fields per decision, on the request's path.
+//! tracing-subscriber's JSON formatter serialises it through serde_json into its line buffer by
+//! an adaptor that checks every fragment as UTF-8 and appends it on its own, and formats the
+//! timestamp through `fmt` each time; serde_json escapes strings one byte at a time through a
+//! table. [`JsonLines`] writes the same object into one string and hands it over once: a string
+//! with nothing to escape (every field of a ledger line but a rare hand-set name) is copied after
+//! one branch-free scan, anything else goes through serde_json as before, and the timestamp's
+//! date and time of day are formatted once per second (BENCHMARKS.md, "The ledger line").
+//! Events inside a span and records from the `log` crate, which the guard writes rarely, go to
+//! tracing-subscriber's own formatter, so their `spans` list and normalised target are its own
+//! too; the tests hold the two formatters to the same output, byte for byte.
 
-use std::fmt;
+use std::cell::RefCell;
+use std::fmt::{self, Write as _};
+use std::time::{Duration, UNIX_EPOCH};
 
-use serde::Serializer as _;
-use serde::ser::SerializeMap;
+use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::{Format, Json, JsonFields, Writer};
-use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::time::SystemTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter, SubscriberBuilder};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -64,37 +68,115 @@ where
     ) -> fmt::Result {
         // The span tracing-subscriber's formatter would list, found as it finds it.
         let in_span = event.parent().and_then(|id| ctx.span(id)).or_else(|| ctx.lookup_current()).is_some();
-        if in_span || event.is_log() {
+        let since_epoch = std::time::SystemTime::now().duration_since(UNIX_EPOCH);
+        let (Ok(since_epoch), false, false) = (since_epoch, in_span, event.is_log()) else {
+            return self.spanned.format_event(ctx, writer, event);
+        };
+        let mut line = String::with_capacity(1024);
+        line.push_str("{\"timestamp\":\"");
+        if !push_timestamp(&mut line, since_epoch) {
             return self.spanned.format_event(ctx, writer, event);
         }
-        let mut timestamp = String::new();
-        SystemTime.format_time(&mut Writer::new(&mut timestamp))?;
-        let mut line = Vec::with_capacity(1024);
-        serialize(&mut line, &timestamp, event).map_err(|_| fmt::Error)?;
-        // serde_json writes UTF-8 only; the check is one pass over a line already in cache.
-        writer.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)?;
-        writeln!(writer)
+        line.push_str("\",\"level\":");
+        let meta = event.metadata();
+        push_string(&mut line, meta.level().as_str());
+        event.record(&mut Entries(&mut line));
+        line.push_str(",\"target\":");
+        push_string(&mut line, meta.target());
+        line.push_str("}\n");
+        writer.write_str(&line)
     }
 }
 
-/// The event as one JSON object, in the order tracing-subscriber writes it.
-fn serialize(line: &mut Vec<u8>, timestamp: &str, event: &Event<'_>) -> Result<(), serde_json::Error> {
-    let meta = event.metadata();
-    let mut serializer = serde_json::Serializer::new(line);
-    let mut map = serializer.serialize_map(None)?;
-    map.serialize_entry("timestamp", timestamp)?;
-    map.serialize_entry("level", meta.level().as_str())?;
-    let mut fields = tracing_serde::SerdeMapVisitor::new(map);
-    event.record(&mut fields);
-    let mut map = fields.take_serializer()?;
-    map.serialize_entry("target", meta.target())?;
-    map.end()
+/// Writes each field as `,"name":value`, as serde_json writes the value tracing-serde's visitor
+/// hands it: strings and the `Debug` of other values as JSON strings, integers and booleans as
+/// they are, floating-point numbers as serde_json writes them (`null` when not finite).
+struct Entries<'a>(&'a mut String);
+
+impl Entries<'_> {
+    fn key(&mut self, field: &Field) -> &mut String {
+        self.0.push(',');
+        push_string(self.0, field.name());
+        self.0.push(':');
+        self.0
+    }
+}
+
+impl Visit for Entries<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        push_string(self.key(field), value);
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.key(field).push_str(if value { "true" } else { "false" });
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        // Writing to a String cannot fail.
+        let _ = write!(self.key(field), "{value}");
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        let _ = write!(self.key(field), "{value}");
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // serde_json's shortest round-trip form, which is not Rust's `Display`.
+        let number = serde_json::to_string(&value).unwrap_or_else(|_| "null".into());
+        self.key(field).push_str(&number);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        push_string(self.key(field), &format!("{value:?}"));
+    }
+}
+
+/// Appends `value` as a JSON string, escaped exactly as serde_json escapes it.
+fn push_string(line: &mut String, value: &str) {
+    // Without an early exit the scan compiles to vector compares: a ledger line's strings are
+    // a few hundred bytes, and almost never hold a byte serde_json escapes.
+    let escaped = value.bytes().fold(false, |any, b| any | (b < 0x20) | (b == b'"') | (b == b'\\'));
+    if escaped {
+        // Serialising a string cannot fail.
+        line.push_str(&serde_json::to_string(value).unwrap_or_default());
+    } else {
+        line.push('"');
+        line.push_str(value);
+        line.push('"');
+    }
+}
+
+thread_local! {
+    /// The last second a line was written in on this thread, and its date and time of day.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Appends `since_epoch` as tracing-subscriber's `SystemTime` writes it (RFC 3339 in UTC with
+/// microseconds, as `2026-11-30T20:58:35.612056Z`); false, having appended nothing, for a time
+/// outside the years 0 to 9999 (which tracing-subscriber writes its own way).
+fn push_timestamp(line: &mut String, since_epoch: Duration) -> bool {
+    let seconds = since_epoch.as_secs();
+    SECOND.with_borrow_mut(|(second, formatted)| {
+        if *second != seconds {
+            let Some(at) = i64::try_from(seconds).ok().and_then(|s| jiff::Timestamp::from_second(s).ok())
+            else {
+                return false;
+            };
+            formatted.clear();
+            let _ = write!(formatted, "{}", at.strftime("%Y-%m-%dT%H:%M:%S"));
+            *second = seconds;
+        }
+        line.push_str(formatted);
+        let _ = write!(line, ".{:06}Z", since_epoch.subsec_micros());
+        true
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::server::log_writer::Captured;
+    use tracing_subscriber::fmt::time::FormatTime;
 
     #[derive(Debug)]
     struct Failure;
@@ -151,6 +233,66 @@ mod tests {
         assert_eq!((&first["level"], &first["target"]), (&"INFO".into(), &"helm_guard::ledger".into()));
         assert_eq!(first["nan"], serde_json::Value::Null);
         assert!(ours[3].contains(r#""spans":[{"method":"POST","#), "{}", ours[3]);
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let every_ascii: String = (0u8..0x80).map(char::from).collect();
+        for value in
+            ["", "plain", "quote \" in", "back \\ slash", "\u{7f} del", "é and 🦀", "/", &every_ascii]
+        {
+            let mut line = String::new();
+            push_string(&mut line, value);
+            assert_eq!(line, serde_json::to_string(value).unwrap(), "{value:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_string_is_escaped_as_serde_json_escapes_it(value in ".*") {
+            let mut line = String::new();
+            push_string(&mut line, &value);
+            proptest::prop_assert_eq!(line, serde_json::to_string(&value).unwrap());
+        }
+    }
+
+    fn timestamp(seconds: u64, micros: u32) -> String {
+        let mut line = String::new();
+        assert!(push_timestamp(&mut line, Duration::new(seconds, micros * 1000 + 999)));
+        line
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_microseconds() {
+        // The dates as `date -u -d @SECONDS` writes them.
+        assert_eq!(timestamp(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(timestamp(951_782_399, 999_999), "2000-02-28T23:59:59.999999Z");
+        assert_eq!(timestamp(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
+        assert_eq!(timestamp(1_796_075_915, 612_056), "2026-11-30T21:58:35.612056Z");
+        // The same second again (its date remembered), then the next.
+        assert_eq!(timestamp(1_796_075_915, 1), "2026-11-30T21:58:35.000001Z");
+        assert_eq!(timestamp(1_796_075_916, 1), "2026-11-30T21:58:36.000001Z");
+        assert_eq!(timestamp(253_402_207_199, 0), "9999-12-30T21:59:59.000000Z");
+        // Past jiff's range (which ends on the 30th of December, 9999) the line is
+        // tracing-subscriber's to write.
+        assert!(!push_timestamp(&mut String::new(), Duration::from_secs(253_402_300_799)));
+    }
+
+    #[test]
+    fn a_lines_timestamp_is_tracing_subscribers_at_the_same_moment() {
+        let theirs = || {
+            let mut text = String::new();
+            SystemTime.format_time(&mut Writer::new(&mut text)).unwrap();
+            text
+        };
+        let out = Captured::default();
+        let before = theirs();
+        tracing::subscriber::with_default(json_subscriber(out.clone()).finish(), || tracing::info!("now"));
+        let after = theirs();
+        let line: serde_json::Value = serde_json::from_str(out.text().trim()).unwrap();
+        let ours = line["timestamp"].as_str().unwrap();
+        assert_eq!(ours.len(), before.len(), "{ours} / {before}");
+        assert!(before.as_str() <= ours && ours <= after.as_str(), "{before} <= {ours} <= {after}");
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! (BENCHMARKS.md). Here lines are appended to a buffer that a background thread writes out
 //! [`FLUSH_INTERVAL`] after the first line arrives, so a busy guard makes one call per batch;
 //! a line waits at most that long, like zap's `BufferedWriteSyncer`. Memory is bounded: a line
-//! that fills the buffer past [`BUFFER_LIMIT`] writes the batch out itself. The buffer is written
+//! that fills the buffer past [`BUFFER_LIMIT`] writes the batch out itself. Each batch is
+//! collected in a buffer allocated at its full size, so that a busy guard neither copies the
+//! batch as it grows (a buffer grown by doubling copies every line twice more) nor cycles more
+//! memory through the processor's caches than one batch (BENCHMARKS.md). The buffer is written
 //! out when the [`Flush`] guard drops (the end of `serve`, or unwinding from a panic); only a
 //! process killed outright loses the lines of its last interval (its decisions are also in the
 //! API server's audit log, as audit annotations).
@@ -18,7 +21,11 @@ use std::time::Duration;
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The buffer's size at which a writer writes the batch out itself.
-pub const BUFFER_LIMIT: usize = 256 * 1024;
+pub const BUFFER_LIMIT: usize = 64 * 1024;
+
+/// The capacity a batch's buffer is allocated with: the limit and room for the line that
+/// crosses it (a longer line grows the buffer once).
+const BUFFER_CAPACITY: usize = BUFFER_LIMIT + 16 * 1024;
 
 /// A `MakeWriter` for tracing-subscriber whose lines reach `out` in batches.
 #[derive(Clone)]
@@ -44,7 +51,7 @@ impl Shared {
     /// batches reach `out` in the order they were filled.
     fn flush(&self) {
         let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        let batch = std::mem::take(&mut *self.buffer());
+        let batch = std::mem::replace(&mut *self.buffer(), Vec::with_capacity(BUFFER_CAPACITY));
         if !batch.is_empty() {
             // Nowhere to report a failed log write; the next batch tries again.
             let _ = out.write_all(&batch).and_then(|()| out.flush());
@@ -66,7 +73,7 @@ impl BatchedWriter {
     /// A writer to `out`, its flushing thread, and the guard that writes out the rest.
     pub fn new(out: impl Write + Send + 'static) -> std::io::Result<(BatchedWriter, Flush)> {
         let shared = Arc::new(Shared {
-            buffer: Mutex::new(Vec::new()),
+            buffer: Mutex::new(Vec::with_capacity(BUFFER_CAPACITY)),
             filled: Condvar::new(),
             out: Mutex::new(Box::new(out)),
         });
