@@ -46,7 +46,7 @@ pub struct WebhookLabels {
 pub struct RejectedLabels {
     /// Which webhook.
     pub webhook: Webhook,
-    /// Why (`bad-request`, `too-large`, `body-timeout`, `internal`).
+    /// Why (`bad-request`, `too-large`, `body-timeout`, `request-timeout`, `internal`).
     pub error: &'static str,
 }
 

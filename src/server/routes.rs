@@ -11,10 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
-use axum::error_handling::HandleErrorLayer;
 use axum_server::ConnectionShutdown;
-use tower::limit::GlobalConcurrencyLimitLayer;
-use tower::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use super::AppState;
@@ -24,26 +21,25 @@ use crate::admission::{Io, NeedsIo, Reviewed, Webhook, review};
 /// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
 /// either port.
 ///
-/// The webhooks are bounded by layers, outermost first: a request timeout (waiting for a permit
-/// counts), then a concurrency permit taken before the body is read, so a burst of large or
-/// slow bodies holds at most `max_concurrent_reviews` of them in memory.
+/// Each webhook request is bounded in its handler ([`bounded`]): a request timeout, then a
+/// concurrency permit taken before the body is read. tower-http's `TraceLayer` (a span and a
+/// line per request, at debug level) is added only when the log filter lets its lines through:
+/// idle, it cost 4 % of a busy guard's throughput (BENCHMARKS.md, "The stack").
 pub fn webhook_router(state: Arc<AppState>) -> Router {
-    let limits = state.limits;
     let webhooks = Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
-        .with_state(state.clone())
-        .layer(GlobalConcurrencyLimitLayer::with_semaphore(state.reviews.clone()))
-        // tower's timeout, not tower-http's: it polls the request before its timer, so a request
-        // decided at once never registers the timer, whose registration wakes tokio's I/O driver
-        // (tokio-rs/tokio#5207): a system call per request (BENCHMARKS.md, strace counts).
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(timed_out))
-                .layer(TimeoutLayer::new(limits.request_timeout)),
-        )
-        .layer(TraceLayer::new_for_http());
+        .with_state(state.clone());
+    let webhooks =
+        if request_traces_enabled() { webhooks.layer(TraceLayer::new_for_http()) } else { webhooks };
     webhooks.merge(metrics_router(state))
+}
+
+/// Whether the log filter lets tower-http's per-request lines through (`RUST_LOG=debug`, or
+/// `RUST_LOG=info,tower_http=debug`).
+fn request_traces_enabled() -> bool {
+    tracing::enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG)
+        || tracing::enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG)
 }
 
 /// Health, readiness and metrics on plain HTTP.
@@ -65,7 +61,9 @@ async fn validate(
     connection: Connection,
     body: Body,
 ) -> Response {
-    closing(&state, version, admit(state.clone(), Webhook::Validate, connection, body).await)
+    let response =
+        bounded(&state, Webhook::Validate, admit(state.clone(), Webhook::Validate, connection, body));
+    closing(&state, version, response.await)
 }
 
 async fn mutate(
@@ -74,7 +72,40 @@ async fn mutate(
     connection: Connection,
     body: Body,
 ) -> Response {
-    closing(&state, version, admit(state.clone(), Webhook::Mutate, connection, body).await)
+    let response = bounded(&state, Webhook::Mutate, admit(state.clone(), Webhook::Mutate, connection, body));
+    closing(&state, version, response.await)
+}
+
+/// A webhook request within its bounds, outermost first: `--request-timeout` (waiting for a
+/// permit counts), then one of `--max-concurrent-reviews` permits, taken before the body is read,
+/// so that a burst of large or slow bodies holds at most that many of them in memory.
+///
+/// Here rather than as tower layers, which box the route's service and future once more per
+/// request each (3 % of a busy guard's throughput). The review is polled before the timer, so a
+/// request decided at once never registers it (registering wakes tokio's I/O driver,
+/// tokio-rs/tokio#5207: a system call per request).
+async fn bounded(state: &AppState, webhook: Webhook, review: impl Future<Output = Response>) -> Response {
+    let permitted = async {
+        // The semaphore is never closed; if it were, the request could not be decided.
+        let Ok(_permit) = state.reviews.acquire().await else {
+            return error(StatusCode::SERVICE_UNAVAILABLE, "helm-guard is not taking requests");
+        };
+        review.await
+    };
+    let timeout = state.limits.request_timeout;
+    match tokio::time::timeout(timeout, permitted).await {
+        Ok(response) => response,
+        Err(_) => {
+            state.metrics.rejected(webhook, "request-timeout");
+            tracing::warn!(webhook = webhook.as_str(), ?timeout, "a request ran out of --request-timeout");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "helm-guard could not answer in time: the request took longer than {timeout:?} (--request-timeout)"
+                ),
+            )
+        }
+    }
 }
 
 /// While shutting down, an HTTP/1.1 answer says `Connection: close` itself: the client then
@@ -85,12 +116,6 @@ fn closing(state: &AppState, version: Version, mut response: Response) -> Respon
         response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
     }
     response
-}
-
-/// The answer to a request that ran out of `--request-timeout` (the webhook's only failure: the
-/// handlers themselves answer every request).
-async fn timed_out(elapsed: tower::BoxError) -> Response {
-    error(StatusCode::SERVICE_UNAVAILABLE, format!("helm-guard could not answer in time: {elapsed}"))
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
