@@ -190,6 +190,13 @@ async fn a_request_not_answered_within_the_request_timeout_gets_503() {
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("could not answer in time"), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(10), "answered by the request timeout, not the body's");
+    let (_, metrics) = guard.metrics_get("/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"helm_guard_admission_rejected_requests_total{webhook="validate",error="request-timeout"} 1"#
+        ),
+        "{metrics}"
+    );
     // Requests that arrive whole are answered as ever.
     let answer = guard.validate(&delete_review(&records[1])).await;
     assert_eq!(answer["auditAnnotations"]["reason"], "latest-deployed-revision");
@@ -208,6 +215,30 @@ async fn idle_and_surplus_connections_are_closed() {
     assert!(guard.client.tls().await.is_err(), "the cap holds");
     // A connection that says nothing is closed after the idle timeout.
     assert!(read_until_closed(&mut first, Duration::from_secs(5)).await.is_some(), "idle connection closed");
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_waits_out_the_idle_timeout_between_requests() {
+    // The API server keeps its connections up to 90 s between calls; the guard must not close
+    // one sooner (a request sent as it closes fails). Headers used to have 10 s from the end of
+    // the previous answer.
+    let records = history(&helm4_secret(), &[(2, "superseded"), (3, "deployed")]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        connections: ConnectionLimits {
+            idle_timeout: Duration::from_secs(30),
+            ..ConnectionLimits::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let mut sender = guard.client.connect().await;
+    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
+    let (status, _) = common::guard::send(&mut sender, "POST", "/validate", body.clone()).await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (status, _) = common::guard::send(&mut sender, "POST", "/validate", body).await;
+    assert_eq!(status, 200, "the same connection, 11 s later");
 }
 
 #[tokio::test]

@@ -229,3 +229,16 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_traces_follow_the_log_filter() {
+        let quiet = tracing_subscriber::fmt().with_env_filter("info").finish();
+        tracing::subscriber::with_default(quiet, || assert!(!request_traces_enabled()));
+        let traced = tracing_subscriber::fmt().with_env_filter("info,tower_http=debug").finish();
+        tracing::subscriber::with_default(traced, || assert!(request_traces_enabled()));
+    }
+}
