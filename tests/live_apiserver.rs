@@ -358,3 +358,35 @@ async fn a_verdict_never_outlasts_its_deadline_against_an_api_server_that_hangs(
     assert!(metrics.contains("helm_guard_decision_deadline_exceeded_total 1"), "{metrics}");
     running.shutdown().await;
 }
+
+// One async worker: a verdict that waited on the API server where the request was read would
+// hold it, and nothing else (this test's own requests included) would move until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_verdict_waiting_on_the_api_server_holds_up_no_other_request() {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
+    let (running, https, gets, _dir) = live_guard(records.clone(), true).await;
+    let waiting = tokio::spawn({
+        let https = https.clone();
+        let review = serde_json::to_vec(&delete_review(&records[0])).unwrap();
+        async move { https.post("/validate", review).await }
+    });
+    // The guard has asked the API server for a payload it will never get.
+    assert!(eventually(Duration::from_secs(5), || async { !gets.lock().unwrap().is_empty() }).await);
+
+    // Meanwhile an UPDATE, decided from its own objects without a call, is answered.
+    let mut labelled = records[2].clone();
+    labelled["metadata"]["labels"]["team"] = json!("payments");
+    let (status, body) =
+        https.post("/validate", serde_json::to_vec(&update_review(&records[2], &labelled)).unwrap()).await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert!(answer["response"]["allowed"].is_boolean(), "{answer}");
+    assert!(!waiting.is_finished(), "answered while the other verdict still waits on the API server");
+
+    // And the waiting one ends at its deadline, refused for a retry.
+    let (status, body) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["auditAnnotations"]["reason"], "unread-history");
+    running.shutdown().await;
+}
