@@ -21,7 +21,7 @@ use crate::admission::{Io, NeedsIo, Reviewed, Webhook, review};
 /// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
 /// either port.
 ///
-/// Each webhook request is bounded in its handler ([`bounded`]): a request timeout, then a
+/// Each webhook request is bounded in its handler (`bounded`): a request timeout, then a
 /// concurrency permit taken before the body is read. tower-http's `TraceLayer` (a span and a
 /// line per request, at debug level) is added only when the log filter lets its lines through:
 /// idle, it cost 4 % of a busy guard's throughput (BENCHMARKS.md, "The stack").
