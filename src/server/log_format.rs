@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -68,13 +68,12 @@ where
     ) -> fmt::Result {
         // The span tracing-subscriber's formatter would list, found as it finds it.
         let in_span = event.parent().and_then(|id| ctx.span(id)).or_else(|| ctx.lookup_current()).is_some();
-        let since_epoch = std::time::SystemTime::now().duration_since(UNIX_EPOCH);
-        let (Ok(since_epoch), false, false) = (since_epoch, in_span, event.is_log()) else {
+        if in_span || event.is_log() {
             return self.spanned.format_event(ctx, writer, event);
-        };
+        }
         let mut line = String::with_capacity(1024);
         line.push_str("{\"timestamp\":\"");
-        if !push_timestamp(&mut line, since_epoch) {
+        if !push_timestamp(&mut line, std::time::SystemTime::now()) {
             return self.spanned.format_event(ctx, writer, event);
         }
         line.push_str("\",\"level\":");
@@ -151,10 +150,13 @@ thread_local! {
     static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
-/// Appends `since_epoch` as tracing-subscriber's `SystemTime` writes it (RFC 3339 in UTC with
+/// Appends `now` as tracing-subscriber's `SystemTime` writes it (RFC 3339 in UTC with
 /// microseconds, as `2026-11-30T20:58:35.612056Z`); false, having appended nothing, for a time
-/// outside the years 0 to 9999 (which tracing-subscriber writes its own way).
-fn push_timestamp(line: &mut String, since_epoch: Duration) -> bool {
+/// before 1970 or after 9999 (which tracing-subscriber writes its own way).
+fn push_timestamp(line: &mut String, now: std::time::SystemTime) -> bool {
+    let Ok(since_epoch) = now.duration_since(UNIX_EPOCH) else {
+        return false;
+    };
     let seconds = since_epoch.as_secs();
     SECOND.with_borrow_mut(|(second, formatted)| {
         if *second != seconds {
@@ -176,6 +178,7 @@ fn push_timestamp(line: &mut String, since_epoch: Duration) -> bool {
 mod tests {
     use super::*;
     use crate::server::log_writer::Captured;
+    use std::time::Duration;
     use tracing_subscriber::fmt::time::FormatTime;
 
     #[derive(Debug)]
@@ -258,7 +261,7 @@ mod tests {
 
     fn timestamp(seconds: u64, micros: u32) -> String {
         let mut line = String::new();
-        assert!(push_timestamp(&mut line, Duration::new(seconds, micros * 1000 + 999)));
+        assert!(push_timestamp(&mut line, UNIX_EPOCH + Duration::new(seconds, micros * 1000 + 999)));
         line
     }
 
@@ -275,7 +278,9 @@ mod tests {
         assert_eq!(timestamp(253_402_207_199, 0), "9999-12-30T21:59:59.000000Z");
         // Past jiff's range (which ends on the 30th of December, 9999) the line is
         // tracing-subscriber's to write.
-        assert!(!push_timestamp(&mut String::new(), Duration::from_secs(253_402_300_799)));
+        assert!(!push_timestamp(&mut String::new(), UNIX_EPOCH + Duration::from_secs(253_402_300_799)));
+        // So is a clock set before 1970.
+        assert!(!push_timestamp(&mut String::new(), UNIX_EPOCH - Duration::from_secs(1)));
     }
 
     #[test]
