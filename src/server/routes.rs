@@ -56,24 +56,33 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
 type Connection = Option<Extension<ConnectionShutdown>>;
 
 async fn validate(
-    State(state): State<Arc<AppState>>,
+    state: State<Arc<AppState>>,
     version: Version,
     connection: Connection,
     body: Body,
 ) -> Response {
-    let response =
-        bounded(&state, Webhook::Validate, admit(state.clone(), Webhook::Validate, connection, body));
-    closing(&state, version, response.await)
+    webhook(Webhook::Validate, state, version, connection, body).await
 }
 
 async fn mutate(
+    state: State<Arc<AppState>>,
+    version: Version,
+    connection: Connection,
+    body: Body,
+) -> Response {
+    webhook(Webhook::Mutate, state, version, connection, body).await
+}
+
+/// One webhook request: reviewed within its bounds, and answered.
+async fn webhook(
+    webhook: Webhook,
     State(state): State<Arc<AppState>>,
     version: Version,
     connection: Connection,
     body: Body,
 ) -> Response {
-    let response = bounded(&state, Webhook::Mutate, admit(state.clone(), Webhook::Mutate, connection, body));
-    closing(&state, version, response.await)
+    let response = bounded(&state, webhook, admit(state.clone(), webhook, connection, body)).await;
+    closing(&state, version, response)
 }
 
 /// A webhook request within its bounds, outermost first: `--request-timeout` (waiting for a
