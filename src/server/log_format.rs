@@ -7,7 +7,8 @@
 //! table. [`JsonLines`] writes the same object into one string and hands it over once: a string
 //! with nothing to escape (every field of a ledger line but a rare hand-set name) is copied after
 //! one branch-free scan, anything else goes through serde_json as before, and the timestamp's
-//! date and time of day are formatted once per second (BENCHMARKS.md, "The ledger line").
+//! date and time of day are formatted once per second (BENCHMARKS.md, "The stack around the
+//! handler").
 //! Events inside a span and records from the `log` crate, which the guard writes rarely, go to
 //! tracing-subscriber's own formatter, so their `spans` list and normalised target are its own
 //! too; the tests hold the two formatters to the same output, byte for byte.

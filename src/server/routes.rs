@@ -24,7 +24,8 @@ use crate::admission::{Io, NeedsIo, Reviewed, Webhook, review};
 /// Each webhook request is bounded in its handler (`bounded`): a request timeout, then a
 /// concurrency permit taken before the body is read. tower-http's `TraceLayer` (a span and a
 /// line per request, at debug level) is added only when the log filter lets its lines through:
-/// idle, it cost 4 % of a busy guard's throughput (BENCHMARKS.md, "The stack").
+/// idle, it cost 4 % of a busy guard's throughput (BENCHMARKS.md, "The stack around the
+/// handler").
 pub fn webhook_router(state: Arc<AppState>) -> Router {
     let webhooks = Router::new()
         .route("/validate", post(validate))
