@@ -64,7 +64,7 @@ fn classify_history(c: &mut Criterion) {
                 revision,
                 payload: PayloadStatus::Decoded(status),
                 label: Some(status),
-                changed_at: Some(1_795_968_000),
+                stored_at: Some(1_795_968_000),
             }
         })
         .rev()

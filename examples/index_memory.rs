@@ -44,12 +44,14 @@ fn main() {
             revision,
             payload: PayloadStatus::NotLoaded,
             label: Some(status),
-            changed_at: Some(1_795_968_000 + i64::from(n)),
+            stored_at: Some(1_795_968_000 + i64::from(n)),
         };
         let object = format!("sh.helm.release.v1.{}.v{revision}", key.release);
         index.upsert(IndexedRecord {
             key,
             object,
+            // The API server's uids are UUIDs: 36 characters each.
+            uid: Some(format!("{n:08x}-0000-4000-8000-{n:012x}")),
             facts,
             resource_version: Some(format!("{}", 4_000_000 + n)),
         });

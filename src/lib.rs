@@ -37,7 +37,7 @@
 //!     revision,
 //!     payload: PayloadStatus::Decoded(status),
 //!     label: Some(status),
-//!     changed_at: None,
+//!     stored_at: None,
 //! };
 //! let facts = [revision(2, Status::Superseded), revision(3, Status::Deployed)];
 //! assert_eq!(classify(&facts, 0, 900).state, ReleaseState::Healthy);

@@ -652,8 +652,10 @@ fn readme_lists_every_serve_flag_with_its_environment_variable() {
 fn scan_repair_plan_gives_a_command_for_each_release_it_can_repair() {
     let dir = tempfile::tempdir().unwrap();
     let mut stuck = web(&[(1, "deployed"), (2, "pending-upgrade")]);
+    // Stored (the upgrade began) long before NOW; the labels' times do not count (Helm copies
+    // the install's `modifiedAt` onto every revision).
     for record in &mut stuck {
-        record["metadata"]["labels"]["modifiedAt"] = json!("1764000000");
+        record["metadata"]["creationTimestamp"] = json!("2025-11-24T16:00:00Z");
     }
     let mut items = stuck;
     items.extend(

@@ -80,11 +80,11 @@ proptest! {
     fn the_classifier_takes_any_history(revisions in proptest::collection::vec((any::<u32>(), 0usize..9, any::<bool>(), any::<Option<i64>>()), 0..40), now in any::<i64>()) {
         let facts: Vec<RevisionFacts> = revisions
             .into_iter()
-            .map(|(revision, status, decodes, changed_at)| RevisionFacts {
+            .map(|(revision, status, decodes, stored_at)| RevisionFacts {
                 revision,
                 payload: if decodes { PayloadStatus::Decoded(<Status as strum::VariantArray>::VARIANTS[status]) } else { PayloadStatus::Undecodable },
                 label: Some(<Status as strum::VariantArray>::VARIANTS[status]),
-                changed_at,
+                stored_at,
             })
             .collect();
         let _ = classify(&facts, now, 900);

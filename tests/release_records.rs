@@ -138,7 +138,7 @@ fn a_pending_install_becomes_stuck_after_the_threshold() {
     let text = std::fs::read(fixture_path("snapshot/cluster-snapshot.json")).unwrap();
     let records = records_of(&parse_objects(&text).unwrap());
     let first = |now| report(&records, now, STUCK_AFTER).into_iter().find(|r| r.release == "first").unwrap();
-    // pending/first was last written at modifiedAt=1795968439.
+    // pending/first was stored (creationTimestamp) at 2026-11-29T16:07:19Z, 1795968439.
     assert!(!first(1_795_968_439 + STUCK_AFTER).stuck);
     let later = first(1_795_968_439 + STUCK_AFTER + 1);
     assert!(later.stuck && later.state == ReleaseState::PendingInstall);

@@ -22,11 +22,14 @@ use serde_json::{Value, json};
 const NOW: i64 = 1_800_000_000;
 const STUCK_AFTER: i64 = 15 * 60;
 
-/// Records of `web` whose latest was written `age` seconds before NOW.
+/// Records of `web` whose latest was stored `age` seconds before NOW, of a release installed
+/// long before (Helm copies the install's `modifiedAt` label onto every later revision).
 fn records(revisions: &[(u32, &str)], age: i64) -> Vec<Value> {
     let mut records = web(revisions);
+    let stored = jiff::Timestamp::from_second(NOW - age).unwrap().to_string();
     for record in &mut records {
-        record["metadata"]["labels"]["modifiedAt"] = json!((NOW - age).to_string());
+        record["metadata"]["labels"]["modifiedAt"] = json!((NOW - 90 * 86_400).to_string());
+        record["metadata"]["creationTimestamp"] = json!(stored);
     }
     records
 }

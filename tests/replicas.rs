@@ -22,7 +22,7 @@ use std::time::Instant;
 use common::*;
 use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
 use helm_guard::cluster::coordination::{
-    Claim, Claimed, Claims, CoordinationError, DeleteCoordinator, now_ms,
+    ClaimedRecord, Claim, Claimed, Claims, CoordinationError, DeleteCoordinator, now_ms,
 };
 use helm_guard::release::ReleaseKey;
 use serde_json::Value;
@@ -85,7 +85,7 @@ impl DeleteCoordinator for Replica {
     fn claim(
         &self,
         key: &ReleaseKey,
-        object: &str,
+        record: &ClaimedRecord<'_>,
         seen: &Claims,
         _deadline: Instant,
     ) -> Result<Claimed, CoordinationError> {
@@ -94,7 +94,7 @@ impl DeleteCoordinator for Replica {
         if current != seen.version {
             return Ok(Claimed::Conflict);
         }
-        let claims = seen.with(object, now_ms() + 30_000, self.name).ok_or(CoordinationError::Full)?;
+        let claims = seen.with(record, now_ms() + 30_000, self.name).ok_or(CoordinationError::Full)?;
         let version = leases.get(key).map_or(1, |(version, _)| version + 1);
         leases.insert(key.clone(), (version, claims));
         self.leases.writes.fetch_add(1, Ordering::SeqCst);

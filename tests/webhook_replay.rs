@@ -212,7 +212,8 @@ async fn the_captured_helm_and_kubectl_traffic_in_order() {
             (
                 "06-helm3-uninstall-purge/013-validate-delete-secret-sh.helm.release.v1.cache.v1.json",
                 true,
-                "history-pruning",
+                // D4a: the purge of an uninstall, approved without agreement between replicas.
+                "uninstall",
                 "1",
                 "superseded",
             ),

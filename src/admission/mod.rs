@@ -175,10 +175,9 @@ impl Admission {
         for (object, fetched) in answers {
             let seen = unread.iter().find(|(o, _)| *o == object).and_then(|(_, rv)| rv.as_deref());
             match fetched {
-                Fetched::Read { resource_version, facts } => {
-                    self.index.verified(key, &object, seen, resource_version.as_deref(), facts);
-                }
-                Fetched::Gone => self.index.remove(key, &object),
+                Fetched::Read(read) => self.index.verified(key, &object, seen, read),
+                // Whatever object had the name: none of this release has it now.
+                Fetched::Gone => self.index.remove(key, &object, None),
             }
         }
         Ok(())

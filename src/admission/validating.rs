@@ -6,7 +6,7 @@ use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
-use crate::cluster::coordination::{Claimed, local_instant, now_ms};
+use crate::cluster::coordination::{ClaimedRecord, Claimed, local_instant, now_ms};
 use crate::cluster::{DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete};
 use crate::policy::mode::apply_mode;
@@ -144,6 +144,7 @@ fn delete(
 ) -> Result<Decided, NeedsIo> {
     let id = &record.record.id;
     let object = record.record.object_name.as_str();
+    let claimed = ClaimedRecord { object, uid: record.record.uid.as_deref() };
     describe_record(entry, &record);
     let status = record.status();
     entry.transition = Some(format!("{} -> (deleted)", status_text(status)));
@@ -167,8 +168,10 @@ fn delete(
             let verdict = decide_delete(&facts, &History::new(others), &admission.config);
             let outcome = apply_mode(&verdict, mode);
             let stands = agreed || !verdict.reason.approval_needs_coordination();
-            let change = (stands && outcome.allowed && !request.dry_run)
-                .then(|| IndexChange::Delete { object: object.to_owned() });
+            let change = (stands && outcome.allowed && !request.dry_run).then(|| IndexChange::Delete {
+                object: object.to_owned(),
+                uid: claimed.uid.map(str::to_owned),
+            });
             ((verdict, outcome), change)
         })
     };
@@ -190,7 +193,7 @@ fn delete(
         admission,
         coordinator,
         &id.key,
-        object,
+        &claimed,
         started + admission.decision_deadline,
         mode,
         decide,
@@ -206,29 +209,30 @@ fn coordinate(
     admission: &Admission,
     coordinator: &dyn DeleteCoordinator,
     key: &ReleaseKey,
-    object: &str,
+    record: &ClaimedRecord<'_>,
     deadline: Instant,
     mode: Mode,
     decide: impl Fn(bool) -> Decided,
 ) -> Decided {
+    let object = record.object;
     let error = loop {
         let claims = match coordinator.claims(key, deadline) {
             Ok(claims) => claims,
             Err(error) => break error,
         };
         let now = now_ms();
-        for claim in claims.claims.iter().filter(|claim| claim.object != object) {
-            admission.index.hide(key, &claim.object, local_instant(claim.until, now));
+        for claim in claims.claims.iter().filter(|claim| !claim.is(record)) {
+            admission.index.hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
         }
         let decided = decide(true);
         if !decided.1.allowed || !decided.0.reason.approval_needs_coordination() {
             return decided;
         }
-        match coordinator.claim(key, object, &claims, deadline) {
+        match coordinator.claim(key, record, &claims, deadline) {
             Ok(Claimed::Yes) => return decided,
-            Ok(Claimed::Conflict) => admission.index.unhide(key, object),
+            Ok(Claimed::Conflict) => admission.index.unhide(key, object, record.uid),
             Err(error) => {
-                admission.index.unhide(key, object);
+                admission.index.unhide(key, object, record.uid);
                 break error;
             }
         }
@@ -287,7 +291,8 @@ fn update(
         let object = new.record.object_name.clone();
         if !new_is_record || new.record.id.key != old.record.id.key {
             // A forced identity change: the old record is gone from the release Helm sees.
-            let gone = IndexChange::Delete { object: old.record.object_name.clone() };
+            let gone =
+                IndexChange::Delete { object: old.record.object_name.clone(), uid: old.record.uid.clone() };
             admission.index.apply(&old.record.id.key, gone);
         }
         if new_is_record {

@@ -43,6 +43,11 @@ pub const MAX_CLAIMS: usize = 512;
 pub struct Claim {
     /// The record's object name.
     pub object: String,
+    /// The record's uid: the claim is on that object, not on a later one that reuses its name
+    /// (Helm's names come back with every reinstall). Claims written by guards before 0.2 have
+    /// none; they stand for the name, as they did, until they expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// Unix milliseconds: replicas share the wall clock, not `Instant`s.
     pub until: i64,
     /// The replica that approved it.
@@ -82,15 +87,37 @@ impl Claims {
         Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms)
     }
 
-    /// The claims after this replica's approval of `object` (a claim of the same object is
+    /// The claims after this replica's approval of `record` (a claim of the same object is
     /// replaced), or `None` when the Lease is full.
-    pub fn with(&self, object: &str, until: i64, by: &str) -> Option<Vec<Claim>> {
-        let mut claims: Vec<Claim> = self.claims.iter().filter(|c| c.object != object).cloned().collect();
+    pub fn with(&self, record: &ClaimedRecord<'_>, until: i64, by: &str) -> Option<Vec<Claim>> {
+        let mut claims: Vec<Claim> = self.claims.iter().filter(|c| !c.is(record)).cloned().collect();
         if claims.len() >= MAX_CLAIMS {
             return None;
         }
-        claims.push(Claim { object: object.to_owned(), until, by: by.to_owned() });
+        let uid = record.uid.map(str::to_owned);
+        claims.push(Claim { object: record.object.to_owned(), uid, until, by: by.to_owned() });
         Some(claims)
+    }
+}
+
+/// The record a claim is about: its object name and uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimedRecord<'a> {
+    /// The object's name.
+    pub object: &'a str,
+    /// The object's uid, when the request carried one.
+    pub uid: Option<&'a str>,
+}
+
+impl Claim {
+    /// Whether this claim is on `record`: the same name, and the same uid unless one of them has
+    /// none.
+    pub fn is(&self, record: &ClaimedRecord<'_>) -> bool {
+        self.object == record.object
+            && match (self.uid.as_deref(), record.uid) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
     }
 }
 
@@ -122,11 +149,11 @@ pub enum Claimed {
 pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
     /// The unexpired claims on a release.
     fn claims(&self, key: &ReleaseKey, deadline: Instant) -> Result<Claims, CoordinationError>;
-    /// Adds a claim on `object`, if the Lease is still as `seen` read it.
+    /// Adds a claim on `record`, if the Lease is still as `seen` read it.
     fn claim(
         &self,
         key: &ReleaseKey,
-        object: &str,
+        record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
     ) -> Result<Claimed, CoordinationError>;
@@ -205,14 +232,14 @@ impl DeleteCoordinator for LeaseCoordinator {
     fn claim(
         &self,
         key: &ReleaseKey,
-        object: &str,
+        record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
     ) -> Result<Claimed, CoordinationError> {
         let now = now_ms();
         let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
         let claims =
-            seen.with(object, now.saturating_add(ttl_ms), &self.identity).ok_or(CoordinationError::Full)?;
+            seen.with(record, now.saturating_add(ttl_ms), &self.identity).ok_or(CoordinationError::Full)?;
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(lease_name(key)),
@@ -299,7 +326,11 @@ mod tests {
     use crate::release::Driver;
 
     fn claim(object: &str, until: i64) -> Claim {
-        Claim { object: object.to_owned(), until, by: "a".to_owned() }
+        Claim { object: object.to_owned(), uid: Some(format!("uid-{object}")), until, by: "a".to_owned() }
+    }
+
+    fn record(object: &str) -> ClaimedRecord<'_> {
+        ClaimedRecord { object, uid: None }
     }
 
     #[test]
@@ -315,12 +346,46 @@ mod tests {
     #[test]
     fn a_new_claim_replaces_one_of_the_same_object_and_a_full_lease_refuses() {
         let claims = Claims { claims: vec![claim("v1", 100), claim("v2", 100)], version: None };
-        let after = claims.with("v1", 500, "b").unwrap();
-        assert_eq!(after, vec![claim("v2", 100), Claim { object: "v1".into(), until: 500, by: "b".into() }]);
+        let v1 = ClaimedRecord { object: "v1", uid: Some("uid-v1") };
+        let after = claims.with(&v1, 500, "b").unwrap();
+        let renewed = Claim { object: "v1".into(), uid: Some("uid-v1".into()), until: 500, by: "b".into() };
+        assert_eq!(after, vec![claim("v2", 100), renewed]);
         let full =
             Claims { claims: (0..MAX_CLAIMS).map(|i| claim(&format!("v{i}"), 100)).collect(), version: None };
-        assert!(full.with("new", 500, "b").is_none());
-        assert!(full.with("v3", 500, "b").is_some(), "renewing an existing claim fits");
+        assert!(full.with(&record("new"), 500, "b").is_none());
+        assert!(full.with(&record("v3"), 500, "b").is_some(), "renewing an existing claim fits");
+    }
+
+    #[test]
+    fn a_claim_is_on_one_object_not_on_a_later_one_of_its_name() {
+        let old = claim("sh.helm.release.v1.web.v2", 100);
+        let reinstalled = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-new") };
+        assert!(!old.is(&reinstalled), "the name came back with a new object");
+        let same = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-sh.helm.release.v1.web.v2") };
+        assert!(old.is(&same));
+        let after = Claims { claims: vec![old.clone()], version: None }.with(&reinstalled, 500, "b").unwrap();
+        assert_eq!(after.len(), 2, "a claim on the new object does not replace the old one's");
+    }
+
+    #[test]
+    fn claims_written_before_uids_still_read_and_stand_for_their_name() {
+        // What a guard of the previous release writes, and what it makes of this release's claims.
+        let older = r#"[{"object":"sh.helm.release.v1.web.v2","until":300,"by":"old-replica"}]"#;
+        let claims = Claims::read(Some(older), Some("3".into()), 200);
+        assert_eq!(claims.claims.len(), 1);
+        assert_eq!(claims.claims[0].uid, None);
+        let any = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("whatever") };
+        assert!(claims.claims[0].is(&any), "a claim without a uid is on the name");
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct OldClaim {
+            object: String,
+            until: i64,
+            by: String,
+        }
+        let written = serde_json::to_string(&claims.with(&any, 500, "new").unwrap()).unwrap();
+        let read_by_old: Vec<OldClaim> = serde_json::from_str(&written).unwrap();
+        assert_eq!(read_by_old.len(), 1, "an older replica still reads the claims this one writes");
     }
 
     #[test]

@@ -68,8 +68,9 @@ pub const SERIES_LIFETIME: Duration = Duration::from_secs(30 * 60);
 /// Series remembered at once; the oldest is forgotten first.
 pub const MAX_SERIES: usize = 4096;
 
-/// Series are keyed by object and reason: a different refusal of one object is another Event.
-type SeriesKey = (String, String, String, String);
+/// Series are keyed by object (its uid too: a record reinstalled under the same name is another
+/// object, with Events of its own) and reason: a different refusal of one object is another Event.
+type SeriesKey = (String, String, String, Option<String>, String);
 
 #[derive(Debug, Clone)]
 struct Series {
@@ -109,7 +110,13 @@ pub struct SeriesBook {
 impl SeriesBook {
     /// Records an occurrence; what to write now, if anything.
     pub fn note(&mut self, notice: &Notice, now: Instant, stamp: u128) -> Option<Write> {
-        let key = (notice.namespace.clone(), notice.kind.clone(), notice.name.clone(), notice.reason.clone());
+        let key = (
+            notice.namespace.clone(),
+            notice.kind.clone(),
+            notice.name.clone(),
+            notice.uid.clone(),
+            notice.reason.clone(),
+        );
         match self.series.get_mut(&key) {
             Some(series) if now.duration_since(series.started) < SERIES_LIFETIME => {
                 series.count = series.count.saturating_add(1);
@@ -285,6 +292,9 @@ mod tests {
         assert!(matches!(book.note(&notice("v3", "A"), t0, 1), Some(Write::Create { .. })));
         assert!(matches!(book.note(&notice("v2", "A"), t0, 2), Some(Write::Create { .. })));
         assert!(matches!(book.note(&notice("v3", "B"), t0, 3), Some(Write::Create { .. })));
+        // The same name reused by a new object (a reinstall): its own Event, not the old one's count.
+        let reinstalled = Notice { uid: Some("new-uid".into()), ..notice("v3", "A") };
+        assert_eq!(book.note(&reinstalled, t0, 5), Some(Write::Create { event: "v3.5".into() }));
         let after = t0 + SERIES_LIFETIME;
         assert_eq!(book.note(&notice("v3", "A"), after, 4), Some(Write::Create { event: "v3.4".into() }));
     }

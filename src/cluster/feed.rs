@@ -9,7 +9,7 @@ use kube::runtime::watcher::Event;
 use super::index::{IndexedRecord, NamespaceInfo, ReleaseIndex};
 use crate::release::Driver;
 use crate::release::history::{PayloadStatus, RevisionFacts};
-use crate::release::record::{changed_at_label, release_key, status_label, version_hint};
+use crate::release::record::{release_key, status_label, version_hint};
 
 /// What a record's metadata tells without its payload: the labels stand in until a verdict needs
 /// the payload (it is read then, once per resourceVersion).
@@ -22,11 +22,12 @@ pub fn record_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedReco
         revision: version_hint(name, labels),
         payload: PayloadStatus::NotLoaded,
         label: status_label(labels),
-        changed_at: changed_at_label(labels),
+        stored_at: meta.creation_timestamp.as_ref().map(|time| time.0.as_second()),
     };
     Some(IndexedRecord {
         key,
         object: name.to_owned(),
+        uid: meta.uid.clone(),
         facts,
         resource_version: meta.resource_version.clone(),
     })
@@ -111,7 +112,7 @@ impl Sink for Records {
 
     fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta) {
         if let Some(record) = record_from_meta(self.0, meta) {
-            index.remove(&record.key, &record.object);
+            index.remove(&record.key, &record.object, record.uid.as_deref());
         }
     }
 }

@@ -1,8 +1,14 @@
 //! The release index: per release, the revisions Helm sees, minus deletions the guard approved.
 //!
 //! Memory-lean on purpose: no payloads, only [`RevisionFacts`] (a few dozen bytes), the object
-//! name and its resourceVersion per record. Records are kept by object, as Helm lists them: two
+//! name, uid and resourceVersion per record. Records are kept by object, as Helm lists them: two
 //! objects may hold one revision.
+//!
+//! A record is its object, not its name: Helm reuses names (`sh.helm.release.v1.web.v1` of a
+//! release installed again after an uninstall), so whatever the index remembers of an object (a
+//! pending approved deletion, a payload read) holds only while the object of that name has the
+//! same uid. Where a uid is unknown (a dump without one, a claim from an older guard) the name
+//! stands in.
 //! Every verdict that may change the index runs inside [`ReleaseIndex::decide`], under one lock,
 //! so two concurrent deletions of one release are decided one after the other and the second
 //! sees the first.
@@ -66,12 +72,25 @@ pub enum IndexChange {
     Delete {
         /// The object's name.
         object: String,
+        /// The object's uid, when the request carried one.
+        uid: Option<String>,
     },
+}
+
+/// Whether a remembered object and one named `uid` are the same object: they are unless both
+/// uids are known and differ.
+fn same_object(remembered: Option<&str>, uid: Option<&str>) -> bool {
+    match (remembered, uid) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
 }
 
 #[derive(Debug, Clone)]
 struct Entry {
     facts: RevisionFacts,
+    /// The object's uid, when the source has it: what tells it from a later object of its name.
+    uid: Option<Box<str>>,
     /// The object's resourceVersion (live source): what its verified payload facts belong to.
     resource_version: Option<Box<str>>,
     /// Set when the guard approved this object's deletion and the watch has not confirmed it.
@@ -79,6 +98,15 @@ struct Entry {
 }
 
 impl Entry {
+    fn new(facts: RevisionFacts, uid: Option<String>, resource_version: Option<String>) -> Entry {
+        Entry { facts, uid: uid.map(Into::into), resource_version: resource_version.map(Into::into), hidden_until: None }
+    }
+
+    /// Whether this entry is the object with `uid` (see [`same_object`]).
+    fn is(&self, uid: Option<&str>) -> bool {
+        same_object(self.uid.as_deref(), uid)
+    }
+
     fn visible(&self, now: Instant) -> bool {
         self.hidden_until.is_none_or(|until| until <= now)
     }
@@ -120,6 +148,11 @@ struct IndexState {
 }
 
 impl IndexState {
+    /// The entry of the object named `object` with `uid`, if the index holds that object.
+    fn entry(&mut self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> Option<&mut Entry> {
+        self.releases.get_mut(key)?.get_mut(object).filter(|entry| entry.is(uid))
+    }
+
     fn visible(&self, key: &ReleaseKey, except: Option<&str>, now: Instant) -> Vec<RevisionFacts> {
         self.releases
             .get(key)
@@ -133,9 +166,11 @@ impl IndexState {
             .unwrap_or_default()
     }
 
-    fn remove(&mut self, key: &ReleaseKey, object: &str) {
+    fn remove(&mut self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
         if let Some(records) = self.releases.get_mut(key) {
-            records.remove(object);
+            if records.get(object).is_some_and(|entry| entry.is(uid)) {
+                records.remove(object);
+            }
             if records.is_empty() {
                 self.releases.remove(key);
             }
@@ -150,6 +185,8 @@ pub struct IndexedRecord {
     pub key: ReleaseKey,
     /// The object's name.
     pub object: String,
+    /// The object's uid, when the source has one.
+    pub uid: Option<String>,
     /// What the record says.
     pub facts: RevisionFacts,
     /// The object's resourceVersion, when the source has one.
@@ -207,29 +244,30 @@ impl ReleaseIndex {
     }
 
     /// Adds or replaces one record (a watch event or a snapshot record). A pending approved
-    /// deletion stays pending: the object still existing is no news until the watch deletes it.
+    /// deletion of the same object stays pending: the object still existing is no news until
+    /// the watch deletes it. A new object under a remembered name starts afresh.
     pub fn upsert(&self, record: IndexedRecord) {
         let mut state = self.lock();
         let records = state.releases.entry(record.key).or_default();
         match records.get_mut(record.object.as_str()) {
-            Some(entry) => {
+            Some(entry) if entry.is(record.uid.as_deref()) => {
                 entry.facts = entry.facts_after(record.facts, record.resource_version.as_deref());
                 entry.resource_version = record.resource_version.map(Into::into);
+                if record.uid.is_some() {
+                    entry.uid = record.uid.map(Into::into);
+                }
             }
-            None => {
-                let entry = Entry {
-                    facts: record.facts,
-                    resource_version: record.resource_version.map(Into::into),
-                    hidden_until: None,
-                };
+            _ => {
+                let entry = Entry::new(record.facts, record.uid, record.resource_version);
                 records.insert(record.object.into(), entry);
             }
         }
     }
 
-    /// Removes one record (the watch saw it deleted).
-    pub fn remove(&self, key: &ReleaseKey, object: &str) {
-        self.lock().remove(key, object);
+    /// Removes one record (the watch saw it deleted, or a read found it gone): only the object
+    /// with `uid`, not a later one of its name.
+    pub fn remove(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+        self.lock().remove(key, object, uid);
     }
 
     /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load).
@@ -242,11 +280,7 @@ impl ReleaseIndex {
     ) {
         let mut fresh: HashMap<ReleaseKey, Records> = HashMap::new();
         for record in records {
-            let entry = Entry {
-                facts: record.facts,
-                resource_version: record.resource_version.map(Into::into),
-                hidden_until: None,
-            };
+            let entry = Entry::new(record.facts, record.uid, record.resource_version);
             fresh.entry(record.key).or_default().insert(record.object.into(), entry);
         }
         let now = Instant::now();
@@ -254,7 +288,7 @@ impl ReleaseIndex {
         for (key, records) in fresh.iter_mut() {
             let Some(old) = state.releases.get(key) else { continue };
             for (object, entry) in records.iter_mut() {
-                if let Some(before) = old.get(object) {
+                if let Some(before) = old.get(object).filter(|before| before.is(entry.uid.as_deref())) {
                     entry.facts = before.facts_after(entry.facts, entry.resource_version.as_deref());
                     entry.hidden_until = before.hidden_until.filter(|until| *until > now);
                 }
@@ -306,24 +340,24 @@ impl ReleaseIndex {
             .collect()
     }
 
-    /// Records what a record's payload says, as read at `read_at`. `seen`: the resourceVersion
-    /// the index had when the read began. The read is taken when the index has not moved since
-    /// (the watch may lag the read: the read is newer) or has moved to exactly the version read;
+    /// Records what a record's payload says, as read at `read.resource_version`. `seen`: the
+    /// resourceVersion the index had when the read began. The read is taken when the index has
+    /// not moved since (the watch may lag the read: the read is newer, and may even be of a new
+    /// object under the name, whose uid it then takes) or has moved to exactly the version read;
     /// otherwise the watch brought something newer than the read, which is dropped.
-    pub fn verified(
-        &self,
-        key: &ReleaseKey,
-        object: &str,
-        seen: Option<&str>,
-        read_at: Option<&str>,
-        facts: RevisionFacts,
-    ) {
+    pub fn verified(&self, key: &ReleaseKey, object: &str, seen: Option<&str>, read: super::ReadRecord) {
         let mut state = self.lock();
         if let Some(entry) = state.releases.get_mut(key).and_then(|records| records.get_mut(object)) {
             let now = entry.resource_version.as_deref();
-            if now == seen || now == read_at {
-                entry.facts = facts;
-                entry.resource_version = read_at.map(Into::into);
+            if now == seen || now == read.resource_version.as_deref() {
+                if !entry.is(read.uid.as_deref()) {
+                    // A new object under the name, not yet seen by the watch: nothing of the
+                    // old one's applies to it.
+                    entry.hidden_until = None;
+                }
+                entry.facts = read.facts;
+                entry.resource_version = read.resource_version.map(Into::into);
+                entry.uid = read.uid.map(Into::into).or(entry.uid.take());
             }
         }
     }
@@ -343,14 +377,16 @@ impl ReleaseIndex {
             (None, _) => {}
             (Some(IndexChange::Upsert { object, facts }), SourceKind::Snapshot) => {
                 let records = state.releases.entry(key.clone()).or_default();
-                records.insert(object.into(), Entry { facts, resource_version: None, hidden_until: None });
+                records.insert(object.into(), Entry::new(facts, None, None));
             }
             // Live: only the watch writes records; a write that a later admission step refuses
             // must not leave a phantom revision behind.
             (Some(IndexChange::Upsert { .. }), SourceKind::Live { .. }) => {}
-            (Some(IndexChange::Delete { object }), SourceKind::Snapshot) => state.remove(key, &object),
-            (Some(IndexChange::Delete { object }), SourceKind::Live { tombstone_ttl }) => {
-                if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(object.as_str())) {
+            (Some(IndexChange::Delete { object, uid }), SourceKind::Snapshot) => {
+                state.remove(key, &object, uid.as_deref())
+            }
+            (Some(IndexChange::Delete { object, uid }), SourceKind::Live { tombstone_ttl }) => {
+                if let Some(entry) = state.entry(key, &object, uid.as_deref()) {
                     entry.hidden_until = Some(now + tombstone_ttl);
                 }
             }
@@ -359,19 +395,17 @@ impl ReleaseIndex {
     }
 
     /// Hides a record until `until`, as an approved deletion does: another replica approved it
-    /// (its claim, see [`super::coordination`]). A record this index does not hold is left alone;
-    /// a longer hiding stays.
-    pub fn hide(&self, key: &ReleaseKey, object: &str, until: Instant) {
-        let mut state = self.lock();
-        if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(object)) {
+    /// (its claim, see [`super::coordination`]). A record this index does not hold, or a later
+    /// object of that name, is left alone; a longer hiding stays.
+    pub fn hide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>, until: Instant) {
+        if let Some(entry) = self.lock().entry(key, object, uid) {
             entry.hidden_until = Some(entry.hidden_until.map_or(until, |before| before.max(until)));
         }
     }
 
     /// Shows a record hidden by an approval that did not stand (its claim was not written).
-    pub fn unhide(&self, key: &ReleaseKey, object: &str) {
-        let mut state = self.lock();
-        if let Some(entry) = state.releases.get_mut(key).and_then(|r| r.get_mut(object)) {
+    pub fn unhide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+        if let Some(entry) = self.lock().entry(key, object, uid) {
             entry.hidden_until = None;
         }
     }
@@ -420,7 +454,7 @@ mod tests {
     }
 
     fn facts(revision: u32, status: Status) -> RevisionFacts {
-        RevisionFacts { revision, payload: PayloadStatus::NotLoaded, label: Some(status), changed_at: None }
+        RevisionFacts { revision, payload: PayloadStatus::NotLoaded, label: Some(status), stored_at: None }
     }
 
     fn object(revision: u32) -> String {
@@ -431,6 +465,7 @@ mod tests {
         IndexedRecord {
             key: key(),
             object: object(revision),
+            uid: Some(format!("uid-{revision}")),
             facts: facts(revision, status),
             resource_version: Some(resource_version.to_owned()),
         }
@@ -445,7 +480,7 @@ mod tests {
     }
 
     fn delete(revision: u32) -> Option<IndexChange> {
-        Some(IndexChange::Delete { object: object(revision) })
+        Some(IndexChange::Delete { object: object(revision), uid: Some(format!("uid-{revision}")) })
     }
 
     #[test]
@@ -465,7 +500,7 @@ mod tests {
         assert_eq!(waiting.history(&key()).len(), 1, "hidden from the next verdict");
         waiting.upsert(record(2, Status::Deployed, "2"));
         assert_eq!(waiting.history(&key()).len(), 1, "a watch update does not unhide it");
-        waiting.remove(&key(), &object(2));
+        waiting.remove(&key(), &object(2), Some("uid-2"));
         assert_eq!(waiting.revision_count(), 1, "the watch confirmed it");
 
         let expired = index(SourceKind::Live { tombstone_ttl: Duration::ZERO });
@@ -501,25 +536,64 @@ mod tests {
         assert_eq!(others, 2, "the object a request is about is left out, its twin is not");
     }
 
+    fn read(resource_version: &str, facts: RevisionFacts) -> crate::cluster::ReadRecord {
+        let uid = Some(format!("uid-{}", facts.revision));
+        crate::cluster::ReadRecord { uid, resource_version: Some(resource_version.to_owned()), facts }
+    }
+
+    /// A reinstall brings back the names of the first incarnation's records: what the index
+    /// remembered of the old objects (their approved deletions, their payload readings) must not
+    /// stand for the new ones.
+    #[test]
+    fn a_name_reused_by_a_new_object_starts_afresh() {
+        let first = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+        first.decide(&key(), None, |_| ((), delete(2)));
+        assert_eq!(first.history(&key()).len(), 1);
+        // The watch missed the deletion (a relist brings the new object): not hidden.
+        let reinstalled = IndexedRecord { uid: Some("uid-2-again".into()), ..record(2, Status::Deployed, "9") };
+        first.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1"), reinstalled.clone()]);
+        assert_eq!(first.history(&key()).len(), 2, "the new object is not the deleted one");
+        // The old object's deletion event arriving late does not remove the new one.
+        first.remove(&key(), &object(2), Some("uid-2"));
+        assert_eq!(first.history(&key()).len(), 2);
+        // Nor does a claim or a tombstone on the old object hide it.
+        first.hide(&key(), &object(2), Some("uid-2"), Instant::now() + Duration::from_secs(3600));
+        first.decide(&key(), None, |_| ((), delete(2)));
+        assert_eq!(first.history(&key()).len(), 2);
+        // A claim from an older guard, by name only, still hides whatever has the name.
+        first.hide(&key(), &object(2), None, Instant::now() + Duration::from_secs(3600));
+        assert_eq!(first.history(&key()).len(), 1);
+
+        // By a watch event, the same: a new uid under the name replaces what was known.
+        let live = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+        let decoded =
+            RevisionFacts { payload: PayloadStatus::Decoded(Status::Deployed), ..facts(2, Status::Deployed) };
+        live.verified(&key(), &object(2), Some("1"), read("1", decoded));
+        live.decide(&key(), None, |_| ((), delete(2)));
+        live.upsert(IndexedRecord { resource_version: Some("1".into()), ..reinstalled });
+        assert_eq!(live.history(&key()).len(), 2, "not hidden");
+        assert_eq!(live.unverified(&key(), None).len(), 2, "the old object's payload reading is not the new one's");
+    }
+
     #[test]
     fn payload_facts_last_while_the_object_is_unchanged() {
         let index = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
         assert_eq!(index.unverified(&key(), None).len(), 2);
-        let read =
+        let facts2 =
             RevisionFacts { payload: PayloadStatus::Decoded(Status::Deployed), ..facts(2, Status::Deployed) };
-        index.verified(&key(), &object(2), Some("1"), Some("1"), read);
+        index.verified(&key(), &object(2), Some("1"), read("1", facts2));
         assert_eq!(index.unverified(&key(), None), vec![(object(1), Some("1".to_owned()))]);
         index.upsert(record(2, Status::Deployed, "1"));
         assert_eq!(index.unverified(&key(), None).len(), 1, "a relist at the same resourceVersion keeps it");
         index.upsert(record(2, Status::Deployed, "7"));
         assert_eq!(index.unverified(&key(), None).len(), 2, "a new resourceVersion must be read again");
-        index.verified(&key(), &object(2), Some("5"), Some("6"), read);
+        index.verified(&key(), &object(2), Some("5"), read("6", facts2));
         assert_eq!(
             index.unverified(&key(), None).len(),
             2,
             "a read older than what the watch brought is dropped"
         );
-        index.verified(&key(), &object(2), Some("7"), Some("8"), read);
+        index.verified(&key(), &object(2), Some("7"), read("8", facts2));
         assert_eq!(index.unverified(&key(), None).len(), 1, "a read newer than a lagging watch is taken");
         index.upsert(record(2, Status::Deployed, "8"));
         assert_eq!(index.unverified(&key(), None).len(), 1, "and kept when the watch catches up");

@@ -17,7 +17,7 @@ use kube::runtime::watcher::{self, Event};
 
 use super::feed::{NamespaceFeed, RecordFeed};
 use super::index::ReleaseIndex;
-use super::{Fetched, PayloadFetcher};
+use super::{Fetched, PayloadFetcher, ReadRecord};
 use crate::release::record::DecodedRecord;
 use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
 
@@ -200,18 +200,20 @@ impl ApiPayloadFetcher {
             Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), &key.namespace)
                 .get_opt(object)
                 .await?
-                .map(|o| (o.metadata.resource_version.clone(), serde_json::to_value(o))),
+                .map(serde_json::to_value),
             Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &key.namespace)
                 .get_opt(object)
                 .await?
-                .map(|o| (o.metadata.resource_version.clone(), serde_json::to_value(o))),
+                .map(serde_json::to_value),
         };
-        let Some((resource_version, Ok(value))) = found else { return Ok(Fetched::Gone) };
+        let Some(Ok(value)) = found else { return Ok(Fetched::Gone) };
         match Record::from_object(&value, Some(key.driver.kind())) {
             // Still a record of this release: what Helm reads of it.
-            Ok(Some(record)) if record.id.key == *key => {
-                Ok(Fetched::Read { resource_version, facts: DecodedRecord::new(record, self.limits).facts() })
-            }
+            Ok(Some(record)) if record.id.key == *key => Ok(Fetched::Read(ReadRecord {
+                uid: record.uid.clone(),
+                resource_version: record.resource_version.clone(),
+                facts: DecodedRecord::new(record, self.limits).facts(),
+            })),
             // Relabelled since: no longer part of this release.
             _ => Ok(Fetched::Gone),
         }

@@ -17,17 +17,23 @@ use std::time::Instant;
 use crate::release::ReleaseKey;
 use crate::release::history::RevisionFacts;
 
+/// One record as a GET read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRecord {
+    /// The uid of the object read (a name can be reused by a new object).
+    pub uid: Option<String>,
+    /// The resourceVersion the record was read at.
+    pub resource_version: Option<String>,
+    /// What it says, as Helm reads it.
+    pub facts: RevisionFacts,
+}
+
 /// What reading one record's payload found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fetched {
-    /// The payload as Helm reads it, at this resourceVersion.
-    Read {
-        /// The resourceVersion the record was read at.
-        resource_version: Option<String>,
-        /// What it says.
-        facts: RevisionFacts,
-    },
-    /// The object is gone (its deletion not yet seen by the watch).
+    /// The payload as Helm reads it.
+    Read(ReadRecord),
+    /// No record of the release has that name any more (its deletion not yet seen by the watch).
     Gone,
 }
 

@@ -44,6 +44,7 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
         records.iter().map(|r| super::index::IndexedRecord {
             key: r.record.id.key.clone(),
             object: r.record.object_name.clone(),
+            uid: r.record.uid.clone(),
             facts: r.facts(),
             resource_version: None,
         }),

@@ -68,6 +68,12 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyC
     };
     // Not the latest when another record holds this revision or a later one.
     if others.latest().is_some_and(|(other, _)| other >= revision) {
+        // D4a: an uninstall purging the history (Helm deletes the `uninstalling` record last).
+        // Nothing it deletes can take the release's latest revision with it, so two of these
+        // approved at once by two replicas are as harmless as each alone: no agreement needed.
+        if latest_status.is_uninstall() {
+            return Verdict::allow(Reason::Uninstall);
+        }
         // D4
         let only_deployed = status == Status::Deployed && others.deployed().next().is_none();
         if only_deployed && !latest_status.is_uninstall() {
@@ -165,7 +171,7 @@ mod tests {
                 revision,
                 payload: PayloadStatus::Decoded(status),
                 label: Some(status),
-                changed_at: None,
+                stored_at: None,
             })
             .collect();
         History::new(&facts)
@@ -200,7 +206,7 @@ mod tests {
     /// One row per rule of POLICY.md, in its order.
     #[test]
     fn the_rules_of_policy_md() {
-        let table: [Row; 14] = [
+        let table: [Row; 15] = [
             ("D3 undecodable", 3, None, &[(2, Superseded), (3, Deployed)], true, Reason::UndecodableRecord),
             (
                 "D4 only deployed, not latest",
@@ -211,20 +217,28 @@ mod tests {
                 Reason::LastDeployedRevision,
             ),
             (
-                "D4 does not hold while uninstalling",
+                "D4a purge while uninstalling",
                 3,
                 Some(Deployed),
                 &[(3, Deployed), (4, Uninstalling)],
                 true,
-                Reason::HistoryPruning,
+                Reason::Uninstall,
             ),
             (
-                "D4 does not hold after uninstall",
+                "D4a purge after uninstall --keep-history",
                 3,
                 Some(Deployed),
                 &[(3, Deployed), (4, Uninstalled)],
                 true,
-                Reason::HistoryPruning,
+                Reason::Uninstall,
+            ),
+            (
+                "D4a purge of a superseded revision",
+                1,
+                Some(Superseded),
+                &[(1, Superseded), (2, Superseded), (3, Uninstalling)],
+                true,
+                Reason::Uninstall,
             ),
             (
                 "D5 oldest superseded",
@@ -341,7 +355,7 @@ mod tests {
             revision: 2,
             payload: PayloadStatus::NotLoaded,
             label: Some(Deployed),
-            changed_at: None,
+            stored_at: None,
         };
         let verdict = decide_delete(
             &facts(1, Some(Superseded)),

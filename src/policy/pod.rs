@@ -219,7 +219,7 @@ mod tests {
                 revision,
                 payload: PayloadStatus::Decoded(s),
                 label: Some(s),
-                changed_at: None,
+                stored_at: None,
             })
             .collect();
         classify(&facts, 0, 900)

@@ -52,19 +52,24 @@ pub struct UpdateFacts<'a> {
 }
 
 /// The status changes Helm's own actions make to a stored revision, and the recovery tools'
-/// (`helm set-status`, Flux's unlock, klipper-helm >= 0.9.9, RKE2): see POLICY.md.
+/// (`helm set-status`, Flux's unlock, klipper-helm >= 0.9.9, RKE2). Each is a place in Helm
+/// 3.17.3 and 4.1.4 (`pkg/action/`) that rewrites a stored release: POLICY.md, "The
+/// transitions", has the table with the source lines.
 pub fn helm_transition(from: Status, to: Status) -> bool {
     use Status::*;
     let pending = |s: Status| s.is_pending();
     from == to
-        // install, upgrade, rollback finish or fail
+        // T2: install, upgrade, rollback finish or fail their pending revision
         || (pending(from) && matches!(to, Deployed | Failed))
-        // upgrade and rollback supersede what was deployed (or the failed latest they replace)
-        || (matches!(from, Deployed | Failed) && to == Superseded)
-        // uninstall marks the latest, whatever it is, then finishes (--keep-history)
+        // T3: superseding takes any status. Upgrade and rollback supersede what was deployed or
+        // the failed or superseded latest they replace; `install --replace` (and `upgrade
+        // --install` of an uninstalled release) supersede an `uninstalled` latest; a failed
+        // rollback supersedes the latest it started from, whatever its status.
+        || to == Superseded
+        // T4: uninstall marks the latest, whatever it is, then finishes (--keep-history)
         || (from != Uninstalled && to == Uninstalling)
         || (from == Uninstalling && to == Uninstalled)
-        // recovery tools unlock a stuck or orphaned release
+        // T5: recovery tools unlock a stuck or orphaned release
         || (matches!(from, Superseded | Uninstalling | Unknown) || pending(from)) && to == Failed
 }
 
@@ -153,8 +158,9 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
             Reason::StatusTransition,
             format!(
                 "helm-guard: this update of {object} moves its payload status from `{}` to `{}`; no Helm action or \
-                 recovery tool does that (they move pending-* to deployed or failed, deployed or failed to superseded, \
-                 anything to uninstalling, and pending-*, superseded or uninstalling to failed). To recover a release use \
+                 recovery tool does that (they move pending-* to deployed or failed, anything to superseded, \
+                 anything but uninstalled to uninstalling, uninstalling to uninstalled, and pending-*, superseded, \
+                 uninstalling or unknown to failed). To recover a release use \
                  `helm rollback`, `helm upgrade`, or mark a stuck revision failed",
                 before.status, after.status
             ),
@@ -356,37 +362,42 @@ mod tests {
         }
     }
 
+    /// POLICY.md's table of transitions, row by row (T1 is every status to itself); every pair
+    /// of statuses not listed is refused.
     #[test]
     fn helms_own_transitions_and_no_others() {
         use Status::*;
-        let allowed = [
-            (PendingInstall, Deployed),
-            (PendingInstall, Failed),
-            (PendingUpgrade, Deployed),
-            (PendingRollback, Failed),
-            (Deployed, Superseded),
-            (Failed, Superseded),
-            (Deployed, Uninstalling),
-            (Failed, Uninstalling),
-            (Uninstalling, Uninstalled),
-            (Uninstalling, Failed),
-            (Superseded, Failed),
-            (Deployed, Deployed),
-        ];
-        for (from, to) in allowed {
-            assert!(helm_transition(from, to), "{from} -> {to}");
+        const PENDING: [Status; 3] = [PendingInstall, PendingUpgrade, PendingRollback];
+        let mut rows: Vec<(&str, Status, Status)> = Vec::new();
+        for status in <Status as strum::VariantArray>::VARIANTS {
+            rows.push(("T1 hooks, descriptions, times", *status, *status));
         }
-        let refused = [
-            (Superseded, Deployed),
-            (Failed, Deployed),
-            (Deployed, Failed),
-            (Deployed, PendingUpgrade),
-            (Uninstalled, Deployed),
-            (Uninstalled, Uninstalling),
-            (Superseded, PendingInstall),
-        ];
-        for (from, to) in refused {
-            assert!(!helm_transition(from, to), "{from} -> {to}");
+        for pending in PENDING {
+            rows.push(("T2 install/upgrade/rollback succeed", pending, Deployed));
+            rows.push(("T2 install/upgrade/rollback fail", pending, Failed));
+        }
+        rows.extend([
+            ("T3 upgrade supersedes the deployed revision", Deployed, Superseded),
+            ("T3 upgrade replaces a failed latest", Failed, Superseded),
+            ("T3 install --replace, upgrade --install after --keep-history", Uninstalled, Superseded),
+            ("T3 a failed rollback supersedes the latest it left", Uninstalling, Superseded),
+            ("T3 a failed rollback supersedes the latest it left", Unknown, Superseded),
+        ]);
+        for pending in PENDING {
+            rows.push(("T3 a failed rollback supersedes the latest it left", pending, Superseded));
+        }
+        for from in [Unknown, Deployed, Superseded, Failed, PendingInstall, PendingUpgrade, PendingRollback] {
+            rows.push(("T4 uninstall marks the latest", from, Uninstalling));
+        }
+        rows.push(("T4 uninstall --keep-history finishes", Uninstalling, Uninstalled));
+        for from in [Superseded, Uninstalling, Unknown] {
+            rows.push(("T5 recovery marks it failed", from, Failed));
+        }
+        for from in <Status as strum::VariantArray>::VARIANTS {
+            for to in <Status as strum::VariantArray>::VARIANTS {
+                let row = rows.iter().find(|(_, f, t)| f == from && t == to);
+                assert_eq!(helm_transition(*from, *to), row.is_some(), "{from} -> {to}: {row:?}");
+            }
         }
     }
 

@@ -29,7 +29,7 @@ pub enum Reason {
     LastDeployedRevision,
     /// D5: an older revision, as Helm's `--history-max` prunes.
     HistoryPruning,
-    /// D6: the latest revision of a release being uninstalled.
+    /// D4a/D6: a record of a release being uninstalled (its purge), or its latest revision.
     Uninstall,
     /// D7: a stuck `pending-*` or `failed` latest above a `deployed` one (or alone).
     StuckRevisionRecovery,

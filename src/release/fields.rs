@@ -20,6 +20,9 @@ pub(crate) struct Meta {
     pub(crate) namespace: Option<String>,
     pub(crate) uid: Option<String>,
     pub(crate) resource_version: Option<String>,
+    /// Read as text: a creation time that is not RFC 3339 counts as none rather than making the
+    /// object unreadable (only the API server writes it).
+    pub(crate) creation_timestamp: Text,
     pub(crate) labels: Option<BTreeMap<String, String>>,
     pub(crate) annotations: Option<BTreeMap<String, String>>,
     pub(crate) owner_references: Option<Vec<Owner>>,
@@ -41,6 +44,11 @@ impl From<Meta> for ObjectMeta {
             namespace: meta.namespace,
             uid: meta.uid,
             resource_version: meta.resource_version,
+            creation_timestamp: meta
+                .creation_timestamp
+                .0
+                .and_then(|text| text.parse().ok())
+                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
             labels: meta.labels,
             annotations: meta.annotations,
             owner_references: meta.owner_references.map(|owners| {
@@ -92,7 +100,7 @@ macro_rules! none_for_other_shapes {
 
 /// Reads a string field leniently: a value of another shape is `None`, not an error (as when the
 /// object was a JSON tree), so a verdict is not refused over a field it does not read.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Text(pub(crate) Option<String>);
 
 impl<'de> Deserialize<'de> for Text {

@@ -27,9 +27,11 @@ pub struct RevisionFacts {
     pub payload: PayloadStatus,
     /// The `status` label, when it names a Helm status.
     pub label: Option<Status>,
-    /// When Helm last wrote the record (Unix seconds): `modifiedAt`/`createdAt`, else the payload's
-    /// `last_deployed`.
-    pub changed_at: Option<i64>,
+    /// When Helm stored this revision (Unix seconds): the object's `creationTimestamp`, else the
+    /// payload's `last_deployed`. For a pending revision that is when its operation began (Helm
+    /// creates the record first). Not the `modifiedAt`/`createdAt` labels: Helm 3.17 and 4.1
+    /// copy the previous revision's labels onto the next, so they can be the install's time.
+    pub stored_at: Option<i64>,
 }
 
 impl RevisionFacts {
@@ -309,9 +311,9 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
         Some(Status::Superseded) if deployed.is_empty() => ReleaseState::OrphanedSuperseded,
         Some(Status::Superseded | Status::Unknown) => ReleaseState::Unknown,
     };
-    let changed_at = latest
-        .and_then(|(revision, _)| facts.iter().find(|f| f.revision == revision).and_then(|f| f.changed_at));
-    let age_secs = changed_at.map(|at| now.saturating_sub(at).max(0));
+    let stored_at = latest
+        .and_then(|(revision, _)| facts.iter().find(|f| f.revision == revision).and_then(|f| f.stored_at));
+    let age_secs = stored_at.map(|at| now.saturating_sub(at).max(0));
     let stuck =
         latest.is_some_and(|(_, s)| s.is_pending()) && age_secs.is_some_and(|age| age > stuck_after_secs);
     Classification {
@@ -334,7 +336,7 @@ mod tests {
             revision,
             payload: PayloadStatus::Decoded(status),
             label: Some(status),
-            changed_at: Some(1_000),
+            stored_at: Some(1_000),
         }
     }
 
@@ -395,7 +397,7 @@ mod tests {
             revision: 1,
             payload: PayloadStatus::NotLoaded,
             label: Some(Status::Deployed),
-            changed_at: None,
+            stored_at: None,
         };
         let c = classify(&[facts], 0, DEFAULT_STUCK_AFTER_SECS);
         assert_eq!(c.state, ReleaseState::Healthy);

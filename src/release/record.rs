@@ -24,10 +24,6 @@ pub const LABEL_NAME: &str = "name";
 pub const LABEL_VERSION: &str = "version";
 /// The label with the revision's status (Helm writes it; anyone may change it).
 pub const LABEL_STATUS: &str = "status";
-/// The label with the time Helm last wrote the record (Unix seconds).
-pub const LABEL_MODIFIED_AT: &str = "modifiedAt";
-/// The label with the time Helm created the record (Unix seconds).
-pub const LABEL_CREATED_AT: &str = "createdAt";
 
 /// Where Helm keeps its records (`HELM_DRIVER`).
 #[derive(
@@ -159,11 +155,6 @@ pub fn status_label(labels: &BTreeMap<String, String>) -> Option<Status> {
     labels.get(LABEL_STATUS)?.parse().ok()
 }
 
-/// When Helm last wrote a record: `modifiedAt`, else `createdAt` (Unix seconds).
-pub fn changed_at_label(labels: &BTreeMap<String, String>) -> Option<i64> {
-    [LABEL_MODIFIED_AT, LABEL_CREATED_AT].iter().find_map(|key| labels.get(*key)?.parse().ok())
-}
-
 /// Why an object that looks like a record cannot be read as one.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -217,6 +208,9 @@ impl RawObject {
             id: RecordId { key, revision: version_hint(&name, &labels) },
             identity_agrees: helm_named(&name, &labels),
             object_name: name,
+            uid: self.metadata.uid,
+            resource_version: self.metadata.resource_version,
+            created_at: self.metadata.creation_timestamp.map(|time| time.0.as_second()),
             labels,
             annotations: self.metadata.annotations.unwrap_or_default(),
             owner_references: self
@@ -241,6 +235,12 @@ pub struct Record {
     pub id: RecordId,
     /// The object's name.
     pub object_name: String,
+    /// The object's uid: Helm reuses names, the API server never reuses a uid.
+    pub uid: Option<String>,
+    /// The object's resourceVersion.
+    pub resource_version: Option<String>,
+    /// When the object was created (Unix seconds): when Helm stored this revision.
+    pub created_at: Option<i64>,
     /// The object's labels.
     pub labels: BTreeMap<String, String>,
     /// The object's annotations (the break-glass annotation among them).
@@ -290,11 +290,6 @@ impl Record {
     /// The `status` label, when it is one of Helm's statuses.
     pub fn status_label(&self) -> Option<Status> {
         status_label(&self.labels)
-    }
-
-    /// When Helm last wrote the record, from its labels (Unix seconds).
-    pub fn changed_at_label(&self) -> Option<i64> {
-        changed_at_label(&self.labels)
     }
 
     /// Decodes the payload to the release JSON bytes.
@@ -382,7 +377,7 @@ impl DecodedRecord {
             revision: self.record.id.revision,
             payload,
             label: self.record.status_label(),
-            changed_at: self.record.changed_at_label().or(payload_time),
+            stored_at: self.record.created_at.or(payload_time),
         }
     }
 
