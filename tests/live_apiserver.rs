@@ -97,6 +97,27 @@ async fn secrets(
     axum::Json(list(stub.secrets.iter().map(metadata_only).collect())).into_response()
 }
 
+/// A list of one release's Secrets, metadata only (the guard confirming a history before a
+/// verdict that rests on it).
+async fn namespace_secrets(
+    State(stub): State<Stub>,
+    axum::extract::Path(namespace): axum::extract::Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    let selector = query.get("labelSelector").cloned().unwrap_or_default();
+    let release = selector.strip_prefix("owner=helm,name=").expect("the guard lists one release's records");
+    if stub.hang_gets {
+        return futures::future::pending().await;
+    }
+    let items = stub
+        .secrets
+        .iter()
+        .filter(|s| s["metadata"]["namespace"] == namespace.as_str() && s["metadata"]["labels"]["name"] == release)
+        .map(metadata_only)
+        .collect();
+    axum::Json(list(items)).into_response()
+}
+
 /// A GET of one Secret, payload included (the guard's on-demand fetch).
 async fn one_secret(
     State(stub): State<Stub>,
@@ -145,6 +166,7 @@ async fn start_stub_with(
         .route("/api/v1/secrets", get(secrets))
         .route("/api/v1/configmaps", get(empty))
         .route("/api/v1/namespaces", get(empty))
+        .route("/api/v1/namespaces/{namespace}/secrets", get(namespace_secrets))
         .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(one_secret))
         .with_state(stub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

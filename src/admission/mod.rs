@@ -147,6 +147,30 @@ impl Admission {
         (info, mode)
     }
 
+    /// Makes the index's view of one release what is stored now (a consistent listing: the
+    /// watch may lag a record just written), then reads what is still unread. Within the
+    /// decision deadline; whether the listing came (without it the index stays as it was).
+    fn confirm_history(
+        &self,
+        key: &ReleaseKey,
+        except: Option<&str>,
+        started: Instant,
+        io: Io,
+    ) -> Result<bool, NeedsIo> {
+        let Some(fetcher) = &self.fetcher else { return Ok(true) };
+        if io == Io::Forbidden {
+            return Err(NeedsIo);
+        }
+        let listed = fetcher.list(key, started + self.decision_deadline);
+        let confirmed = listed.is_some();
+        match listed {
+            Some(listed) => self.index.sync_release(key, listed),
+            None => self.deadline_exceeded.inc(),
+        }
+        self.read_history(key, except, started, io)?;
+        Ok(confirmed)
+    }
+
     /// A metadata-only index knows a record by its labels, which anyone may set; a verdict that
     /// depends on the release's history first reads what Helm reads: the payload of every record
     /// not yet read at its current resourceVersion, all within the decision deadline. A record

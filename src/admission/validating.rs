@@ -160,14 +160,20 @@ fn delete(
         break_glass: glass.as_deref(),
     };
     let coordinator = admission.coordinator.as_deref().filter(|_| !request.dry_run);
-    // `agreed`: an approval that needs the other replicas' agreement has it (or there are no
-    // others). Only an approval that stands hides the record in the index (a tombstone); the
-    // rest are recorded as they are decided, in one pass under the index lock.
-    let decide = |agreed: bool| {
+    // A verdict that rests on the rest of the history is confirmed against a consistent listing
+    // of the release (the watch may not have brought the latest records yet), and an approval
+    // that needs the other replicas' agreement gets it, before the approval takes effect.
+    let confirms = admission.fetcher.is_some();
+    let checks_left = |reason: Reason| {
+        (coordinator.is_some() && reason.approval_needs_coordination()) || (confirms && reason.rests_on_history())
+    };
+    // `settled`: every check is done. Only an approval that stands hides the record in the index
+    // (a tombstone); the rest are recorded as they are decided, in one pass under the index lock.
+    let decide = |settled: bool| {
         admission.index.decide(&id.key, Some(object), |others| {
             let verdict = decide_delete(&facts, &History::new(others), &admission.config);
             let outcome = apply_mode(&verdict, mode);
-            let stands = agreed || !verdict.reason.approval_needs_coordination();
+            let stands = settled || !checks_left(verdict.reason);
             let change = (stands && outcome.allowed && !request.dry_run).then(|| IndexChange::Delete {
                 object: object.to_owned(),
                 uid: claimed.uid.map(str::to_owned),
@@ -175,10 +181,21 @@ fn delete(
             ((verdict, outcome), change)
         })
     };
-    let mut decided = decide(coordinator.is_none());
+    let mut decided = decide(false);
     if decided.0.reason == Reason::UnreadHistory {
         // The verdict depends on records known only by their labels: read them, then decide again.
         admission.read_history(&id.key, Some(object), started, io)?;
+        decided = decide(false);
+    }
+    if confirms && decided.0.reason.rests_on_history() {
+        if !admission.confirm_history(&id.key, Some(object), started, io)? {
+            // Without the listing a refusal still stands (it fails closed); an approval cannot.
+            decided = decide(false);
+            if decided.1.allowed {
+                return Ok(unconfirmed(&id.key, object, mode));
+            }
+            return Ok(decided);
+        }
         decided = decide(coordinator.is_none());
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
@@ -198,6 +215,21 @@ fn delete(
         mode,
         decide,
     ))
+}
+
+/// An approval that rests on the history, refused because the release could not be listed in
+/// time: without the listing a record the watch has not brought yet could turn it.
+fn unconfirmed(key: &ReleaseKey, object: &str, mode: Mode) -> Decided {
+    let verdict = Verdict::deny(
+        Reason::UnreadHistory,
+        format!(
+            "helm-guard: could not list the records of release {}/{} within the decision deadline, so it cannot \
+             show that deleting {object} is harmless; retry in a moment",
+            key.namespace, key.release
+        ),
+    );
+    let outcome = apply_mode(&verdict, mode);
+    (verdict, outcome)
 }
 
 /// Agrees an approval of a deletion with the other replicas (see [`crate::cluster::coordination`]):

@@ -298,6 +298,27 @@ impl ReleaseIndex {
         state.releases.extend(fresh);
     }
 
+    /// Makes one release's records what a consistent listing found (`listed`, every record of
+    /// `key` stored when it was read): records the watch has not brought yet are added, records
+    /// it has not yet seen go are dropped. What is known of a listed object (a payload read at
+    /// its resourceVersion, a pending approved deletion) stays.
+    pub fn sync_release(&self, key: &ReleaseKey, listed: Vec<IndexedRecord>) {
+        let mut state = self.lock();
+        let mut fresh = Records::new();
+        let old = state.releases.remove(key).unwrap_or_default();
+        for record in listed.into_iter().filter(|record| record.key == *key) {
+            let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
+            if let Some(before) = old.get(record.object.as_str()).filter(|before| before.is(entry.uid.as_deref())) {
+                entry.facts = before.facts_after(entry.facts, entry.resource_version.as_deref());
+                entry.hidden_until = before.hidden_until;
+            }
+            fresh.insert(record.object.into(), entry);
+        }
+        if !fresh.is_empty() {
+            state.releases.insert(key.clone(), fresh);
+        }
+    }
+
     /// Adds or changes a namespace.
     pub fn set_namespace(&self, name: &str, info: NamespaceInfo) {
         self.lock().namespaces.insert(name.to_owned(), info);

@@ -15,7 +15,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
-use super::feed::{NamespaceFeed, RecordFeed};
+use super::feed::{NamespaceFeed, RecordFeed, record_from_meta};
+use super::index::IndexedRecord;
 use super::index::ReleaseIndex;
 use super::{Fetched, PayloadFetcher, ReadRecord};
 use crate::release::record::DecodedRecord;
@@ -220,7 +221,49 @@ impl ApiPayloadFetcher {
     }
 }
 
+impl ApiPayloadFetcher {
+    async fn list_release(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
+        let params = ListParams::default().labels(&format!("{RECORD_LABELS},name={}", key.release));
+        let metas: Vec<kube::core::ObjectMeta> = match key.driver {
+            Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), &key.namespace)
+                .list_metadata(&params)
+                .await?
+                .items
+                .into_iter()
+                .map(|item| item.metadata)
+                .collect(),
+            Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &key.namespace)
+                .list_metadata(&params)
+                .await?
+                .items
+                .into_iter()
+                .map(|item| item.metadata)
+                .collect(),
+        };
+        Ok(metas
+            .iter()
+            .filter_map(|meta| record_from_meta(key.driver, meta))
+            .filter(|record| record.key == *key)
+            .collect())
+    }
+}
+
 impl PayloadFetcher for ApiPayloadFetcher {
+    fn list(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match self.runtime.block_on(async { tokio::time::timeout_at(deadline, self.list_release(key)).await }) {
+            Ok(Ok(records)) => Some(records),
+            Ok(Err(error)) => {
+                tracing::warn!(namespace = %key.namespace, release = %key.release, %error, "could not list a release's records");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(namespace = %key.namespace, release = %key.release, "listing a release's records ran out of the verdict's deadline");
+                None
+            }
+        }
+    }
+
     fn fetch(
         &self,
         key: &ReleaseKey,

@@ -43,4 +43,9 @@ pub enum Fetched {
 pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
     /// Reads `objects` of the release `key`, giving up at `deadline`.
     fn fetch(&self, key: &ReleaseKey, objects: &[String], deadline: Instant) -> Vec<(String, Fetched)>;
+
+    /// Lists the release's records as they are stored now (metadata only, a consistent read),
+    /// for a verdict that must not rest on a watch that may lag; `None` when the API did not
+    /// answer by `deadline`.
+    fn list(&self, key: &ReleaseKey, deadline: Instant) -> Option<Vec<IndexedRecord>>;
 }

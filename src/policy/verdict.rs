@@ -87,6 +87,20 @@ impl Reason {
     pub fn approval_needs_coordination(self) -> bool {
         matches!(self, Reason::HistoryPruning | Reason::StuckRevisionRecovery)
     }
+
+    /// A DELETE verdict read off the rest of the release's history (D4, D5, D7, D8, D9): one
+    /// record the guard has not seen yet can turn it. The teardown, break-glass, exempt,
+    /// undecodable and uninstall verdicts hold whatever else is stored.
+    pub fn rests_on_history(self) -> bool {
+        matches!(
+            self,
+            Reason::LastDeployedRevision
+                | Reason::HistoryPruning
+                | Reason::StuckRevisionRecovery
+                | Reason::LatestDeployedRevision
+                | Reason::WouldOrphanRelease
+        )
+    }
 }
 
 /// What a rule says, before the mode is applied.
