@@ -112,7 +112,9 @@ async fn namespace_secrets(
     let items = stub
         .secrets
         .iter()
-        .filter(|s| s["metadata"]["namespace"] == namespace.as_str() && s["metadata"]["labels"]["name"] == release)
+        .filter(|s| {
+            s["metadata"]["namespace"] == namespace.as_str() && s["metadata"]["labels"]["name"] == release
+        })
         .map(metadata_only)
         .collect();
     axum::Json(list(items)).into_response()

@@ -14,93 +14,15 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Barrier};
 
+use common::leases::{Replica, SharedLeases};
 use common::*;
 use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
-use helm_guard::cluster::coordination::{
-    ClaimedRecord, Claim, Claimed, Claims, CoordinationError, DeleteCoordinator, now_ms,
-};
+use helm_guard::cluster::coordination::DeleteCoordinator;
 use helm_guard::release::ReleaseKey;
 use serde_json::Value;
-
-/// A Lease in memory: claims and a version; a write against an old version conflicts.
-#[derive(Debug)]
-struct SharedLeases {
-    leases: Mutex<HashMap<ReleaseKey, (u64, Vec<Claim>)>>,
-    /// The first `rendezvous` reads wait for each other: every replica has read before any writes.
-    rendezvous: Option<Barrier>,
-    reads: AtomicUsize,
-    writes: AtomicUsize,
-    /// Answer nothing, as an API server that does not answer in time.
-    unavailable: bool,
-}
-
-impl SharedLeases {
-    fn new(rendezvous: usize) -> SharedLeases {
-        SharedLeases {
-            leases: Mutex::default(),
-            rendezvous: (rendezvous > 0).then(|| Barrier::new(rendezvous)),
-            reads: AtomicUsize::new(0),
-            writes: AtomicUsize::new(0),
-            unavailable: false,
-        }
-    }
-}
-
-/// One replica's view of the shared Leases.
-#[derive(Debug)]
-struct Replica {
-    leases: Arc<SharedLeases>,
-    name: &'static str,
-}
-
-impl DeleteCoordinator for Replica {
-    fn claims(&self, key: &ReleaseKey, _deadline: Instant) -> Result<Claims, CoordinationError> {
-        if self.leases.unavailable {
-            return Err(CoordinationError::Deadline);
-        }
-        let read = {
-            let leases = self.leases.leases.lock().unwrap();
-            match leases.get(key) {
-                None => Claims::default(),
-                Some((version, claims)) => {
-                    let text = serde_json::to_string(claims).unwrap();
-                    Claims::read(Some(&text), Some(version.to_string()), now_ms())
-                }
-            }
-        };
-        let first_reads = self.leases.reads.fetch_add(1, Ordering::SeqCst);
-        if let Some(barrier) = &self.leases.rendezvous
-            && first_reads < 2
-        {
-            barrier.wait();
-        }
-        Ok(read)
-    }
-
-    fn claim(
-        &self,
-        key: &ReleaseKey,
-        record: &ClaimedRecord<'_>,
-        seen: &Claims,
-        _deadline: Instant,
-    ) -> Result<Claimed, CoordinationError> {
-        let mut leases = self.leases.leases.lock().unwrap();
-        let current = leases.get(key).map(|(version, _)| version.to_string());
-        if current != seen.version {
-            return Ok(Claimed::Conflict);
-        }
-        let claims = seen.with(record, now_ms() + 30_000, self.name).ok_or(CoordinationError::Full)?;
-        let version = leases.get(key).map_or(1, |(version, _)| version + 1);
-        leases.insert(key.clone(), (version, claims));
-        self.leases.writes.fetch_add(1, Ordering::SeqCst);
-        Ok(Claimed::Yes)
-    }
-}
 
 /// A replica's admission: its own index of `records`, the shared Leases (or none).
 fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {

@@ -213,7 +213,7 @@ async fn the_captured_helm_and_kubectl_traffic_in_order() {
                 "06-helm3-uninstall-purge/013-validate-delete-secret-sh.helm.release.v1.cache.v1.json",
                 true,
                 // D4a: the purge of an uninstall, approved without agreement between replicas.
-                "uninstall",
+                "uninstall-purge",
                 "1",
                 "superseded",
             ),

@@ -6,7 +6,7 @@ use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
-use crate::cluster::coordination::{ClaimedRecord, Claimed, local_instant, now_ms};
+use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::{DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete};
 use crate::policy::mode::apply_mode;
@@ -165,7 +165,8 @@ fn delete(
     // that needs the other replicas' agreement gets it, before the approval takes effect.
     let confirms = admission.fetcher.is_some();
     let checks_left = |reason: Reason| {
-        (coordinator.is_some() && reason.approval_needs_coordination()) || (confirms && reason.rests_on_history())
+        (coordinator.is_some() && reason.approval_needs_coordination())
+            || (confirms && reason.rests_on_history())
     };
     // `settled`: every check is done. Only an approval that stands hides the record in the index
     // (a tombstone); the rest are recorded as they are decided, in one pass under the index lock.

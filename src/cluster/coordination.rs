@@ -361,7 +361,8 @@ mod tests {
         let old = claim("sh.helm.release.v1.web.v2", 100);
         let reinstalled = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-new") };
         assert!(!old.is(&reinstalled), "the name came back with a new object");
-        let same = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-sh.helm.release.v1.web.v2") };
+        let same =
+            ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-sh.helm.release.v1.web.v2") };
         assert!(old.is(&same));
         let after = Claims { claims: vec![old.clone()], version: None }.with(&reinstalled, 500, "b").unwrap();
         assert_eq!(after.len(), 2, "a claim on the new object does not replace the old one's");

@@ -99,7 +99,12 @@ struct Entry {
 
 impl Entry {
     fn new(facts: RevisionFacts, uid: Option<String>, resource_version: Option<String>) -> Entry {
-        Entry { facts, uid: uid.map(Into::into), resource_version: resource_version.map(Into::into), hidden_until: None }
+        Entry {
+            facts,
+            uid: uid.map(Into::into),
+            resource_version: resource_version.map(Into::into),
+            hidden_until: None,
+        }
     }
 
     /// Whether this entry is the object with `uid` (see [`same_object`]).
@@ -308,7 +313,9 @@ impl ReleaseIndex {
         let old = state.releases.remove(key).unwrap_or_default();
         for record in listed.into_iter().filter(|record| record.key == *key) {
             let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
-            if let Some(before) = old.get(record.object.as_str()).filter(|before| before.is(entry.uid.as_deref())) {
+            if let Some(before) =
+                old.get(record.object.as_str()).filter(|before| before.is(entry.uid.as_deref()))
+            {
                 entry.facts = before.facts_after(entry.facts, entry.resource_version.as_deref());
                 entry.hidden_until = before.hidden_until;
             }
@@ -571,7 +578,8 @@ mod tests {
         first.decide(&key(), None, |_| ((), delete(2)));
         assert_eq!(first.history(&key()).len(), 1);
         // The watch missed the deletion (a relist brings the new object): not hidden.
-        let reinstalled = IndexedRecord { uid: Some("uid-2-again".into()), ..record(2, Status::Deployed, "9") };
+        let reinstalled =
+            IndexedRecord { uid: Some("uid-2-again".into()), ..record(2, Status::Deployed, "9") };
         first.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1"), reinstalled.clone()]);
         assert_eq!(first.history(&key()).len(), 2, "the new object is not the deleted one");
         // The old object's deletion event arriving late does not remove the new one.
@@ -593,7 +601,11 @@ mod tests {
         live.decide(&key(), None, |_| ((), delete(2)));
         live.upsert(IndexedRecord { resource_version: Some("1".into()), ..reinstalled });
         assert_eq!(live.history(&key()).len(), 2, "not hidden");
-        assert_eq!(live.unverified(&key(), None).len(), 2, "the old object's payload reading is not the new one's");
+        assert_eq!(
+            live.unverified(&key(), None).len(),
+            2,
+            "the old object's payload reading is not the new one's"
+        );
     }
 
     #[test]

@@ -251,7 +251,8 @@ impl ApiPayloadFetcher {
 impl PayloadFetcher for ApiPayloadFetcher {
     fn list(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
         let deadline = tokio::time::Instant::from_std(deadline);
-        match self.runtime.block_on(async { tokio::time::timeout_at(deadline, self.list_release(key)).await }) {
+        match self.runtime.block_on(async { tokio::time::timeout_at(deadline, self.list_release(key)).await })
+        {
             Ok(Ok(records)) => Some(records),
             Ok(Err(error)) => {
                 tracing::warn!(namespace = %key.namespace, release = %key.release, %error, "could not list a release's records");

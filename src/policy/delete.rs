@@ -72,7 +72,7 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyC
         // Nothing it deletes can take the release's latest revision with it, so two of these
         // approved at once by two replicas are as harmless as each alone: no agreement needed.
         if latest_status.is_uninstall() {
-            return Verdict::allow(Reason::Uninstall);
+            return Verdict::allow(Reason::UninstallPurge);
         }
         // D4
         let only_deployed = status == Status::Deployed && others.deployed().next().is_none();
@@ -222,7 +222,7 @@ mod tests {
                 Some(Deployed),
                 &[(3, Deployed), (4, Uninstalling)],
                 true,
-                Reason::Uninstall,
+                Reason::UninstallPurge,
             ),
             (
                 "D4a purge after uninstall --keep-history",
@@ -230,7 +230,7 @@ mod tests {
                 Some(Deployed),
                 &[(3, Deployed), (4, Uninstalled)],
                 true,
-                Reason::Uninstall,
+                Reason::UninstallPurge,
             ),
             (
                 "D4a purge of a superseded revision",
@@ -238,7 +238,7 @@ mod tests {
                 Some(Superseded),
                 &[(1, Superseded), (2, Superseded), (3, Uninstalling)],
                 true,
-                Reason::Uninstall,
+                Reason::UninstallPurge,
             ),
             (
                 "D5 oldest superseded",

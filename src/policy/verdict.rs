@@ -29,7 +29,10 @@ pub enum Reason {
     LastDeployedRevision,
     /// D5: an older revision, as Helm's `--history-max` prunes.
     HistoryPruning,
-    /// D4a/D6: a record of a release being uninstalled (its purge), or its latest revision.
+    /// D4a: an older record of a release whose latest is `uninstalling`/`uninstalled`: the
+    /// uninstall's purge (Helm deletes the latest last).
+    UninstallPurge,
+    /// D6: the latest revision of a release being uninstalled.
     Uninstall,
     /// D7: a stuck `pending-*` or `failed` latest above a `deployed` one (or alone).
     StuckRevisionRecovery,
@@ -88,13 +91,15 @@ impl Reason {
         matches!(self, Reason::HistoryPruning | Reason::StuckRevisionRecovery)
     }
 
-    /// A DELETE verdict read off the rest of the release's history (D4, D5, D7, D8, D9): one
-    /// record the guard has not seen yet can turn it. The teardown, break-glass, exempt,
-    /// undecodable and uninstall verdicts hold whatever else is stored.
+    /// A DELETE verdict read off the rest of the release's history (D4, D4a, D5, D7, D8, D9):
+    /// one record the guard has not seen yet, or one gone that it has not seen go, can turn it.
+    /// The teardown, break-glass, exempt, undecodable and D6 verdicts hold whatever else is
+    /// stored.
     pub fn rests_on_history(self) -> bool {
         matches!(
             self,
-            Reason::LastDeployedRevision
+            Reason::UninstallPurge
+                | Reason::LastDeployedRevision
                 | Reason::HistoryPruning
                 | Reason::StuckRevisionRecovery
                 | Reason::LatestDeployedRevision

@@ -4,7 +4,9 @@
 
 pub mod cluster;
 pub mod crafted;
+pub mod flows;
 pub mod guard;
+pub mod leases;
 
 use std::path::{Path, PathBuf};
 
@@ -170,6 +172,8 @@ fn next_uid() -> u64 {
 
 const DELETE_TEMPLATE: &str =
     "admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json";
+const CREATE_TEMPLATE: &str =
+    "admission/01-helm4-install-upgrade/001-validate-create-secret-sh.helm.release.v1.web.v2.json";
 const UPDATE_TEMPLATE: &str =
     "admission/01-helm4-install-upgrade/002-validate-update-secret-sh.helm.release.v1.web.v1.json";
 const CONFIGMAP_UPDATE_TEMPLATE: &str = "admission/07-configmap-driver-install-upgrade/016-validate-update-configmap-sh.helm.release.v1.api.v1.json";
@@ -184,6 +188,14 @@ pub fn delete_review(old_object: &Value) -> Value {
     let mut review = template(DELETE_TEMPLATE);
     point_at(&mut review, old_object);
     review["request"]["oldObject"] = old_object.clone();
+    review
+}
+
+/// The real CREATE request the API server sent for a Helm 4 Secret, carrying another record.
+pub fn create_review(object: &Value) -> Value {
+    let mut review = template(CREATE_TEMPLATE);
+    point_at(&mut review, object);
+    review["request"]["object"] = object.clone();
     review
 }
 

@@ -1,0 +1,74 @@
+//! Random Helm operations, seeded and reproducible, shared by the in-process property test
+//! (tests/helm_flows.rs, Helm's storage calls modelled from its source) and the end-to-end test
+//! that runs the real Helm 3 and Helm 4 binaries (tests/e2e_flows.rs).
+
+/// One step a user (or a K3s helm-install job) takes with Helm, or a hand edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelmOp {
+    /// `helm install` (`--replace` when `replace`); `fail`: the install fails (`--wait` on
+    /// pods that never run).
+    Install { release: usize, replace: bool, fail: bool },
+    /// `helm upgrade` (`--install` when `install`), `--history-max` when set, `--atomic` (Helm
+    /// 3) / `--rollback-on-failure` (Helm 4) when `atomic`.
+    Upgrade { release: usize, install: bool, fail: bool, atomic: bool, history_max: Option<u32> },
+    /// `helm rollback` to the `pick`-th stored revision (modulo how many there are).
+    Rollback { release: usize, pick: usize, fail: bool },
+    /// `helm uninstall` (`--keep-history` when `keep_history`).
+    Uninstall { release: usize, keep_history: bool },
+    /// `helm uninstall` and, at once, `helm install` (klipper-helm's `failurePolicy: reinstall`).
+    Reinstall { release: usize },
+    /// An upgrade whose Helm process is killed after it stored the pending revision.
+    KilledUpgrade { release: usize },
+    /// The recovery of a stuck pending latest: `helm set-status failed` (klipper-helm, Flux's
+    /// unlock), or with `delete` the deletion of the pending record.
+    Repair { release: usize, delete: bool },
+    /// `kubectl delete` of the `pick`-th stored record of the release, by hand.
+    HandDelete { release: usize, pick: usize },
+}
+
+impl HelmOp {
+    /// The release the step is about.
+    pub fn release(&self) -> usize {
+        match *self {
+            HelmOp::Install { release, .. }
+            | HelmOp::Upgrade { release, .. }
+            | HelmOp::Rollback { release, .. }
+            | HelmOp::Uninstall { release, .. }
+            | HelmOp::Reinstall { release }
+            | HelmOp::KilledUpgrade { release }
+            | HelmOp::Repair { release, .. }
+            | HelmOp::HandDelete { release, .. } => release,
+        }
+    }
+}
+
+/// A random step over `releases` releases; weighted towards the steps that write most.
+pub fn random_op(rng: &mut fastrand::Rng, releases: usize) -> HelmOp {
+    let release = rng.usize(..releases);
+    let fail = rng.u8(..5) == 0;
+    match rng.u8(..100) {
+        0..=11 => HelmOp::Install { release, replace: rng.bool(), fail },
+        12..=41 => HelmOp::Upgrade {
+            release,
+            install: rng.bool(),
+            fail,
+            atomic: fail && rng.bool(),
+            history_max: [None, None, Some(2), Some(3), Some(10)][rng.usize(..5)],
+        },
+        42..=51 => HelmOp::Rollback { release, pick: rng.usize(..16), fail },
+        52..=63 => HelmOp::Uninstall { release, keep_history: rng.bool() },
+        64..=71 => HelmOp::Reinstall { release },
+        72..=77 => HelmOp::KilledUpgrade { release },
+        78..=85 => HelmOp::Repair { release, delete: rng.bool() },
+        _ => HelmOp::HandDelete { release, pick: rng.usize(..16) },
+    }
+}
+
+/// The seeds to run: `HELM_FLOWS_SEED` alone when set (to reproduce a failure), else `count`
+/// seeds from `first`.
+pub fn seeds(first: u64, count: u64) -> Vec<u64> {
+    match std::env::var("HELM_FLOWS_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => (first..first + count).collect(),
+    }
+}

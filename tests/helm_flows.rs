@@ -1,0 +1,632 @@
+//! Every Helm flow passes, shown generatively and without a cluster: random, seeded sequences of
+//! Helm operations become the storage calls Helm 3.17 and 4.1 make for them (modelled from
+//! `pkg/action` and `pkg/storage`, POLICY.md "The transitions"), each sent as the API server's
+//! AdmissionReview to one of two in-process replicas that share an in-memory Lease and read a
+//! shared store. Watch events reach each replica late and out of order (each object's own in
+//! order, as a watch keeps them). Every review Helm sends must be allowed; a hand deletion must be
+//! refused exactly when POLICY.md's rules, applied to what is really stored, refuse it.
+//!
+//! A failure prints its seed: `HELM_FLOWS_SEED=<seed> cargo test --test helm_flows`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
+mod common;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::flows::{HelmOp, random_op, seeds};
+use common::leases::{Replica, SharedLeases};
+use common::*;
+use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::cluster::feed::{RecordFeed, record_from_meta};
+use helm_guard::cluster::{
+    DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReadRecord, ReleaseIndex, SourceKind,
+};
+use helm_guard::policy::PolicyConfig;
+use helm_guard::release::record::{DecodedRecord, Record};
+use helm_guard::release::{DecodeLimits, Driver, ReleaseKey, Status};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ObjectMeta;
+use kube::core::PartialObjectMetaExt;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "flows";
+const RELEASES: [&str; 3] = ["app", "web", "db"];
+
+/// The API server's store: the records that exist now, by object name.
+#[derive(Debug, Default)]
+struct Store {
+    objects: BTreeMap<String, Value>,
+    next: u64,
+}
+
+impl Store {
+    fn next(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// What Helm's storage lists for a release: (revision, status, object name), by revision.
+    fn history(&self, release: &str) -> Vec<(u32, Status, String)> {
+        let mut history: Vec<(u32, Status, String)> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o["metadata"]["labels"]["name"] == release)
+            .map(|(name, o)| {
+                let labels = &o["metadata"]["labels"];
+                let revision = labels["version"].as_str().unwrap().parse().unwrap();
+                (revision, labels["status"].as_str().unwrap().parse().unwrap(), name.clone())
+            })
+            .collect();
+        history.sort_by_key(|(revision, ..)| *revision);
+        history
+    }
+}
+
+/// GETs and lists served from the store, as the API server answers them.
+#[derive(Debug)]
+struct StoreReader(Arc<Mutex<Store>>);
+
+impl PayloadFetcher for StoreReader {
+    fn fetch(&self, key: &ReleaseKey, objects: &[String], _deadline: Instant) -> Vec<(String, Fetched)> {
+        let store = self.0.lock().unwrap();
+        objects
+            .iter()
+            .map(|name| {
+                let fetched = store
+                    .objects
+                    .get(name)
+                    .and_then(|object| Record::from_object(object, None).unwrap())
+                    .filter(|record| record.id.key == *key)
+                    .map_or(Fetched::Gone, |record| {
+                        Fetched::Read(ReadRecord {
+                            uid: record.uid.clone(),
+                            resource_version: record.resource_version.clone(),
+                            facts: DecodedRecord::new(record, DecodeLimits::default()).facts(),
+                        })
+                    });
+                (name.clone(), fetched)
+            })
+            .collect()
+    }
+
+    fn list(&self, key: &ReleaseKey, _deadline: Instant) -> Option<Vec<IndexedRecord>> {
+        let store = self.0.lock().unwrap();
+        Some(
+            store
+                .objects
+                .values()
+                .filter_map(|object| record_from_meta(Driver::Secret, &meta(object)))
+                .filter(|record| record.key == *key)
+                .collect(),
+        )
+    }
+}
+
+fn meta(object: &Value) -> ObjectMeta {
+    serde_json::from_value(object["metadata"].clone()).unwrap()
+}
+
+/// A watch event not yet delivered to a replica.
+#[derive(Debug)]
+struct Pending {
+    uid: String,
+    event: Event<kube::core::PartialObjectMeta<Secret>>,
+}
+
+/// One replica: its own live index, fed by its own (lagging) watch.
+struct Guard {
+    admission: Admission,
+    feed: RecordFeed,
+    watch: VecDeque<Pending>,
+}
+
+/// The cluster, two replicas, and the Helm client's model.
+struct World {
+    rng: fastrand::Rng,
+    store: Arc<Mutex<Store>>,
+    guards: Vec<Guard>,
+    /// Helm 4 (supersedes deployed revisions on `uninstall --keep-history`) or Helm 3.
+    helm4: bool,
+    /// A base record (a real Helm 4 Secret) per release and its release JSON, re-encoded for
+    /// each revision.
+    bases: Vec<(Value, Value)>,
+    /// Records already encoded, by (release, revision, status): gzip is most of this test's time.
+    encoded: std::cell::RefCell<std::collections::HashMap<(usize, u32, Status), Value>>,
+    log: Vec<String>,
+    seed: u64,
+}
+
+/// Why a Helm operation stopped: the guard refused one of its writes.
+type Refused = String;
+
+impl World {
+    fn new(seed: u64) -> World {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let store = Arc::new(Mutex::new(Store::default()));
+        let leases = Arc::new(SharedLeases::new(0));
+        let guards = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let index =
+                    Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
+                index.set_ready(true);
+                let coordinator = Replica { leases: leases.clone(), name };
+                let admission = Admission {
+                    fetcher: Some(Arc::new(StoreReader(store.clone())) as Arc<dyn PayloadFetcher>),
+                    coordinator: Some(Arc::new(coordinator) as Arc<dyn DeleteCoordinator>),
+                    ..Admission::new(index, PolicyConfig::default())
+                };
+                Guard { admission, feed: RecordFeed::new(Driver::Secret), watch: VecDeque::new() }
+            })
+            .collect();
+        let base = helm4_secret();
+        let bases = RELEASES
+            .iter()
+            .map(|release| {
+                let mut payload = release_json(&base);
+                payload["name"] = json!(release);
+                payload["namespace"] = json!(NAMESPACE);
+                let mut record = with_release_json(base.clone(), &payload);
+                record["metadata"]["namespace"] = json!(NAMESPACE);
+                record["metadata"]["labels"]["name"] = json!(release);
+                for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields"] {
+                    record["metadata"].as_object_mut().unwrap().remove(key);
+                }
+                (record, payload)
+            })
+            .collect();
+        let helm4 = rng.bool();
+        World { rng, store, guards, helm4, bases, encoded: Default::default(), log: Vec::new(), seed }
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        let tail = self.log.iter().rev().take(40).rev().cloned().collect::<Vec<_>>().join("\n");
+        panic!(
+            "seed {} (HELM_FLOWS_SEED={} cargo test --test helm_flows), {}: {what}\nlast steps:\n{tail}",
+            self.seed,
+            self.seed,
+            if self.helm4 { "Helm 4" } else { "Helm 3" }
+        );
+    }
+
+    /// Delivers some of each replica's pending watch events, in a random order that keeps each
+    /// object's own events in order.
+    fn deliver_some(&mut self) {
+        for g in 0..self.guards.len() {
+            let count = self.rng.usize(..=self.guards[g].watch.len());
+            for _ in 0..count {
+                let watch = &self.guards[g].watch;
+                let firsts: Vec<usize> = (0..watch.len())
+                    .filter(|&i| watch.iter().take(i).all(|earlier| earlier.uid != watch[i].uid))
+                    .collect();
+                let pick = firsts[self.rng.usize(..firsts.len())];
+                let pending = self.guards[g].watch.remove(pick).unwrap();
+                let guard = &mut self.guards[g];
+                guard.feed.apply(&guard.admission.index, pending.event);
+            }
+        }
+    }
+
+    fn broadcast(&mut self, object: &Value, deleted: bool) {
+        let uid = object["metadata"]["uid"].as_str().unwrap().to_owned();
+        for guard in &mut self.guards {
+            let partial = meta(object).into_response_partial::<Secret>();
+            let event = if deleted { Event::Delete(partial) } else { Event::Apply(partial) };
+            guard.watch.push_back(Pending { uid: uid.clone(), event });
+        }
+    }
+
+    /// Sends a review to a random replica; its verdict (allowed, reason, message).
+    fn review(&mut self, review: &Value) -> (bool, String, String) {
+        if self.rng.bool() {
+            self.deliver_some();
+        }
+        let replica = self.rng.usize(..self.guards.len());
+        let body = serde_json::to_vec(review).unwrap();
+        let request = admission_review::parse(&body).unwrap();
+        let reviewed =
+            self.guards[replica].admission.review(Webhook::Validate, request, Io::Allowed).unwrap();
+        let response = reviewed.response;
+        let reason = response.audit_annotations.get("reason").cloned().unwrap_or_default();
+        (response.allowed, reason, response.result.message)
+    }
+
+    /// The record Helm writes for this revision and status (payload and labels agree).
+    fn record(&self, release: usize, revision: u32, status: Status) -> Value {
+        let key = (release, revision, status);
+        if let Some(record) = self.encoded.borrow().get(&key) {
+            return record.clone();
+        }
+        let (base, payload) = &self.bases[release];
+        let mut payload = payload.clone();
+        payload["version"] = json!(revision);
+        payload["info"]["status"] = json!(status.as_str());
+        let mut record = with_release_json(base.clone(), &payload);
+        record["metadata"]["name"] = json!(format!("sh.helm.release.v1.{}.v{revision}", RELEASES[release]));
+        record["metadata"]["labels"]["version"] = json!(revision.to_string());
+        record["metadata"]["labels"]["status"] = json!(status.as_str());
+        self.encoded.borrow_mut().insert(key, record.clone());
+        record
+    }
+
+    fn stored(&self, name: &str) -> Value {
+        self.store.lock().unwrap().objects[name].clone()
+    }
+
+    fn history(&self, release: usize) -> Vec<(u32, Status, String)> {
+        self.store.lock().unwrap().history(RELEASES[release])
+    }
+
+    /// Helm's storage `Create`.
+    fn create(&mut self, release: usize, revision: u32, status: Status) -> Result<(), Refused> {
+        let mut object = self.record(release, revision, status);
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        self.log.push(format!("  CREATE {name} {status}"));
+        let (allowed, reason, message) = self.review(&create_review(&object));
+        if !allowed {
+            return Err(format!("CREATE {name}: {reason}: {message}"));
+        }
+        let n = self.store.lock().unwrap().next();
+        object["metadata"]["uid"] = json!(format!("uid-{n}"));
+        object["metadata"]["resourceVersion"] = json!(n.to_string());
+        let created = jiff::Timestamp::from_second(1_800_000_000 + i64::try_from(n).unwrap()).unwrap();
+        object["metadata"]["creationTimestamp"] = json!(created.to_string());
+        self.store.lock().unwrap().objects.insert(name, object.clone());
+        self.broadcast(&object, false);
+        Ok(())
+    }
+
+    /// Helm's storage `Update`: the payload status and the `status` label together.
+    fn update(&mut self, name: &str, status: Status) -> Result<(), Refused> {
+        let old = self.stored(name);
+        let revision: u32 = old["metadata"]["labels"]["version"].as_str().unwrap().parse().unwrap();
+        let release = RELEASES.iter().position(|r| old["metadata"]["labels"]["name"] == *r).unwrap();
+        let mut new = self.record(release, revision, status);
+        for key in ["uid", "resourceVersion", "creationTimestamp"] {
+            new["metadata"][key] = old["metadata"][key].clone();
+        }
+        let from = old["metadata"]["labels"]["status"].as_str().unwrap().to_owned();
+        self.log.push(format!("  UPDATE {name} {from} -> {status}"));
+        let (allowed, reason, message) = self.review(&update_review(&old, &new));
+        if !allowed {
+            return Err(format!("UPDATE {name} {from} -> {status}: {reason}: {message}"));
+        }
+        let n = self.store.lock().unwrap().next();
+        new["metadata"]["resourceVersion"] = json!(n.to_string());
+        self.store.lock().unwrap().objects.insert(name.to_owned(), new.clone());
+        self.broadcast(&new, false);
+        Ok(())
+    }
+
+    /// A DELETE (Helm's or a hand's); whether it was allowed, and the reason.
+    fn delete(&mut self, name: &str) -> (bool, String, String) {
+        let old = self.stored(name);
+        let verdict = self.review(&delete_review(&old));
+        self.log.push(format!(
+            "  DELETE {name}: {} {}",
+            if verdict.0 { "allowed" } else { "refused" },
+            verdict.1
+        ));
+        if verdict.0 {
+            self.store.lock().unwrap().objects.remove(name);
+            self.broadcast(&old, true);
+        }
+        verdict
+    }
+
+    /// Helm's storage `Delete`, which must pass.
+    fn helm_delete(&mut self, name: &str) -> Result<(), Refused> {
+        match self.delete(name) {
+            (true, ..) => Ok(()),
+            (false, reason, message) => Err(format!("DELETE {name}: {reason}: {message}")),
+        }
+    }
+}
+
+/// Helm's actions as storage calls: `pkg/action/{install,upgrade,rollback,uninstall}.go` and
+/// `pkg/storage/storage.go` of Helm 3.17.3 and 4.1.4. A step Helm refuses before writing
+/// anything (its own preconditions) writes nothing.
+impl World {
+    fn latest(&self, release: usize) -> Option<(u32, Status, String)> {
+        self.history(release).last().cloned()
+    }
+
+    /// `Storage.Deployed`: the highest revision labelled deployed.
+    fn deployed(&self, release: usize) -> Option<(u32, Status, String)> {
+        self.history(release).into_iter().rev().find(|(_, status, _)| *status == Status::Deployed)
+    }
+
+    /// `Storage.removeLeastRecent(name, max)`, which `Create` calls with `--history-max` - 1.
+    fn prune(&mut self, release: usize, history_max: Option<u32>) -> Result<(), Refused> {
+        let Some(max) = history_max.map(|m| m as usize - 1) else { return Ok(()) };
+        let history = self.history(release);
+        if history.len() <= max {
+            return Ok(());
+        }
+        let last_deployed = self.deployed(release).map(|(revision, ..)| revision);
+        let mut doomed = Vec::new();
+        for (revision, _, name) in &history {
+            if history.len() - doomed.len() == max {
+                break;
+            }
+            if last_deployed != Some(*revision) {
+                doomed.push(name.clone());
+            }
+        }
+        doomed.iter().try_for_each(|name| self.helm_delete(name))
+    }
+
+    /// `Install.Run`: `availableName`, `replaceRelease`, then the new revision.
+    fn install(&mut self, release: usize, replace: bool, fail: bool) -> Result<(), Refused> {
+        let latest = self.latest(release);
+        if let Some((revision, status, name)) = &latest {
+            let reusable = replace && matches!(status, Status::Uninstalled | Status::Failed);
+            if !reusable {
+                return Ok(()); // "cannot re-use a name that is still in use"
+            }
+            if *status != Status::Failed {
+                self.update(name, Status::Superseded)?;
+            }
+            let _ = revision;
+        }
+        let revision = latest.map_or(1, |(revision, ..)| revision + 1);
+        self.create(release, revision, Status::PendingInstall)?;
+        let name = format!("sh.helm.release.v1.{}.v{revision}", RELEASES[release]);
+        self.update(&name, if fail { Status::Failed } else { Status::Deployed })
+    }
+
+    /// `Upgrade.prepareUpgrade` and `performUpgrade`; `--atomic` rolls back a failure.
+    fn upgrade(
+        &mut self,
+        release: usize,
+        fail: bool,
+        atomic: bool,
+        history_max: Option<u32>,
+    ) -> Result<(), Refused> {
+        let Some((last, last_status, last_name)) = self.latest(release) else { return Ok(()) };
+        if last_status.is_pending() {
+            return Ok(()); // "another operation is in progress"
+        }
+        let current = if last_status == Status::Deployed {
+            last_name
+        } else if let Some((_, _, deployed)) = self.deployed(release) {
+            deployed
+        } else if matches!(last_status, Status::Failed | Status::Superseded) {
+            last_name
+        } else {
+            return Ok(()); // "has no deployed releases"
+        };
+        self.prune(release, history_max)?;
+        let revision = last + 1;
+        self.create(release, revision, Status::PendingUpgrade)?;
+        let name = format!("sh.helm.release.v1.{}.v{revision}", RELEASES[release]);
+        if fail {
+            self.update(&name, Status::Failed)?;
+            if atomic {
+                return self.rollback(release, revision - 1, false, history_max);
+            }
+            return Ok(());
+        }
+        self.update(&current, Status::Superseded)?;
+        self.update(&name, Status::Deployed)
+    }
+
+    /// `Rollback.Run` to `target`.
+    fn rollback(
+        &mut self,
+        release: usize,
+        target: u32,
+        fail: bool,
+        history_max: Option<u32>,
+    ) -> Result<(), Refused> {
+        let Some((last, _, current)) = self.latest(release) else { return Ok(()) };
+        if !self.history(release).iter().any(|(revision, ..)| *revision == target) {
+            return Ok(()); // "release has no N version"
+        }
+        self.prune(release, history_max)?;
+        let revision = last + 1;
+        self.create(release, revision, Status::PendingRollback)?;
+        let name = format!("sh.helm.release.v1.{}.v{revision}", RELEASES[release]);
+        if fail {
+            self.update(&current, Status::Superseded)?;
+            return self.update(&name, Status::Failed);
+        }
+        for (_, status, deployed) in self.history(release) {
+            if status == Status::Deployed {
+                self.update(&deployed, Status::Superseded)?;
+            }
+        }
+        self.update(&name, Status::Deployed)
+    }
+
+    /// `Uninstall.Run`: mark the latest, purge every record from the oldest up, or keep them.
+    fn uninstall(&mut self, release: usize, keep_history: bool) -> Result<(), Refused> {
+        let history = self.history(release);
+        let Some((_, status, latest)) = history.last().cloned() else { return Ok(()) };
+        if status != Status::Uninstalled {
+            self.update(&latest, Status::Uninstalling)?;
+        } else if keep_history {
+            return Ok(()); // "already deleted"
+        }
+        if !keep_history {
+            return history.iter().try_for_each(|(_, _, name)| self.helm_delete(name));
+        }
+        self.update(&latest, Status::Uninstalled)?;
+        if self.helm4 {
+            for (_, status, deployed) in self.history(release) {
+                if status == Status::Deployed {
+                    self.update(&deployed, Status::Superseded)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one step; a refusal of Helm's own write fails the test, a hand deletion is checked
+    /// against the rules.
+    fn step(&mut self, op: &HelmOp) {
+        self.log.push(format!("{op:?}"));
+        let outcome = match *op {
+            HelmOp::Install { release, replace, fail } => self.install(release, replace, fail),
+            HelmOp::Upgrade { release, install, fail, atomic, history_max } => {
+                let absent_or_uninstalled =
+                    self.latest(release).is_none_or(|(_, status, _)| status == Status::Uninstalled);
+                if install && absent_or_uninstalled {
+                    self.install(release, true, fail)
+                } else {
+                    self.upgrade(release, fail, atomic, history_max)
+                }
+            }
+            HelmOp::Rollback { release, pick, fail } => {
+                let history = self.history(release);
+                match history.get(pick % history.len().max(1)) {
+                    Some(&(target, ..)) => self.rollback(release, target, fail, Some(10)),
+                    None => Ok(()),
+                }
+            }
+            HelmOp::Uninstall { release, keep_history } => self.uninstall(release, keep_history),
+            HelmOp::Reinstall { release } => {
+                self.uninstall(release, false).and_then(|()| self.install(release, false, false))
+            }
+            HelmOp::KilledUpgrade { release } => match self.latest(release) {
+                Some((last, status, _)) if !status.is_pending() && status != Status::Uninstalled => {
+                    self.create(release, last + 1, Status::PendingUpgrade)
+                }
+                _ => Ok(()),
+            },
+            HelmOp::Repair { release, delete } => self.repair(release, delete),
+            HelmOp::HandDelete { release, pick } => {
+                self.hand_delete(release, pick);
+                Ok(())
+            }
+        };
+        if let Err(refused) = outcome {
+            self.fail(&format!("the guard refused a write of Helm's own: {refused}"));
+        }
+    }
+
+    /// A stuck pending latest: marked failed (`helm set-status`), or deleted when that leaves a
+    /// deployed revision (or nothing) as the latest.
+    fn repair(&mut self, release: usize, delete: bool) -> Result<(), Refused> {
+        let history = self.history(release);
+        let Some((_, status, name)) = history.last().cloned() else { return Ok(()) };
+        if !status.is_pending() {
+            return Ok(());
+        }
+        let previous = history.iter().rev().nth(1).map(|(_, status, _)| *status);
+        if delete && matches!(previous, None | Some(Status::Deployed)) {
+            return self.helm_delete(&name);
+        }
+        self.update(&name, Status::Failed)
+    }
+
+    fn hand_delete(&mut self, release: usize, pick: usize) {
+        let history = self.history(release);
+        let Some((revision, status, name)) = history.get(pick % history.len().max(1)).cloned() else {
+            return;
+        };
+        let expected = deletion_allowed(&history, revision);
+        let (allowed, reason, message) = self.delete(&name);
+        if allowed != expected {
+            let statuses: Vec<String> = history.iter().map(|(r, s, _)| format!("v{r} {s}")).collect();
+            self.fail(&format!(
+                "deleting v{revision} ({status}) of [{}] by hand: the rules say {}, the guard {} it ({reason}: {message})",
+                statuses.join(", "),
+                if expected { "allow" } else { "refuse" },
+                if allowed { "allowed" } else { "refused" },
+            ));
+        }
+    }
+}
+
+/// POLICY.md's DELETE rules D4–D9, applied to what is really stored (`history`, the deleted
+/// revision among it): the oracle a lagging index must agree with.
+fn deletion_allowed(history: &[(u32, Status, String)], revision: u32) -> bool {
+    let (_, latest_status, _) = history.last().unwrap();
+    let status = history.iter().find(|(r, ..)| *r == revision).unwrap().1;
+    let others: Vec<(u32, Status)> =
+        history.iter().filter(|(r, ..)| *r != revision).map(|(r, s, _)| (*r, *s)).collect();
+    if latest_status.is_uninstall() {
+        return true; // D4a, D6: an uninstall
+    }
+    if others.iter().any(|(r, _)| *r > revision) {
+        // D4, D5: not the latest; the only deployed revision must stay
+        return status != Status::Deployed || others.iter().any(|(_, s)| *s == Status::Deployed);
+    }
+    // D7 allows a stuck or failed latest over a deployed one (or alone); D8, D9 refuse the rest
+    (status.is_pending() || status == Status::Failed)
+        && others.last().is_none_or(|(_, s)| *s == Status::Deployed)
+}
+
+fn run(seed: u64, steps: usize) {
+    let mut world = World::new(seed);
+    for _ in 0..steps {
+        let op = random_op(&mut world.rng, RELEASES.len());
+        world.step(&op);
+        // Between steps the watches catch up a little, or not at all.
+        if world.rng.u8(..4) == 0 {
+            world.deliver_some();
+        }
+    }
+}
+
+#[test]
+fn every_helm_flow_passes_through_two_replicas_with_lagging_watches() {
+    for seed in seeds(1, 48) {
+        run(seed, 160);
+    }
+}
+
+/// The flows the issue found broken, as fixed sequences (each a regression on its own).
+#[test]
+fn the_reproductions_of_the_flows_that_broke() {
+    let flows: [&[HelmOp]; 3] = [
+        // Uninstall soon after a reinstall (the first incarnation's claims hid the second's
+        // records of the same names).
+        &[
+            HelmOp::Install { release: 0, replace: false, fail: false },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: Some(2) },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: Some(2) },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: Some(2) },
+            HelmOp::Uninstall { release: 0, keep_history: false },
+            HelmOp::Install { release: 0, replace: false, fail: false },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: Some(2) },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: Some(2) },
+            HelmOp::Uninstall { release: 0, keep_history: false },
+        ],
+        // `install --replace` after `uninstall --keep-history`.
+        &[
+            HelmOp::Install { release: 1, replace: false, fail: false },
+            HelmOp::Uninstall { release: 1, keep_history: true },
+            HelmOp::Install { release: 1, replace: true, fail: false },
+        ],
+        // `upgrade --install` after `uninstall --keep-history`.
+        &[
+            HelmOp::Install { release: 2, replace: false, fail: false },
+            HelmOp::Upgrade { release: 2, install: false, fail: false, atomic: false, history_max: None },
+            HelmOp::Uninstall { release: 2, keep_history: true },
+            HelmOp::Upgrade { release: 2, install: true, fail: false, atomic: false, history_max: None },
+        ],
+    ];
+    for seed in 0..16 {
+        for flow in flows {
+            let mut world = World::new(seed);
+            for op in flow {
+                world.step(op);
+            }
+            let release = flow[0].release();
+            let latest = world.latest(release).map(|(_, status, _)| status);
+            assert!(matches!(latest, None | Some(Status::Deployed)), "seed {seed}: {flow:?} ends {latest:?}");
+        }
+    }
+}
