@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::flows::{HelmOp, random_op, seeds};
+use common::flows::{HelmOp, deletion_allowed, random_op, seeds};
 use common::leases::{Replica, SharedLeases};
 use common::*;
 use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
@@ -547,25 +547,6 @@ impl World {
             ));
         }
     }
-}
-
-/// POLICY.md's DELETE rules D4–D9, applied to what is really stored (`history`, the deleted
-/// revision among it): the oracle a lagging index must agree with.
-fn deletion_allowed(history: &[(u32, Status, String)], revision: u32) -> bool {
-    let (_, latest_status, _) = history.last().unwrap();
-    let status = history.iter().find(|(r, ..)| *r == revision).unwrap().1;
-    let others: Vec<(u32, Status)> =
-        history.iter().filter(|(r, ..)| *r != revision).map(|(r, s, _)| (*r, *s)).collect();
-    if latest_status.is_uninstall() {
-        return true; // D4a, D6: an uninstall
-    }
-    if others.iter().any(|(r, _)| *r > revision) {
-        // D4, D5: not the latest; the only deployed revision must stay
-        return status != Status::Deployed || others.iter().any(|(_, s)| *s == Status::Deployed);
-    }
-    // D7 allows a stuck or failed latest over a deployed one (or alone); D8, D9 refuse the rest
-    (status.is_pending() || status == Status::Failed)
-        && others.last().is_none_or(|(_, s)| *s == Status::Deployed)
 }
 
 fn run(seed: u64, steps: usize) {

@@ -2,6 +2,8 @@
 //! (tests/helm_flows.rs, Helm's storage calls modelled from its source) and the end-to-end test
 //! that runs the real Helm 3 and Helm 4 binaries (tests/e2e_flows.rs).
 
+use helm_guard::release::Status;
+
 /// One step a user (or a K3s helm-install job) takes with Helm, or a hand edit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HelmOp {
@@ -71,4 +73,23 @@ pub fn seeds(first: u64, count: u64) -> Vec<u64> {
         Some(seed) => vec![seed],
         None => (first..first + count).collect(),
     }
+}
+
+/// POLICY.md's DELETE rules D4–D9, applied to what is really stored (`history`, the deleted
+/// revision among it): the oracle a lagging index must agree with.
+pub fn deletion_allowed(history: &[(u32, Status, String)], revision: u32) -> bool {
+    let (_, latest_status, _) = history.last().unwrap();
+    let status = history.iter().find(|(r, ..)| *r == revision).unwrap().1;
+    let others: Vec<(u32, Status)> =
+        history.iter().filter(|(r, ..)| *r != revision).map(|(r, s, _)| (*r, *s)).collect();
+    if latest_status.is_uninstall() {
+        return true; // D4a, D6: an uninstall
+    }
+    if others.iter().any(|(r, _)| *r > revision) {
+        // D4, D5: not the latest; the only deployed revision must stay
+        return status != Status::Deployed || others.iter().any(|(_, s)| *s == Status::Deployed);
+    }
+    // D7 allows a stuck or failed latest over a deployed one (or alone); D8, D9 refuse the rest
+    (status.is_pending() || status == Status::Failed)
+        && others.last().is_none_or(|(_, s)| *s == Status::Deployed)
 }
