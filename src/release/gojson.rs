@@ -752,7 +752,9 @@ pub fn parse_go_time(text: &[u8]) -> Option<i64> {
         Some(b'Z') if text.len() == i + 1 => 0,
         Some(sign @ (b'+' | b'-')) if text.len() == i + 6 && at(i + 3) == Some(b':') => {
             let (h, m) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
-            if h >= 24 || m >= 60 {
+            // Go's RFC 3339 fast path (`parseRFC3339`, which `Time.UnmarshalJSON` tries first)
+            // takes offset hours to 24 and minutes to 60, both inclusive.
+            if h > 24 || m > 60 {
                 return None;
             }
             let secs = h * 3600 + m * 60;
@@ -897,14 +899,19 @@ mod tests {
         assert_eq!(parse_go_time(b"1970-01-01T01:00:00+01:00"), Some(0));
         assert_eq!(parse_go_time(b"0001-01-01T00:00:00Z"), Some(-62_135_596_800));
         assert_eq!(parse_go_time(b"2026-11-29T16:04:02,5Z"), Some(1_795_968_242));
+        // Go's fast path takes offsets to +24:00 and minutes to 60 (real Helm 3.17 and 4.1 list
+        // such records; +25:00 and +23:61 they skip).
+        assert_eq!(parse_go_time(b"2026-11-30T16:04:02+24:00"), Some(1_795_968_242));
+        assert_eq!(parse_go_time(b"2026-11-30T16:05:02+23:60"), Some(1_795_968_302));
         for bad in [
+            "2026-11-29T16:04:02+25:00",
+            "2026-11-29T16:04:02+23:61",
             "yesterday",
             "2026-11-29",
             "2026-11-29 16:04:02Z",
             "2026-02-30T00:00:00Z",
             "2026-11-29T24:00:00Z",
             "2026-11-29T16:04:02",
-            "2026-11-29T16:04:02+24:00",
             "2026-11-29T16:04:02.Z",
             "2026-12-31T23:59:60Z",
             "2026-11-29t16:04:02Z",

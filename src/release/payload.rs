@@ -8,8 +8,10 @@
 //! be one both Helms read alike.
 //!
 //! Where Helm 3 and Helm 4 read a record differently it counts as unreadable (the safe side: a
-//! record the guard skips can only make it stricter). They differ on: an `info` or `last_run`
-//! given twice or with two spellings of one field (Helm 4 decodes those through a map first), and
+//! record the guard skips can only make it stricter). They differ on: an `info` given twice whose
+//! last copy lacks a `status` or `description` an earlier one has (Helm 4 takes those two from
+//! the last copy alone), a `last_run` given twice, one field of `info` or `last_run` given twice
+//! or with two spellings (Helm 4 decodes those through a map first), and
 //! an empty string as an `info`/`last_run` time under a key spelt otherwise than Helm writes it
 //! (Helm 3's `pkg/time` reads `""` as unset under any spelling, Helm 4 only under its own).
 
@@ -98,8 +100,10 @@ impl Field {
 
 const RELEASE: &[Field] = &[
     kept("name", Ty::Str, Slot::Name),
-    // Helm 4 merges a second `info` otherwise than Helm 3.
-    mutable("info", Ty::Struct(INFO), Slot::Info).once(),
+    // Given twice, Helm 3 decodes the second copy into the first (fields it lacks stay), Helm 4
+    // (`Info.UnmarshalJSON`) too for the times, but takes `status` and `description` from the
+    // last copy alone: see `read_release`.
+    mutable("info", Ty::Struct(INFO), Slot::Info),
     f("chart", Ty::Struct(CHART)),
     f("config", Ty::MapAny),
     f("manifest", Ty::Str),
@@ -279,6 +283,11 @@ struct Kept {
     chart_version: Option<String>,
     app_version: Option<String>,
     has_info: bool,
+    /// How many `info` objects were read, and whether the last one gave `status` and
+    /// `description` (Helm 4 reads those two from the last copy alone).
+    info_copies: u32,
+    last_info_status: bool,
+    last_info_description: bool,
 }
 
 impl Kept {
@@ -367,8 +376,15 @@ impl<R: Read> Walk<R> {
     ) -> Step<bool> {
         let kind = self.json.peek_kind()?;
         if kind == Kind::Null {
-            // Go leaves the field as it was.
             self.json.null()?;
+            if slot == Slot::Info {
+                // A pointer: Go sets it to nil, and a later copy starts from a new struct.
+                let kept = &mut self.kept;
+                kept.has_info = false;
+                (kept.status, kept.description) = (None, None);
+                (kept.first_deployed, kept.last_deployed, kept.deleted) = (None, None, None);
+            }
+            // Anything else Go leaves as it was.
             return Ok(true);
         }
         match (ty, kind) {
@@ -495,7 +511,12 @@ impl<R: Read> Walk<R> {
                 self.array(print, |walk, print| walk.structure(fields, print).map(|_| ()))
             }
             (Ty::Struct(fields), Kind::Object) => {
-                self.kept.has_info |= slot == Slot::Info;
+                if slot == Slot::Info {
+                    self.kept.has_info = true;
+                    self.kept.info_copies += 1;
+                    self.kept.last_info_status = false;
+                    self.kept.last_info_description = false;
+                }
                 self.structure(fields, print)
             }
             (ty, found) => Err(self.wrong_type(ty, found)),
@@ -601,6 +622,8 @@ impl<R: Read> Walk<R> {
                 )));
             }
             seen |= 1 << index;
+            self.kept.last_info_status |= field.slot == Slot::Status;
+            self.kept.last_info_description |= field.slot == Slot::Description;
             self.path.push(field.name);
             // Helm's own times (Helm 3 `pkg/time`, Helm 4's map-first reading) take "" as unset.
             let empty_time = match (through_map, key.bytes == field.name.as_bytes()) {
@@ -700,6 +723,21 @@ pub fn read_release<R: Read>(json: JsonReader<R>, fingerprint: bool) -> Result<R
     let kept = walk.kept;
     if !kept.has_info {
         return Err(DecodeError::Helm("the release has no `info`; Helm cannot show or use it".to_owned()));
+    }
+    // `info` given more than once: Helm 3 keeps an earlier copy's `status` or `description` that
+    // the last copy lacks, Helm 4 reads none there. Alike unless that earlier value is not empty.
+    let kept_from_earlier = |given: bool, merged: &Option<String>| {
+        !given && merged.as_deref().is_some_and(|text| !text.is_empty())
+    };
+    if kept.info_copies > 1
+        && (kept_from_earlier(kept.last_info_status, &kept.status)
+            || kept_from_earlier(kept.last_info_description, &kept.description))
+    {
+        return Err(DecodeError::HelmDisagree(
+            "`info` is given twice and its last copy lacks the `status` or `description` of an earlier one: \
+             Helm 3 keeps the earlier value, Helm 4 reads none"
+                .to_owned(),
+        ));
     }
     let version = kept.version.unwrap_or(0);
     let version = u32::try_from(version).map_err(|_| {

@@ -257,6 +257,19 @@ pub fn cases() -> Vec<Case> {
             DEPLOYED,
             Some((1, "")),
         ),
+        // Both copies whole: Helm 3 and Helm 4 alike read the last (checked with real Helm).
+        case(
+            "info-twice-whole",
+            ending("info-twice-whole", r#","info":{"status":"failed","description":"again"}}"#),
+            Some((1, "failed")),
+            Some((1, "failed")),
+        ),
+        case(
+            "info-twice-spelt-otherwise",
+            ending("info-twice-spelt-otherwise", r#","Info":{"STATUS":"superseded","description":"again"}}"#),
+            Some((1, "superseded")),
+            Some((1, "superseded")),
+        ),
         case("modtime-bad", edit("modtime-bad", |r| r["chart"]["modtime"] = json!("never")), DEPLOYED, None),
         case(
             "schema-bytes-array",
