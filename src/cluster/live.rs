@@ -222,23 +222,26 @@ impl ApiPayloadFetcher {
 }
 
 impl ApiPayloadFetcher {
+    async fn list_metadata<K>(
+        &self,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<Vec<kube::core::ObjectMeta>, kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let listed = Api::<K>::namespaced(self.client.clone(), namespace).list_metadata(params).await?;
+        Ok(listed.items.into_iter().map(|item| item.metadata).collect())
+    }
+
     async fn list_release(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
         let params = ListParams::default().labels(&format!("{RECORD_LABELS},name={}", key.release));
-        let metas: Vec<kube::core::ObjectMeta> = match key.driver {
-            Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), &key.namespace)
-                .list_metadata(&params)
-                .await?
-                .items
-                .into_iter()
-                .map(|item| item.metadata)
-                .collect(),
-            Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &key.namespace)
-                .list_metadata(&params)
-                .await?
-                .items
-                .into_iter()
-                .map(|item| item.metadata)
-                .collect(),
+        let metas = match key.driver {
+            Driver::Secret => self.list_metadata::<Secret>(&key.namespace, &params).await?,
+            Driver::ConfigMap => self.list_metadata::<ConfigMap>(&key.namespace, &params).await?,
         };
         Ok(metas
             .iter()
