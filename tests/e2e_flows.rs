@@ -275,13 +275,12 @@ impl Flow {
         }
     }
 
-    /// `helm upgrade` killed once it has stored its pending revision.
+    /// `helm upgrade` killed once it has stored its pending revision (an upgrade Helm refuses
+    /// before that ends by itself, alike in both namespaces).
     fn killed_upgrade(&self, release: &str, namespace: &str) -> (bool, String) {
         let before = history(self.helm, release, namespace, &self.driver);
-        match before.last() {
-            Some((_, status))
-                if !status.is_pending() && *status != Status::Uninstalled && !status.is_uninstall() => {}
-            _ => return (true, "nothing to upgrade".into()),
+        if before.last().is_some_and(|(_, status)| status.is_pending()) {
+            return (false, "another operation is in progress".into());
         }
         let mut child = Command::new(self.helm)
             .args(["upgrade", release, &self.chart, "--wait", "--timeout", "60s", "-n", namespace])

@@ -146,6 +146,18 @@ struct World {
     seed: u64,
 }
 
+/// How an upgrade ends once its pending revision is stored.
+#[derive(Debug, Clone, Copy)]
+enum UpgradeEnds {
+    Deployed,
+    /// `--wait` gave up; `--atomic` (`--rollback-on-failure`) then rolls back.
+    Failed {
+        atomic: bool,
+    },
+    /// The Helm process was killed: the revision stays pending.
+    Killed,
+}
+
 /// Why a Helm operation stopped: the guard refused one of its writes.
 type Refused = String;
 
@@ -369,7 +381,7 @@ impl World {
     /// `Install.Run`: `availableName`, `replaceRelease`, then the new revision.
     fn install(&mut self, release: usize, replace: bool, fail: bool) -> Result<(), Refused> {
         let latest = self.latest(release);
-        if let Some((revision, status, name)) = &latest {
+        if let Some((_, status, name)) = &latest {
             let reusable = replace && matches!(status, Status::Uninstalled | Status::Failed);
             if !reusable {
                 return Ok(()); // "cannot re-use a name that is still in use"
@@ -377,7 +389,6 @@ impl World {
             if *status != Status::Failed {
                 self.update(name, Status::Superseded)?;
             }
-            let _ = revision;
         }
         let revision = latest.map_or(1, |(revision, ..)| revision + 1);
         self.create(release, revision, Status::PendingInstall)?;
@@ -385,12 +396,11 @@ impl World {
         self.update(&name, if fail { Status::Failed } else { Status::Deployed })
     }
 
-    /// `Upgrade.prepareUpgrade` and `performUpgrade`; `--atomic` rolls back a failure.
+    /// `Upgrade.prepareUpgrade` and `performUpgrade`, ending as `ends` says.
     fn upgrade(
         &mut self,
         release: usize,
-        fail: bool,
-        atomic: bool,
+        ends: UpgradeEnds,
         history_max: Option<u32>,
     ) -> Result<(), Refused> {
         let Some((last, last_status, last_name)) = self.latest(release) else { return Ok(()) };
@@ -410,15 +420,20 @@ impl World {
         let revision = last + 1;
         self.create(release, revision, Status::PendingUpgrade)?;
         let name = format!("sh.helm.release.v1.{}.v{revision}", RELEASES[release]);
-        if fail {
-            self.update(&name, Status::Failed)?;
-            if atomic {
-                return self.rollback(release, revision - 1, false, history_max);
+        match ends {
+            UpgradeEnds::Deployed => {
+                self.update(&current, Status::Superseded)?;
+                self.update(&name, Status::Deployed)
             }
-            return Ok(());
+            UpgradeEnds::Failed { atomic } => {
+                self.update(&name, Status::Failed)?;
+                if atomic {
+                    return self.rollback(release, revision - 1, false, history_max);
+                }
+                Ok(())
+            }
+            UpgradeEnds::Killed => Ok(()),
         }
-        self.update(&current, Status::Superseded)?;
-        self.update(&name, Status::Deployed)
     }
 
     /// `Rollback.Run` to `target`.
@@ -481,10 +496,11 @@ impl World {
             HelmOp::Upgrade { release, install, fail, atomic, history_max } => {
                 let absent_or_uninstalled =
                     self.latest(release).is_none_or(|(_, status, _)| status == Status::Uninstalled);
+                let ends = if fail { UpgradeEnds::Failed { atomic } } else { UpgradeEnds::Deployed };
                 if install && absent_or_uninstalled {
                     self.install(release, true, fail)
                 } else {
-                    self.upgrade(release, fail, atomic, history_max)
+                    self.upgrade(release, ends, history_max)
                 }
             }
             HelmOp::Rollback { release, pick, fail } => {
@@ -498,12 +514,7 @@ impl World {
             HelmOp::Reinstall { release } => {
                 self.uninstall(release, false).and_then(|()| self.install(release, false, false))
             }
-            HelmOp::KilledUpgrade { release } => match self.latest(release) {
-                Some((last, status, _)) if !status.is_pending() && status != Status::Uninstalled => {
-                    self.create(release, last + 1, Status::PendingUpgrade)
-                }
-                _ => Ok(()),
-            },
+            HelmOp::KilledUpgrade { release } => self.upgrade(release, UpgradeEnds::Killed, None),
             HelmOp::Repair { release, delete } => self.repair(release, delete),
             HelmOp::HandDelete { release, pick } => {
                 self.hand_delete(release, pick);

@@ -37,8 +37,20 @@ struct Stub {
     secret_watches: Watchers,
     /// Names of the Secrets fetched one by one.
     gets: Arc<Mutex<Vec<String>>>,
-    /// GETs of single Secrets never answer (an API server in trouble).
-    hang_gets: bool,
+    /// What never answers (an API server in trouble).
+    hangs: Hangs,
+    /// Lists of one release answered so far.
+    lists: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Which calls of the guard's a stub API server leaves unanswered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hangs {
+    Nothing,
+    /// GETs of single Secrets.
+    Gets,
+    /// Lists of one release's Secrets, after the first this many.
+    ListsAfter(usize),
 }
 
 fn metadata_only(object: &Value) -> Value {
@@ -106,7 +118,8 @@ async fn namespace_secrets(
 ) -> axum::response::Response {
     let selector = query.get("labelSelector").cloned().unwrap_or_default();
     let release = selector.strip_prefix("owner=helm,name=").expect("the guard lists one release's records");
-    if stub.hang_gets {
+    let answered = stub.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if matches!(stub.hangs, Hangs::ListsAfter(first) if answered >= first) {
         return futures::future::pending().await;
     }
     let items = stub
@@ -126,7 +139,7 @@ async fn one_secret(
     axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
 ) -> axum::response::Response {
     stub.gets.lock().unwrap().push(name.clone());
-    if stub.hang_gets {
+    if stub.hangs == Hangs::Gets {
         return futures::future::pending().await;
     }
     match stub.secrets.iter().find(|s| s["metadata"]["namespace"] == namespace && s["metadata"]["name"] == name) {
@@ -152,17 +165,22 @@ async fn start_stub(secrets_items: Vec<Value>) -> (String, Watchers) {
 }
 
 async fn start_stub_counting(secrets_items: Vec<Value>) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
-    start_stub_with(secrets_items, false).await
+    start_stub_with(secrets_items, Hangs::Nothing).await
 }
 
 async fn start_stub_with(
     secrets_items: Vec<Value>,
-    hang_gets: bool,
+    hangs: Hangs,
 ) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
     let watches: Watchers = Arc::default();
     let gets: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stub =
-        Stub { secrets: secrets_items, secret_watches: watches.clone(), gets: gets.clone(), hang_gets };
+    let stub = Stub {
+        secrets: secrets_items,
+        secret_watches: watches.clone(),
+        gets: gets.clone(),
+        hangs,
+        lists: Arc::default(),
+    };
     let app = Router::new()
         .route("/version", get(version))
         .route("/api/v1/secrets", get(secrets))
@@ -303,9 +321,9 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
 /// A guard in this process over a live index fed by a stub API server holding `records`; ready.
 async fn live_guard(
     records: Vec<Value>,
-    hang_gets: bool,
+    hangs: Hangs,
 ) -> (helm_guard::server::Running, common::guard::HttpsClient, Arc<Mutex<Vec<String>>>, tempfile::TempDir) {
-    let (server, _watches, gets) = start_stub_with(records, hang_gets).await;
+    let (server, _watches, gets) = start_stub_with(records, hangs).await;
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = live::connect(&args).await.unwrap();
@@ -332,7 +350,7 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     for (n, record) in records.iter_mut().enumerate() {
         record["metadata"]["resourceVersion"] = json!(format!("{}", 50 + n));
     }
-    let (running, https, gets, _dir) = live_guard(records.clone(), false).await;
+    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Nothing).await;
 
     let post = |review: Value| {
         let https = https.clone();
@@ -363,7 +381,7 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verdict_never_outlasts_its_deadline_against_an_api_server_that_hangs() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
-    let (running, https, gets, _dir) = live_guard(records.clone(), true).await;
+    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Gets).await;
     let started = std::time::Instant::now();
     let (status, body) =
         https.post("/validate", serde_json::to_vec(&delete_review(&records[0])).unwrap()).await;
@@ -383,12 +401,52 @@ async fn a_verdict_never_outlasts_its_deadline_against_an_api_server_that_hangs(
     running.shutdown().await;
 }
 
+/// A watch can lag what is stored, so an approval that rests on the release's history waits for a
+/// listing of the release; one that cannot be had within the deadline refuses, saying to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_without_the_listing_of_its_release_is_refused_for_a_retry() {
+    let mut records = history(&helm4_secret(), &[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    for (n, record) in records.iter_mut().enumerate() {
+        record["metadata"]["resourceVersion"] = json!(format!("{}", 60 + n));
+    }
+    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::ListsAfter(2)).await;
+    let verdict = |review: Value| {
+        let https = https.clone();
+        async move {
+            let (status, body) = https.post("/validate", serde_json::to_vec(&review).unwrap()).await;
+            assert_eq!(status, 200);
+            let answer: Value = serde_json::from_slice(&body).unwrap();
+            let response = &answer["response"];
+            let reason = response["auditAnnotations"]["reason"].as_str().unwrap().to_owned();
+            (response["allowed"].as_bool().unwrap(), reason, response["status"]["message"].to_string())
+        }
+    };
+    // The first two listings come, and with them every payload is read (dry runs: nothing is
+    // hidden).
+    let (allowed, reason, _) = verdict(dry_run(delete_review(&records[0]))).await;
+    assert_eq!((allowed, reason.as_str()), (true, "history-pruning"));
+    let (allowed, reason, _) = verdict(dry_run(delete_review(&records[2]))).await;
+    assert_eq!((allowed, reason.as_str()), (false, "latest-deployed-revision"));
+    assert_eq!(gets.lock().unwrap().len(), 3);
+    // The next does not: the oldest revision would be harmless to delete as far as the watch
+    // knows, but that cannot be confirmed.
+    let started = std::time::Instant::now();
+    let (allowed, reason, message) = verdict(delete_review(&records[0])).await;
+    assert!(!allowed && reason == "unread-history", "{reason}: {message}");
+    assert!(message.contains("could not list the records") && message.contains("retry"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(3), "within the decision deadline");
+    // A refusal needs no listing to stand: the latest deployed revision stays refused.
+    let (allowed, reason, _) = verdict(delete_review(&records[2])).await;
+    assert_eq!((allowed, reason.as_str()), (false, "latest-deployed-revision"));
+    running.shutdown().await;
+}
+
 // One async worker: a verdict that waited on the API server where the request was read would
 // hold it, and nothing else (this test's own requests included) would move until its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_verdict_waiting_on_the_api_server_holds_up_no_other_request() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
-    let (running, https, gets, _dir) = live_guard(records.clone(), true).await;
+    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Gets).await;
     let waiting = tokio::spawn({
         let https = https.clone();
         let review = serde_json::to_vec(&delete_review(&records[0])).unwrap();

@@ -183,21 +183,16 @@ fn delete(
         })
     };
     let mut decided = decide(false);
-    if decided.0.reason == Reason::UnreadHistory {
-        // The verdict depends on records known only by their labels: read them, then decide again.
-        admission.read_history(&id.key, Some(object), started, io)?;
-        decided = decide(false);
-    }
-    if confirms && decided.0.reason.rests_on_history() {
-        if !admission.confirm_history(&id.key, Some(object), started, io)? {
+    let reason = decided.0.reason;
+    if confirms && (reason == Reason::UnreadHistory || reason.rests_on_history()) {
+        // Decided again on what is stored now: the release listed (the watch may lag), and every
+        // record known only by its labels read as Helm reads it.
+        let listed = admission.confirm_history(&id.key, Some(object), started, io)?;
+        decided = decide(listed && coordinator.is_none());
+        if !listed && decided.0.allowed {
             // Without the listing a refusal still stands (it fails closed); an approval cannot.
-            decided = decide(false);
-            if decided.1.allowed {
-                return Ok(unconfirmed(&id.key, object, mode));
-            }
-            return Ok(decided);
+            return Ok(unconfirmed(&id.key, object, mode));
         }
-        decided = decide(coordinator.is_none());
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
     if !decided.1.allowed || !decided.0.reason.approval_needs_coordination() {

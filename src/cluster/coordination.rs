@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use crate::release::ReleaseKey;
+use crate::release::record::same_object;
 
 /// The annotation holding a Lease's claims, as JSON.
 pub const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
@@ -44,8 +45,8 @@ pub struct Claim {
     /// The record's object name.
     pub object: String,
     /// The record's uid: the claim is on that object, not on a later one that reuses its name
-    /// (Helm's names come back with every reinstall). Claims written by guards before 0.2 have
-    /// none; they stand for the name, as they did, until they expire.
+    /// (Helm's names come back with every reinstall). Claims written by earlier builds have none;
+    /// they stand for the name, as they did, until they expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     /// Unix milliseconds: replicas share the wall clock, not `Instant`s.
@@ -113,11 +114,7 @@ impl Claim {
     /// Whether this claim is on `record`: the same name, and the same uid unless one of them has
     /// none.
     pub fn is(&self, record: &ClaimedRecord<'_>) -> bool {
-        self.object == record.object
-            && match (self.uid.as_deref(), record.uid) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            }
+        self.object == record.object && same_object(self.uid.as_deref(), record.uid)
     }
 }
 

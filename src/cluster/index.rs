@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crate::policy::Mode;
 use crate::release::ReleaseKey;
 use crate::release::history::{PayloadStatus, RevisionFacts, classify};
+use crate::release::record::same_object;
 
 /// Where the index's contents come from, which decides what an approved write does to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +78,6 @@ pub enum IndexChange {
     },
 }
 
-/// Whether a remembered object and one named `uid` are the same object: they are unless both
-/// uids are known and differ.
-fn same_object(remembered: Option<&str>, uid: Option<&str>) -> bool {
-    match (remembered, uid) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
-    }
-}
-
 #[derive(Debug, Clone)]
 struct Entry {
     facts: RevisionFacts,
@@ -104,6 +96,19 @@ impl Entry {
             uid: uid.map(Into::into),
             resource_version: resource_version.map(Into::into),
             hidden_until: None,
+        }
+    }
+
+    /// A new view of an object (a watch event, a list) keeps what is known of the same object
+    /// from `before`: a payload read at this resourceVersion, an approved deletion the watch has
+    /// not confirmed, its uid. A new object under the name keeps nothing.
+    fn keep_from(&mut self, before: Option<&Entry>) {
+        if let Some(before) = before.filter(|before| before.is(self.uid.as_deref())) {
+            self.facts = before.facts_after(self.facts, self.resource_version.as_deref());
+            self.hidden_until = before.hidden_until;
+            if self.uid.is_none() {
+                self.uid.clone_from(&before.uid);
+            }
         }
     }
 
@@ -252,21 +257,11 @@ impl ReleaseIndex {
     /// deletion of the same object stays pending: the object still existing is no news until
     /// the watch deletes it. A new object under a remembered name starts afresh.
     pub fn upsert(&self, record: IndexedRecord) {
+        let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
         let mut state = self.lock();
         let records = state.releases.entry(record.key).or_default();
-        match records.get_mut(record.object.as_str()) {
-            Some(entry) if entry.is(record.uid.as_deref()) => {
-                entry.facts = entry.facts_after(record.facts, record.resource_version.as_deref());
-                entry.resource_version = record.resource_version.map(Into::into);
-                if record.uid.is_some() {
-                    entry.uid = record.uid.map(Into::into);
-                }
-            }
-            _ => {
-                let entry = Entry::new(record.facts, record.uid, record.resource_version);
-                records.insert(record.object.into(), entry);
-            }
-        }
+        entry.keep_from(records.get(record.object.as_str()));
+        records.insert(record.object.into(), entry);
     }
 
     /// Removes one record (the watch saw it deleted, or a read found it gone): only the object
@@ -288,15 +283,11 @@ impl ReleaseIndex {
             let entry = Entry::new(record.facts, record.uid, record.resource_version);
             fresh.entry(record.key).or_default().insert(record.object.into(), entry);
         }
-        let now = Instant::now();
         let mut state = self.lock();
         for (key, records) in fresh.iter_mut() {
             let Some(old) = state.releases.get(key) else { continue };
             for (object, entry) in records.iter_mut() {
-                if let Some(before) = old.get(object).filter(|before| before.is(entry.uid.as_deref())) {
-                    entry.facts = before.facts_after(entry.facts, entry.resource_version.as_deref());
-                    entry.hidden_until = before.hidden_until.filter(|until| *until > now);
-                }
+                entry.keep_from(old.get(object));
             }
         }
         state.releases.retain(|key, _| !drivers.contains(&key.driver));
@@ -309,18 +300,16 @@ impl ReleaseIndex {
     /// its resourceVersion, a pending approved deletion) stays.
     pub fn sync_release(&self, key: &ReleaseKey, listed: Vec<IndexedRecord>) {
         let mut state = self.lock();
-        let mut fresh = Records::new();
         let old = state.releases.remove(key).unwrap_or_default();
-        for record in listed.into_iter().filter(|record| record.key == *key) {
-            let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
-            if let Some(before) =
-                old.get(record.object.as_str()).filter(|before| before.is(entry.uid.as_deref()))
-            {
-                entry.facts = before.facts_after(entry.facts, entry.resource_version.as_deref());
-                entry.hidden_until = before.hidden_until;
-            }
-            fresh.insert(record.object.into(), entry);
-        }
+        let fresh: Records = listed
+            .into_iter()
+            .filter(|record| record.key == *key)
+            .map(|record| {
+                let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
+                entry.keep_from(old.get(record.object.as_str()));
+                (record.object.into(), entry)
+            })
+            .collect();
         if !fresh.is_empty() {
             state.releases.insert(key.clone(), fresh);
         }

@@ -76,7 +76,7 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyC
         }
         // D4
         let only_deployed = status == Status::Deployed && others.deployed().next().is_none();
-        if only_deployed && !latest_status.is_uninstall() {
+        if only_deployed {
             let fix = remedies(
                 namespace,
                 release,

@@ -133,6 +133,18 @@ pub fn release_key(driver: Driver, namespace: &str, labels: &BTreeMap<String, St
     Some(ReleaseKey { driver, namespace: namespace.to_owned(), release: release.clone() })
 }
 
+/// Whether two sightings of an object under one name, each with its uid when known, are of the
+/// same object: they are unless both uids are known and differ. Helm reuses names (a release
+/// installed again writes `sh.helm.release.v1.<release>.v1` anew), the API server never reuses a
+/// uid; where one is unknown (a dump without uids, a Lease claim of an older guard) the name
+/// stands in.
+pub fn same_object(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
 /// The revision a record claims before its payload is read: the `version` label, else the object
 /// name's. Helm reads the payload's `version`; this is only what a metadata view can show.
 pub fn version_hint(name: &str, labels: &BTreeMap<String, String>) -> u32 {
