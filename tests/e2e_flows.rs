@@ -41,7 +41,13 @@ impl Drop for Replica {
     }
 }
 
-fn start_replica(name: &str, port: u16, certs: &std::path::Path, lease_namespace: &str) -> Replica {
+fn start_replica(
+    name: &str,
+    port: u16,
+    certs: &std::path::Path,
+    lease_namespace: &str,
+    coordination: &str,
+) -> Replica {
     let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
         .arg("--tls-cert")
@@ -49,6 +55,7 @@ fn start_replica(name: &str, port: u16, certs: &std::path::Path, lease_namespace
         .arg("--tls-key")
         .arg(certs.join("tls.key"))
         .args(["--lease-namespace", lease_namespace, "--replica-id", name, "--shutdown-delay", "0s"])
+        .args(["--coordination", coordination])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -74,7 +81,7 @@ fn kubectl_apply(object: &Value) {
 
 /// The shipped webhook configurations, the records webhook split in two (one per replica, by
 /// the parity of the request's uid), scoped to the guarded namespace.
-fn register(guarded: &str, ca_pem: &str) {
+fn register(guarded: &str, ca_pem: &str, ports: [u16; 2]) {
     use base64::Engine as _;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let text =
@@ -84,7 +91,7 @@ fn register(guarded: &str, ca_pem: &str) {
         configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{guarded}")});
         let mut webhooks = Vec::new();
         for webhook in configuration["webhooks"].as_array().unwrap() {
-            for (i, port) in PORTS.iter().enumerate() {
+            for (i, port) in ports.iter().enumerate() {
                 let mut webhook = webhook.clone();
                 let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
                 webhook["name"] = json!(format!("r{i}.{}", webhook["name"].as_str().unwrap()));
@@ -117,6 +124,50 @@ fn history(helm: &str, release: &str, namespace: &str, driver: &str) -> Vec<(u32
             (row["revision"].as_u64().unwrap() as u32, row["status"].as_str().unwrap().parse().unwrap())
         })
         .collect()
+}
+
+/// Two namespaces: the first behind the guard (two replicas agreeing through Leases, or one with
+/// `--coordination none`), the second a twin without any webhook. Dropped, it removes the webhook
+/// configuration, the replicas and both namespaces.
+struct Twins {
+    namespaces: [String; 2],
+    replicas: Vec<Replica>,
+}
+
+impl Twins {
+    fn new(certs: &std::path::Path, ca_pem: &str, chart: &str, coordination: &str) -> Twins {
+        let suffix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            % 1_000_000;
+        let namespaces = [format!("flows-guarded-{suffix}"), format!("flows-twin-{suffix}")];
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespaces[0], "labels": {"helm-guard-e2e": namespaces[0]}}}));
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[1]}}));
+        let names: &[&str] = if coordination == "none" { &["a"] } else { &["a", "b"] };
+        let replicas = names
+            .iter()
+            .zip(PORTS)
+            .map(|(name, port)| start_replica(name, port, certs, &namespaces[0], coordination))
+            .collect();
+        std::thread::sleep(Duration::from_secs(2)); // the replicas' first lists
+        // One replica takes both halves of the split.
+        let ports = if names.len() == 1 { [PORTS[0]; 2] } else { PORTS };
+        register(&namespaces[0], ca_pem, ports);
+        probe(&namespaces[0], chart);
+        Twins { namespaces, replicas }
+    }
+}
+
+impl Drop for Twins {
+    fn drop(&mut self) {
+        let configuration = format!("helm-guard-e2e-{}", self.namespaces[0]);
+        let _ = Command::new("kubectl")
+            .args(["delete", "validatingwebhookconfiguration", &configuration])
+            .output();
+        self.replicas.clear();
+        for ns in &self.namespaces {
+            let _ = Command::new("kubectl").args(["delete", "ns", ns, "--wait=false"]).output();
+        }
+    }
 }
 
 /// Waits until the guard is in the way: the latest deployed record of a release cannot be
@@ -350,7 +401,7 @@ impl Flow {
 
 #[test]
 #[ignore = "needs a real API server, helm3, helm and kubectl: cargo test --test e2e_flows -- --ignored"]
-fn random_helm_flows_behind_two_replicas_match_an_unguarded_twin() {
+fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
     let steps: usize = std::env::var("HELM_FLOWS_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let dir = tempfile::tempdir().unwrap();
     let chart = dir.path().join("demo");
@@ -362,24 +413,9 @@ fn random_helm_flows_behind_two_replicas_match_an_unguarded_twin() {
         helm_guard::server::certs::generate(&["127.0.0.1".to_owned(), "localhost".to_owned()], 1).unwrap();
     helm_guard::server::certs::write(&bundle, &certs).unwrap();
     for seed in seeds(1, 2) {
-        let suffix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
-            % 1_000_000;
-        let namespaces = [format!("flows-guarded-{suffix}"), format!("flows-twin-{suffix}")];
-        for ns in &namespaces {
-            kubectl_apply(
-                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": namespaces[0]}}}),
-            );
-        }
-        // Only the guarded namespace matches the webhooks' selector.
-        let _ = Command::new("kubectl").args(["label", "ns", &namespaces[1], "helm-guard-e2e-"]).output();
-        let replicas: Vec<Replica> = ["a", "b"]
-            .iter()
-            .zip(PORTS)
-            .map(|(name, port)| start_replica(name, port, &certs, &namespaces[0]))
-            .collect();
-        std::thread::sleep(Duration::from_secs(2)); // the replicas' first lists
-        register(&namespaces[0], &bundle.ca_pem);
-        probe(&namespaces[0], chart.to_str().unwrap());
+        let coordination = std::env::var("HELM_FLOWS_COORDINATION")
+            .unwrap_or_else(|_| if (seed / 2) % 2 == 1 { "none" } else { "lease" }.into());
+        let twins = Twins::new(&certs, &bundle.ca_pem, chart.to_str().unwrap(), &coordination);
         let mut rng = fastrand::Rng::with_seed(seed);
         let driver = std::env::var("HELM_DRIVER")
             .unwrap_or_else(|_| if seed % 2 == 0 { "configmap" } else { "secret" }.into());
@@ -388,7 +424,7 @@ fn random_helm_flows_behind_two_replicas_match_an_unguarded_twin() {
             helm,
             driver,
             chart: chart.to_str().unwrap().to_owned(),
-            namespaces,
+            namespaces: twins.namespaces.clone(),
             rng,
             log: Vec::new(),
             seed,
@@ -399,20 +435,68 @@ fn random_helm_flows_behind_two_replicas_match_an_unguarded_twin() {
                 flow.step(&op);
             }
         }));
-        let _ = Command::new("kubectl")
-            .args([
-                "delete",
-                "validatingwebhookconfiguration",
-                &format!("helm-guard-e2e-{}", flow.namespaces[0]),
-            ])
-            .output();
-        drop(replicas);
-        for ns in &flow.namespaces {
-            let _ = Command::new("kubectl").args(["delete", "ns", ns, "--wait=false"]).output();
-        }
+        drop(twins);
         if let Err(panic) = outcome {
             std::panic::resume_unwind(panic);
         }
-        eprintln!("seed {seed}: {steps} steps agree ({}, HELM_DRIVER={})", flow.helm, flow.driver);
+        eprintln!(
+            "seed {seed}: {steps} steps agree ({}, HELM_DRIVER={}, --coordination {coordination})",
+            flow.helm, flow.driver
+        );
     }
+}
+
+/// What the guard adds to `helm uninstall` of a release of 10 revisions (its purge: one UPDATE,
+/// ten DELETEs), behind two replicas agreeing through Leases, against the unguarded twin: the
+/// medians of `HELM_FLOWS_ROUNDS` (default 7) rounds, the order of the two alternating. Printed,
+/// not asserted (BENCHMARKS.md records the runs); run it on a release build.
+#[test]
+#[ignore = "a measurement on a real API server: cargo test --release --test e2e_flows -- --ignored uninstall --nocapture"]
+fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
+    let rounds: usize = std::env::var("HELM_FLOWS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("demo");
+    assert!(
+        Command::new("helm").args(["create", chart.to_str().unwrap()]).output().unwrap().status.success()
+    );
+    let chart = chart.to_str().unwrap();
+    let certs = dir.path().join("certs");
+    let bundle =
+        helm_guard::server::certs::generate(&["127.0.0.1".to_owned(), "localhost".to_owned()], 1).unwrap();
+    helm_guard::server::certs::write(&bundle, &certs).unwrap();
+    let twins = Twins::new(&certs, &bundle.ca_pem, chart, "lease");
+    let mut took: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let release = format!("u{round}");
+        for ns in &twins.namespaces {
+            assert!(run("helm", &["install", &release, chart], ns, "secret").status.success());
+            for n in 2..=10 {
+                let value = format!("replicaCount={n}");
+                assert!(
+                    run("helm", &["upgrade", &release, chart, "--set", &value], ns, "secret")
+                        .status
+                        .success()
+                );
+            }
+        }
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let started = Instant::now();
+            let output = run("helm", &["uninstall", &release], &twins.namespaces[i], "secret");
+            took[i].push(started.elapsed());
+            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        }
+    }
+    let median = |times: &mut Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let (guarded, twin) = (median(&mut took[0].clone()), median(&mut took[1].clone()));
+    eprintln!(
+        "helm uninstall of 10 revisions, {rounds} rounds: behind the guard {took0:?}, without {took1:?}; \
+         medians {guarded:?} and {twin:?}: {:.3}x",
+        guarded.as_secs_f64() / twin.as_secs_f64(),
+        took0 = took[0],
+        took1 = took[1],
+    );
 }

@@ -512,7 +512,7 @@ async fn crafted_table_against_real_helm(run: &Run) {
     }
     let mut wrong = Vec::new();
     for case in &cases {
-        let reading = |bin| match run.try_helm_history(bin, case.name) {
+        let reading = |bin| match run.try_helm_history(bin, &case.name) {
             Ok(rows) => Ok(rows.into_iter().next()),
             Err(text) if text.contains("panic") => Err(()),
             Err(text) => panic!("{bin} history {}: {text}", case.name),
@@ -530,7 +530,7 @@ async fn crafted_table_against_real_helm(run: &Run) {
                 case.name, case.helm3, case.helm4
             ));
         }
-        let guard = run.guard_history(case.name);
+        let guard = run.guard_history(&case.name);
         let expected: Vec<(i64, String)> = case
             .expected()
             .map(|(v, s)| {

@@ -10,8 +10,9 @@
 //! Where Helm 3 and Helm 4 read a record differently it counts as unreadable (the safe side: a
 //! record the guard skips can only make it stricter). They differ on: an `info` given twice whose
 //! last copy lacks a `status` or `description` an earlier one has (Helm 4 takes those two from
-//! the last copy alone), a `last_run` given twice, one field of `info` or `last_run` given twice
-//! or with two spellings (Helm 4 decodes those through a map first), and
+//! the last copy alone); one field of `info` or `last_run` given under several spellings with
+//! different values, where the last given (Helm 3's) is not the spelling that sorts last (Helm 4
+//! decodes those structs through a map, which `json.Marshal` writes back in key order); and
 //! an empty string as an `info`/`last_run` time under a key spelt otherwise than Helm writes it
 //! (Helm 3's `pkg/time` reads `""` as unset under any spelling, Helm 4 only under its own).
 
@@ -74,28 +75,19 @@ struct Field {
     slot: Slot,
     /// Part of the content fingerprint (what Helm never changes in an update).
     content: bool,
-    /// Given twice (in any spelling), Helm 3 and Helm 4 read it differently.
-    once: bool,
 }
 
 const fn f(name: &'static str, ty: Ty) -> Field {
-    Field { name, ty, slot: Slot::None, content: true, once: false }
+    Field { name, ty, slot: Slot::None, content: true }
 }
 
 const fn kept(name: &'static str, ty: Ty, slot: Slot) -> Field {
-    Field { name, ty, slot, content: true, once: false }
+    Field { name, ty, slot, content: true }
 }
 
 /// A field Helm rewrites in its own updates, or that only records when (not what).
 const fn mutable(name: &'static str, ty: Ty, slot: Slot) -> Field {
-    Field { name, ty, slot, content: false, once: false }
-}
-
-impl Field {
-    const fn once(mut self) -> Field {
-        self.once = true;
-        self
-    }
+    Field { name, ty, slot, content: false }
 }
 
 const RELEASE: &[Field] = &[
@@ -114,13 +106,13 @@ const RELEASE: &[Field] = &[
 ];
 
 const INFO: &[Field] = &[
-    mutable("first_deployed", Ty::Time, Slot::FirstDeployed).once(),
-    mutable("last_deployed", Ty::Time, Slot::LastDeployed).once(),
-    mutable("deleted", Ty::Time, Slot::Deleted).once(),
-    mutable("description", Ty::Str, Slot::Description).once(),
-    mutable("status", Ty::Str, Slot::Status).once(),
-    mutable("notes", Ty::Str, Slot::None).once(),
-    mutable("resources", Ty::Resources, Slot::None).once(),
+    mutable("first_deployed", Ty::Time, Slot::FirstDeployed),
+    mutable("last_deployed", Ty::Time, Slot::LastDeployed),
+    mutable("deleted", Ty::Time, Slot::Deleted),
+    mutable("description", Ty::Str, Slot::Description),
+    mutable("status", Ty::Str, Slot::Status),
+    mutable("notes", Ty::Str, Slot::None),
+    mutable("resources", Ty::Resources, Slot::None),
 ];
 
 const CHART: &[Field] = &[
@@ -187,9 +179,9 @@ const HOOK: &[Field] = &[
 ];
 
 const HOOK_EXECUTION: &[Field] = &[
-    mutable("started_at", Ty::Time, Slot::None).once(),
-    mutable("completed_at", Ty::Time, Slot::None).once(),
-    mutable("phase", Ty::Str, Slot::None).once(),
+    mutable("started_at", Ty::Time, Slot::None),
+    mutable("completed_at", Ty::Time, Slot::None),
+    mutable("phase", Ty::Str, Slot::None),
 ];
 
 /// Structs that Helm 4 decodes through a `map[string]any` first (custom `UnmarshalJSON`).
@@ -579,7 +571,11 @@ impl<R: Read> Walk<R> {
             return Err(self.wrong_type(Ty::Struct(fields), found));
         }
         let through_map = read_through_map(fields);
-        let mut seen = 0u64;
+        // Helm 4 reads these structs through a map: of a field given under several spellings it
+        // takes the one whose key sorts last (Go's `json.Marshal` sorts map keys), where Helm 3
+        // takes the last given. Followed per field, only there.
+        let mut repeats: Vec<Repeats> =
+            if through_map { vec![Repeats::default(); fields.len()] } else { Vec::new() };
         // Each field's fingerprint, the last given winning as in Go, then taken in the table's
         // order: field order in the text does not matter to Go, so it does not here.
         let mut prints: Vec<Option<[u8; 32]>> = vec![None; fields.len()];
@@ -590,6 +586,16 @@ impl<R: Read> Walk<R> {
         loop {
             let mut key = Capture::new(32);
             if !self.json.next_key(first, &mut key)? {
+                if let Some(field) =
+                    fields.iter().zip(&repeats).find_map(|(field, r)| r.disagree().then_some(field))
+                {
+                    let at = if self.path.is_empty() { String::new() } else { format!("{}.", self.path()) };
+                    return Err(DecodeError::HelmDisagree(format!(
+                        "`{at}{}` is given under several spellings and the last given is not the one that sorts last: \
+                         Helm 3 reads the one, Helm 4 the other",
+                        field.name
+                    )));
+                }
                 let zero = !set.contains(&true);
                 if let Some(p) = print {
                     for (field, fingerprint) in fields.iter().zip(&prints) {
@@ -614,14 +620,6 @@ impl<R: Read> Walk<R> {
                 self.json.any(None, through_map)?;
                 continue;
             };
-            if field.once && seen & (1 << index) != 0 {
-                let at = if self.path.is_empty() { String::new() } else { format!("{}.", self.path()) };
-                return Err(DecodeError::HelmDisagree(format!(
-                    "`{at}{}` is given twice; Helm 3 and Helm 4 read that differently",
-                    field.name
-                )));
-            }
-            seen |= 1 << index;
             self.kept.last_info_status |= field.slot == Slot::Status;
             self.kept.last_info_description |= field.slot == Slot::Description;
             self.path.push(field.name);
@@ -634,12 +632,47 @@ impl<R: Read> Walk<R> {
             let mut field_print = (field.content && print.is_some()).then(Fingerprint::default);
             let field_zero = self.value(field.ty, field.slot, empty_time, field_print.as_mut())?;
             self.path.pop();
+            if let Some(repeat) = repeats.get_mut(index) {
+                let value = self.kept.text(field.slot).and_then(|kept| kept.clone());
+                repeat.given(key.bytes, value, field.slot != Slot::None);
+            }
             if let Some(slot) = prints.get_mut(index) {
                 *slot = field_print.filter(|_| !field_zero).map(Fingerprint::finish);
             }
             if let Some(set) = set.get_mut(index) {
                 *set = !field_zero;
             }
+        }
+    }
+}
+
+/// One field of a struct Helm 4 reads through a map, as its occurrences come.
+#[derive(Debug, Clone, Default)]
+struct Repeats {
+    /// The greatest key it was given under, and what that occurrence left in its kept slot.
+    greatest: Option<(Vec<u8>, Option<String>)>,
+    /// Whether the last occurrence was under the greatest key, and what it left.
+    last: Option<(bool, Option<String>)>,
+    /// Whether the guard keeps the field's value (else two occurrences cannot be compared).
+    kept: bool,
+}
+
+impl Repeats {
+    fn given(&mut self, key: Vec<u8>, value: Option<String>, kept: bool) {
+        self.kept = kept;
+        let greatest = self.greatest.as_ref().is_none_or(|(top, _)| key >= *top);
+        self.last = Some((greatest, value.clone()));
+        if greatest {
+            // The same key again also replaces its value in Helm 4's map.
+            self.greatest = Some((key, value));
+        }
+    }
+
+    /// Helm 3 (the last given) and Helm 4 (the greatest key's last value) read different values.
+    fn disagree(&self) -> bool {
+        match (&self.last, &self.greatest) {
+            (Some((false, last)), Some((_, top))) => !self.kept || last != top,
+            _ => false,
         }
     }
 }

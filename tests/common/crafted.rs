@@ -25,7 +25,7 @@ pub enum Stored {
 /// Helm crashed on the record, see `crashes`).
 #[derive(Debug, Clone)]
 pub struct Case {
-    pub name: &'static str,
+    pub name: String,
     pub json: Vec<u8>,
     pub stored: Stored,
     pub helm3: Option<(i64, &'static str)>,
@@ -54,7 +54,12 @@ fn edit(name: &'static str, change: impl FnOnce(&mut Value)) -> Vec<u8> {
 
 /// Inserts `insert` right after the first occurrence of `after` in the JSON text.
 fn splice(name: &str, after: &str, insert: &str) -> Vec<u8> {
-    let original = String::from_utf8(text(&base(name))).unwrap();
+    splice_into(&base(name), after, insert)
+}
+
+/// The same, into the text of `release`.
+fn splice_into(release: &Value, after: &str, insert: &str) -> Vec<u8> {
+    let original = String::from_utf8(text(release)).unwrap();
     let at = original.find(after).unwrap() + after.len();
     format!("{}{insert}{}", &original[..at], &original[at..]).into_bytes()
 }
@@ -69,10 +74,25 @@ fn ending(name: &str, tail: &str) -> Vec<u8> {
 
 const DEPLOYED: Option<(i64, &str)> = Some((1, "deployed"));
 
+/// The base with its `info.status` spelt `STATUS`.
+fn upper_status(name: &str) -> Value {
+    let mut release = base(name);
+    let info = release["info"].as_object_mut().unwrap();
+    let status = info.remove("status").unwrap();
+    info.insert("STATUS".into(), status);
+    release
+}
+
 #[allow(clippy::too_many_lines)] // one table
 pub fn cases() -> Vec<Case> {
-    let case =
-        |name, json, helm3, helm4| Case { name, json, stored: Stored::Gzip, helm3, helm4, crashes: false };
+    let case = |name, json, helm3, helm4| Case {
+        name: String::from(name),
+        json,
+        stored: Stored::Gzip,
+        helm3,
+        helm4,
+        crashes: false,
+    };
     let stored = |mut c: Case, stored| {
         c.stored = stored;
         c
@@ -256,6 +276,31 @@ pub fn cases() -> Vec<Case> {
             ending("info-twice", r#","info":{"description":"again"}}"#),
             DEPLOYED,
             Some((1, "")),
+        ),
+        // One field of `info` under two spellings: Helm 3 takes the last given, Helm 4 (through a
+        // map) the key that sorts last ("status" > "STATUS"); alike when those coincide, or when
+        // both hold the same value.
+        case(
+            "status-spelt-twice-sorted",
+            splice("status-spelt-twice-sorted", r#""info":{"#, r#""STATUS":"failed","#),
+            DEPLOYED,
+            DEPLOYED,
+        ),
+        case(
+            "status-spelt-twice-unsorted",
+            splice_into(&upper_status("status-spelt-twice-unsorted"), r#""info":{"#, r#""status":"failed","#),
+            DEPLOYED,
+            Some((1, "failed")),
+        ),
+        case(
+            "status-spelt-twice-same-value",
+            splice_into(
+                &upper_status("status-spelt-twice-same-value"),
+                r#""info":{"#,
+                r#""status":"deployed","#,
+            ),
+            DEPLOYED,
+            DEPLOYED,
         ),
         // Both copies whole: Helm 3 and Helm 4 alike read the last (checked with real Helm).
         case(
