@@ -29,7 +29,9 @@ use helm_guard::release::Status;
 use serde_json::{Value, json};
 
 const RELEASES: [&str; 2] = ["app", "web"];
-const PORTS: [u16; 2] = [9471, 9472];
+/// The first port the replicas listen on; each `Twins` takes the next two (the tests of this file
+/// run at once).
+static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(9471);
 
 /// A `helm-guard serve` replica; killed when dropped.
 struct Replica(Child);
@@ -60,11 +62,13 @@ fn start_replica(
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok);
-    lines
-        .by_ref()
-        .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
-        .find(|event| event["message"] == "serving")
-        .unwrap_or_else(|| panic!("replica {name} did not start"));
+    let mut said = Vec::new();
+    let serving = lines.by_ref().any(|line| {
+        let serving = serde_json::from_str::<Value>(&line).is_ok_and(|event| event["message"] == "serving");
+        said.push(line);
+        serving
+    });
+    assert!(serving, "replica {name} on port {port} did not start:\n{}", said.join("\n"));
     std::thread::spawn(move || lines.for_each(drop));
     Replica(child)
 }
@@ -79,35 +83,14 @@ fn kubectl_apply(object: &Value) {
     assert!(child.wait().unwrap().success(), "kubectl apply of a {} failed", object["kind"]);
 }
 
-/// The shipped webhook configurations, the records webhook split in two (one per replica, by
-/// the parity of the request's uid), scoped to the guarded namespace.
-fn register(guarded: &str, ca_pem: &str, ports: [u16; 2]) {
-    use base64::Engine as _;
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/webhooks.yaml")).unwrap();
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    for mut configuration in documents.into_iter().filter(|d| d["kind"] == "ValidatingWebhookConfiguration") {
-        configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{guarded}")});
-        let mut webhooks = Vec::new();
-        for webhook in configuration["webhooks"].as_array().unwrap() {
-            for (i, port) in ports.iter().enumerate() {
-                let mut webhook = webhook.clone();
-                let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
-                webhook["name"] = json!(format!("r{i}.{}", webhook["name"].as_str().unwrap()));
-                webhook["clientConfig"] =
-                    json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca});
-                webhook["namespaceSelector"] = json!({"matchLabels": {"helm-guard-e2e": guarded}});
-                // Consecutive revisions, and an object's update and its deletion, go to different
-                // replicas (CEL has no request uid to split on).
-                let mine = if i == 0 { "==" } else { "!=" };
-                let expression =
-                    format!("request.name.matches('[02468]$') {mine} (request.operation == 'DELETE')");
-                webhook["matchConditions"] = json!([{"name": "replica", "expression": expression}]);
-                webhooks.push(webhook);
-            }
-        }
-        configuration["webhooks"] = Value::Array(webhooks);
+/// The shipped validating webhooks, split between the replicas on `ports` (with one, not split),
+/// scoped to the guarded namespace.
+fn register(guarded: &str, ca_pem: &str, ports: &[u16]) {
+    let urls: Vec<String> = ports.iter().map(|port| format!("https://127.0.0.1:{port}")).collect();
+    for configuration in common::cluster::webhook_configurations(guarded, &urls, ca_pem)
+        .into_iter()
+        .filter(|c| c["kind"] == "ValidatingWebhookConfiguration")
+    {
         kubectl_apply(&configuration);
     }
 }
@@ -143,15 +126,15 @@ impl Twins {
             "metadata": {"name": namespaces[0], "labels": {"helm-guard-e2e": namespaces[0]}}}));
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[1]}}));
         let names: &[&str] = if coordination == "none" { &["a"] } else { &["a", "b"] };
+        let first = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
+        let ports = [first, first + 1];
         let replicas = names
             .iter()
-            .zip(PORTS)
+            .zip(ports)
             .map(|(name, port)| start_replica(name, port, certs, &namespaces[0], coordination))
             .collect();
         std::thread::sleep(Duration::from_secs(2)); // the replicas' first lists
-        // One replica takes both halves of the split.
-        let ports = if names.len() == 1 { [PORTS[0]; 2] } else { PORTS };
-        register(&namespaces[0], ca_pem, ports);
+        register(&namespaces[0], ca_pem, &ports[..names.len()]);
         probe(&namespaces[0], chart);
         Twins { namespaces, replicas }
     }

@@ -78,21 +78,49 @@ pub async fn cleanup(client: &Client, namespace: &str, namespace_checked: bool) 
     }
 }
 
-/// Registers the shipped manifests/webhooks.yaml, pointed at the guard in this process and scoped
-/// to the test namespace, so the real configurations are what the API server uses.
-pub async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: &str) {
+/// The shipped manifests/webhooks.yaml, scoped to `namespace` (label `helm-guard-e2e`) and
+/// pointed at `urls`: with one URL each webhook goes there; with two each webhook is split in two,
+/// one per URL, by `matchConditions` (consecutive revisions, and an object's update and its
+/// deletion, go to different ones: CEL has no request uid to split on).
+pub fn webhook_configurations(namespace: &str, urls: &[String], ca_pem: &str) -> Vec<Value> {
     use base64::Engine as _;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/webhooks.yaml")).unwrap();
     let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    for mut configuration in documents.into_iter().filter(|d| !d.is_null()) {
-        configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{namespace}")});
-        for webhook in configuration["webhooks"].as_array_mut().unwrap() {
-            let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
-            webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": ca_bundle});
-            webhook["namespaceSelector"] = json!({"matchLabels": {"helm-guard-e2e": namespace}});
-        }
+    documents
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .map(|mut configuration| {
+            configuration["metadata"] = json!({"name": format!("helm-guard-e2e-{namespace}")});
+            let mut webhooks = Vec::new();
+            for webhook in configuration["webhooks"].as_array().unwrap() {
+                for (i, url) in urls.iter().enumerate() {
+                    let mut webhook = webhook.clone();
+                    let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
+                    webhook["clientConfig"] = json!({"url": format!("{url}{path}"), "caBundle": ca_bundle});
+                    webhook["namespaceSelector"] = json!({"matchLabels": {"helm-guard-e2e": namespace}});
+                    if urls.len() == 2 {
+                        webhook["name"] = json!(format!("r{i}.{}", webhook["name"].as_str().unwrap()));
+                        let mine = if i == 0 { "==" } else { "!=" };
+                        let expression = format!(
+                            "request.name.matches('[02468]$') {mine} (request.operation == 'DELETE')"
+                        );
+                        webhook["matchConditions"] = json!([{"name": "replica", "expression": expression}]);
+                    }
+                    webhooks.push(webhook);
+                }
+            }
+            configuration["webhooks"] = Value::Array(webhooks);
+            configuration
+        })
+        .collect()
+}
+
+/// Registers the shipped manifests/webhooks.yaml, pointed at the guard in this process and scoped
+/// to the test namespace, so the real configurations are what the API server uses.
+pub async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_pem: &str) {
+    for configuration in webhook_configurations(namespace, &[url.to_owned()], ca_pem) {
         match configuration["kind"].as_str() {
             Some("ValidatingWebhookConfiguration") => {
                 Api::<ValidatingWebhookConfiguration>::all(client.clone())
