@@ -109,6 +109,32 @@ fn history(helm: &str, release: &str, namespace: &str, driver: &str) -> Vec<(u32
         .collect()
 }
 
+/// What every test here starts from: a chart (`helm create`) and a serving certificate for the
+/// replicas, in a directory removed when dropped.
+struct Bench {
+    _dir: tempfile::TempDir,
+    chart: String,
+    certs: std::path::PathBuf,
+    ca_pem: String,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        let dir = tempfile::tempdir().unwrap();
+        let chart = dir.path().join("demo").to_str().unwrap().to_owned();
+        assert!(Command::new("helm").args(["create", &chart]).output().unwrap().status.success());
+        let certs = dir.path().join("certs");
+        let names = ["127.0.0.1".to_owned(), "localhost".to_owned()];
+        let bundle = helm_guard::server::certs::generate(&names, 1).unwrap();
+        helm_guard::server::certs::write(&bundle, &certs).unwrap();
+        Bench { _dir: dir, chart, certs, ca_pem: bundle.ca_pem }
+    }
+
+    fn twins(&self, coordination: &str) -> Twins {
+        Twins::new(&self.certs, &self.ca_pem, &self.chart, coordination)
+    }
+}
+
 /// Two namespaces: the first behind the guard (two replicas agreeing through Leases, or one with
 /// `--coordination none`), the second a twin without any webhook. Dropped, it removes the webhook
 /// configuration, the replicas and both namespaces.
@@ -386,19 +412,11 @@ impl Flow {
 #[ignore = "needs a real API server, helm3, helm and kubectl: cargo test --test e2e_flows -- --ignored"]
 fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
     let steps: usize = std::env::var("HELM_FLOWS_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
-    let dir = tempfile::tempdir().unwrap();
-    let chart = dir.path().join("demo");
-    assert!(
-        Command::new("helm").args(["create", chart.to_str().unwrap()]).output().unwrap().status.success()
-    );
-    let certs = dir.path().join("certs");
-    let bundle =
-        helm_guard::server::certs::generate(&["127.0.0.1".to_owned(), "localhost".to_owned()], 1).unwrap();
-    helm_guard::server::certs::write(&bundle, &certs).unwrap();
+    let bench = Bench::new();
     for seed in seeds(1, 2) {
         let coordination = std::env::var("HELM_FLOWS_COORDINATION")
             .unwrap_or_else(|_| if (seed / 2) % 2 == 1 { "none" } else { "lease" }.into());
-        let twins = Twins::new(&certs, &bundle.ca_pem, chart.to_str().unwrap(), &coordination);
+        let twins = bench.twins(&coordination);
         let mut rng = fastrand::Rng::with_seed(seed);
         let driver = std::env::var("HELM_DRIVER")
             .unwrap_or_else(|_| if seed % 2 == 0 { "configmap" } else { "secret" }.into());
@@ -406,7 +424,7 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
         let mut flow = Flow {
             helm,
             driver,
-            chart: chart.to_str().unwrap().to_owned(),
+            chart: bench.chart.clone(),
             namespaces: twins.namespaces.clone(),
             rng,
             log: Vec::new(),
@@ -437,17 +455,9 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
 #[ignore = "a measurement on a real API server: cargo test --release --test e2e_flows -- --ignored uninstall --nocapture"]
 fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
     let rounds: usize = std::env::var("HELM_FLOWS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
-    let dir = tempfile::tempdir().unwrap();
-    let chart = dir.path().join("demo");
-    assert!(
-        Command::new("helm").args(["create", chart.to_str().unwrap()]).output().unwrap().status.success()
-    );
-    let chart = chart.to_str().unwrap();
-    let certs = dir.path().join("certs");
-    let bundle =
-        helm_guard::server::certs::generate(&["127.0.0.1".to_owned(), "localhost".to_owned()], 1).unwrap();
-    helm_guard::server::certs::write(&bundle, &certs).unwrap();
-    let twins = Twins::new(&certs, &bundle.ca_pem, chart, "lease");
+    let bench = Bench::new();
+    let chart = bench.chart.as_str();
+    let twins = bench.twins("lease");
     let mut took: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds {
         let release = format!("u{round}");
