@@ -78,8 +78,8 @@ async fn other_states_are_annotated_and_keep_install() {
     type Row = (&'static [(u32, &'static str)], &'static str, &'static str);
     let table: [Row; 4] = [
         (&[(2, "superseded"), (3, "deployed")], "healthy", "upgrade"),
-        (&[(3, "deployed"), (4, "failed")], "failed", "reinstall"),
-        (&[(1, "pending-install")], "pending-install", "reset-pending-and-retry"),
+        (&[(3, "deployed"), (4, "failed")], "failed", "reinstall (uninstalls first)"),
+        (&[(1, "pending-install")], "pending-install", "reset-to-failed, then reinstall (uninstalls first)"),
         (&[], "absent", "install"),
     ];
     for (revisions, state, action) in table {
@@ -132,5 +132,116 @@ async fn other_pods_pass_untouched() {
     let (_, pod) = mutate(&guard, &delete_job).await;
     let pod = pod.expect("a delete pod is annotated");
     assert_eq!(pod["spec"]["containers"][0]["args"], json!(["delete"]));
-    assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], "delete");
+    assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], "uninstall");
+}
+
+/// The fixture's pod with another image and failure policy, as helm-controller sets them.
+fn pod_with(image: &str, failure_policy: &str) -> Value {
+    let mut review = review(POD);
+    let container = &mut review["request"]["object"]["spec"]["containers"][0];
+    container["image"] = json!(image);
+    for var in container["env"].as_array_mut().unwrap() {
+        if var["name"] == "FAILURE_POLICY" {
+            var["value"] = json!(failure_policy);
+        }
+    }
+    review
+}
+
+const HEAD_IMAGE: &str = "rancher/klipper-helm:v0.13.3-build20260727";
+
+#[tokio::test]
+async fn the_current_script_is_left_to_handle_superseded_itself_and_its_policy_is_read() {
+    let guard = Guard::start(Options {
+        snapshot: web(&[(1, "superseded"), (2, "superseded")]),
+        ..Options::default()
+    })
+    .await;
+    let (_, pod) = mutate(&guard, &pod_with(HEAD_IMAGE, "reinstall")).await;
+    let pod = pod.unwrap();
+    assert_eq!(pod["spec"]["containers"][0]["args"][0], "install", "v0.9.9+ resets superseded itself");
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["helm-guard.io/action"], "reset-and-upgrade");
+    assert_eq!(annotations["helm-guard.io/script"], "klipper-helm v0.13.3");
+    assert!(annotations.get("helm-guard.io/rewritten-from").is_none());
+
+    let failed =
+        Guard::start(Options { snapshot: web(&[(3, "deployed"), (4, "failed")]), ..Options::default() })
+            .await;
+    for (policy, action) in [
+        ("retry", "upgrade (failure policy retry)"),
+        ("abort", "wait-for-operator"),
+        ("reinstall", "reinstall (uninstalls first)"),
+    ] {
+        let (_, pod) = mutate(&failed, &pod_with(HEAD_IMAGE, policy)).await;
+        assert_eq!(pod.unwrap()["metadata"]["annotations"]["helm-guard.io/action"], action, "{policy}");
+    }
+    // v0.9.8 has no retry policy: anything but reinstall waits for an operator.
+    let (_, pod) = mutate(&failed, &pod_with("rancher/klipper-helm:v0.9.8-build20250709", "retry")).await;
+    assert_eq!(pod.unwrap()["metadata"]["annotations"]["helm-guard.io/action"], "wait-for-operator");
+}
+
+fn env_value(pod: &Value, name: &str) -> Vec<Value> {
+    let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+    env.iter().filter(|var| var["name"] == name).map(|var| var["value"].clone()).collect()
+}
+
+#[tokio::test]
+async fn a_protected_chart_or_namespace_keeps_a_failed_release_instead_of_reinstalling_it() {
+    let chart = |labels: Value| {
+        json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+               "metadata": {"namespace": "kube-system", "name": "web", "uid": "chart-uid", "labels": labels},
+               "spec": {"targetNamespace": "demo"}})
+    };
+    let failed = || web(&[(3, "deployed"), (4, "failed")]);
+    let protected_chart = [failed(), vec![chart(json!({"helm-guard.io/protect": "true"}))]].concat();
+    let protected_namespace = [
+        failed(),
+        vec![
+            chart(json!({})),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system", "labels": {"helm-guard.io/protect": "true"}}}),
+        ],
+    ]
+    .concat();
+    type Row = (Vec<Value>, &'static str, &'static str, &'static str, &'static str);
+    let table: [Row; 3] = [
+        (
+            protected_chart.clone(),
+            HEAD_IMAGE,
+            "retry",
+            "upgrade (failure policy retry)",
+            "reinstall (helm-guard.io/protect on helmchart kube-system/web)",
+        ),
+        (
+            protected_chart,
+            "rancher/klipper-helm:v0.9.8-build20250709",
+            "abort",
+            "wait-for-operator",
+            "reinstall (helm-guard.io/protect on helmchart kube-system/web)",
+        ),
+        (
+            protected_namespace,
+            HEAD_IMAGE,
+            "retry",
+            "upgrade (failure policy retry)",
+            "reinstall (helm-guard.io/protect on namespace kube-system)",
+        ),
+    ];
+    for (snapshot, image, policy, action, why) in table {
+        let guard = Guard::start(Options { snapshot, ..Options::default() }).await;
+        let (response, pod) = mutate(&guard, &pod_with(image, "reinstall")).await;
+        let pod = pod.unwrap();
+        assert_eq!(env_value(&pod, "FAILURE_POLICY"), vec![json!(policy)], "{image}");
+        assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], action);
+        assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/failure-policy-from"], why);
+        assert_eq!(response["auditAnnotations"]["action"], action);
+    }
+    // Unprotected, the same pod reinstalls as it asks.
+    let guard =
+        Guard::start(Options { snapshot: [failed(), vec![chart(json!({}))]].concat(), ..Options::default() })
+            .await;
+    let (_, pod) = mutate(&guard, &pod_with(HEAD_IMAGE, "reinstall")).await;
+    let pod = pod.unwrap();
+    assert_eq!(env_value(&pod, "FAILURE_POLICY"), vec![json!("reinstall")]);
+    assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], "reinstall (uninstalls first)");
 }

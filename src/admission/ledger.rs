@@ -55,6 +55,8 @@ pub struct LedgerEntry {
     pub release_state: Option<String>,
     /// The pod's action, as the action annotation says it.
     pub action: Option<String>,
+    /// Mutations only: the HelmChart that made the pod, `namespace/name`.
+    pub helm_chart: Option<(String, String)>,
 }
 
 impl LedgerEntry {
@@ -88,6 +90,7 @@ impl LedgerEntry {
             detail: None,
             release_state: None,
             action: None,
+            helm_chart: None,
         }
     }
 
@@ -139,6 +142,7 @@ impl LedgerEntry {
             message.split_once(". ").map_or(message, |(first, _)| first).trim_end_matches('.');
         Some(Notice {
             namespace: self.namespace.clone(),
+            api_version: "v1".to_owned(),
             kind: self.kind.clone(),
             name: self.object.clone(),
             uid: self.object_uid.clone(),
@@ -150,6 +154,31 @@ impl LedgerEntry {
                 self.operation,
                 self.requester,
                 self.reason.as_str()
+            ),
+        })
+    }
+
+    /// The Event a mutation calls for: a helm-install pod (not a dry run) whose command or
+    /// failure policy the guard changed, on the HelmChart that made it.
+    pub fn pod_notice(&self, chart: &crate::cluster::helmcharts::HelmChart) -> Option<Notice> {
+        let changed = self.transition.as_deref()?;
+        if self.webhook != super::Webhook::Mutate.as_str() || self.dry_run {
+            return None;
+        }
+        Some(Notice {
+            namespace: chart.namespace.clone(),
+            api_version: crate::cluster::helmcharts::API_VERSION.to_owned(),
+            kind: crate::cluster::helmcharts::KIND.to_owned(),
+            name: chart.name.clone(),
+            uid: chart.uid.clone(),
+            action: "Mutate".to_owned(),
+            reason: "HelmInstallPodRewritten".to_owned(),
+            note: format!(
+                "rewrote the helm-install pod of release {}: {changed} (release {}, revision {}); the entry script will now: {}",
+                self.release.as_deref().unwrap_or_default(),
+                self.release_state.as_deref().unwrap_or("unknown"),
+                self.revision.map_or_else(|| "none".to_owned(), |r| r.to_string()),
+                self.action.as_deref().unwrap_or_default(),
             ),
         })
     }
@@ -245,6 +274,7 @@ mod tests {
             detail: None,
             release_state: None,
             action: None,
+            helm_chart: None,
         }
     }
 

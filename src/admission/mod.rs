@@ -124,12 +124,29 @@ impl Admission {
             Webhook::Mutate => mutating::mutate(self, request, io)?,
         };
         reviewed.entry.emit();
-        if let Some(events) = &self.events
-            && let Some(notice) = reviewed.entry.notice()
-        {
-            events.offer(notice);
+        if let Some(events) = &self.events {
+            for notice in self.notices(&reviewed.entry) {
+                events.offer(notice);
+            }
         }
         Ok(reviewed)
+    }
+
+    /// The Events a decision calls for: on the record, and on the HelmChart that manages its
+    /// release; for a rewritten helm-install pod, on the HelmChart that made it.
+    fn notices(&self, entry: &LedgerEntry) -> Vec<crate::cluster::events::Notice> {
+        if let Some((namespace, name)) = &entry.helm_chart {
+            let chart = self.index.charts.get(namespace, name);
+            return chart.and_then(|chart| entry.pod_notice(&chart)).into_iter().collect();
+        }
+        let Some(notice) = entry.notice() else { return Vec::new() };
+        let managing = entry
+            .release
+            .as_deref()
+            .and_then(|release| release.split_once('/'))
+            .and_then(|(namespace, release)| self.index.charts.managing(namespace, release));
+        let on_chart = managing.map(|chart| notice.about_chart(&chart));
+        std::iter::once(notice).chain(on_chart).collect()
     }
 
     /// Reads a request's record, or recalls the reading of the same bytes (a record's CREATE,

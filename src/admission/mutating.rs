@@ -1,5 +1,6 @@
-//! The mutating webhook on helm-install pods: annotate the release state, and turn `install`
-//! into `upgrade` when the release is orphaned-superseded. Never denies.
+//! The mutating webhook on helm-install pods: annotate the release state and what the pod's entry
+//! script will do with it; turn `install` into `upgrade` where the script would install over a
+//! release, and keep a protected chart's release from being reinstalled. Never denies.
 
 use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
@@ -9,8 +10,8 @@ use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod, Pod};
 use crate::release::{ReleaseKey, classify};
 
-/// Decides a pod CREATE: annotates a helm-install pod with its release's state, and rewrites
-/// `install` to `upgrade` when the release is orphaned-superseded. Never denies.
+/// Decides a pod CREATE: annotates a helm-install pod with its release's state and what its
+/// script will do, changed as POLICY.md "Mutating" says. Never denies.
 pub fn mutate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
@@ -89,13 +90,31 @@ fn patch(
     }
     let now = jiff::Timestamp::now().as_second();
     let state = classify(&history, now, admission.config.stuck_after_secs());
-    let plan = pod::plan(target, &state);
+    let (chart_namespace, chart_name) = &target.chart;
+    let protected = match admission.index.charts.get(chart_namespace, chart_name) {
+        Some(chart) if chart.protect => Some(chart.describe()),
+        _ if admission.index.namespace(chart_namespace).protect => {
+            Some(format!("namespace {chart_namespace}"))
+        }
+        _ => None,
+    };
+    let plan = pod::plan(target, &state, protected.as_deref());
     entry.revision = state.revision;
     entry.status = state.status;
     entry.release_state = Some(state.state.as_str().to_owned());
-    entry.action = Some(plan.action.to_owned());
-    if plan.rewrite_to_upgrade {
-        entry.transition = Some("install -> upgrade".to_owned());
+    entry.action = Some(plan.action.describe());
+    entry.helm_chart = Some(target.chart.clone());
+    let changes: Vec<String> = [
+        plan.rewrite_to_upgrade.then(|| "install -> upgrade".to_owned()),
+        plan.failure_policy.map(|to| {
+            format!("FAILURE_POLICY {} -> {to}", target.env.failure_policy.as_deref().unwrap_or("reinstall"))
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !changes.is_empty() {
+        entry.transition = Some(changes.join(", "));
     }
     Ok(Ok(pod::patch(pod, target, &plan)))
 }

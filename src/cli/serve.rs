@@ -239,7 +239,7 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
     for problem in &loaded.problems {
         tracing::warn!(object = %problem.object, error = %problem.error, "snapshot record skipped by Helm");
     }
-    tracing::info!(snapshot = %path.display(), records = loaded.records, namespaces = loaded.namespaces, "snapshot loaded");
+    tracing::info!(snapshot = %path.display(), records = loaded.records, namespaces = loaded.namespaces, charts = loaded.charts, "snapshot loaded");
     Ok(index)
 }
 

@@ -24,7 +24,9 @@ use crate::tally::Tally;
 pub struct Notice {
     /// The object's namespace.
     pub namespace: String,
-    /// `Secret` or `ConfigMap`.
+    /// The object's API version: `v1` for records, `helm.cattle.io/v1` for HelmCharts.
+    pub api_version: String,
+    /// `Secret`, `ConfigMap` or `HelmChart`.
     pub kind: String,
     /// The object's name.
     pub name: String,
@@ -36,6 +38,23 @@ pub struct Notice {
     pub reason: String,
     /// Who, the decision and the message's first sentence.
     pub note: String,
+}
+
+impl Notice {
+    /// The same notice on the HelmChart that manages the object's release, so that `kubectl
+    /// describe helmchart` shows it too; the note names the object.
+    pub fn about_chart(&self, chart: &super::helmcharts::HelmChart) -> Notice {
+        Notice {
+            namespace: chart.namespace.clone(),
+            api_version: super::helmcharts::API_VERSION.to_owned(),
+            kind: super::helmcharts::KIND.to_owned(),
+            name: chart.name.clone(),
+            uid: chart.uid.clone(),
+            action: self.action.clone(),
+            reason: self.reason.clone(),
+            note: format!("{} {}/{}: {}", self.kind, self.namespace, self.name, self.note),
+        }
+    }
 }
 
 /// The verdicts' end of the queue. Cloning shares the queue.
@@ -238,7 +257,7 @@ fn new_event(notice: &Notice, name: &str, instance: &str) -> Event {
         reporting_controller: Some("helm-guard.io/helm-guard".to_owned()),
         reporting_instance: Some(instance.chars().take(128).collect()),
         regarding: Some(ObjectReference {
-            api_version: Some("v1".to_owned()),
+            api_version: Some(notice.api_version.clone()),
             kind: Some(notice.kind.clone()),
             namespace: Some(notice.namespace.clone()),
             name: Some(notice.name.clone()),
@@ -256,6 +275,7 @@ mod tests {
     fn notice(name: &str, reason: &str) -> Notice {
         Notice {
             namespace: "demo".into(),
+            api_version: "v1".into(),
             kind: "Secret".into(),
             name: name.into(),
             uid: None,

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher::Event;
+
+use super::helmcharts::HelmChart;
 
 use super::index::{IndexedRecord, NamespaceInfo, ReleaseIndex};
 use crate::release::Driver;
@@ -38,41 +41,44 @@ pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)>
     Some((meta.name.clone()?, NamespaceInfo::from_meta(meta)))
 }
 
-/// What one watcher's objects become in the index.
-pub trait Sink {
+/// What one watcher's objects (`M`) become in the index.
+pub trait Sink<M> {
     /// What the index keeps of one object.
     type Item;
-    /// What an object's metadata tells, if it is one of ours.
-    fn read(&self, meta: &ObjectMeta) -> Option<Self::Item>;
+    /// What an object tells, if it is one of ours.
+    fn read(&self, object: &M) -> Option<Self::Item>;
     /// A completed (re-)list: everything of this kind at once.
     fn replace(&self, index: &ReleaseIndex, items: Vec<Self::Item>);
     /// One object added or changed.
     fn upsert(&self, index: &ReleaseIndex, item: Self::Item);
     /// One object gone.
-    fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta);
+    fn remove(&self, index: &ReleaseIndex, object: &M);
 }
 
 /// A watcher's events applied to the index: single changes as they come, a (re-)list gathered
 /// and swapped in whole at its end (`InitDone`), so that verdicts never see half a list.
 #[derive(Debug)]
-pub struct Feed<S: Sink> {
+pub struct Feed<S, T> {
     sink: S,
-    relist: Option<Vec<S::Item>>,
+    relist: Option<Vec<T>>,
 }
 
-impl<S: Sink> Feed<S> {
+impl<S, T> Feed<S, T> {
     /// A feed into `sink`.
-    pub fn with_sink(sink: S) -> Feed<S> {
+    pub fn with_sink(sink: S) -> Feed<S, T> {
         Feed { sink, relist: None }
     }
 
     /// Applies one event; true when it completed a list.
-    pub fn apply<M: kube::Resource>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool {
+    pub fn apply<M>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool
+    where
+        S: Sink<M, Item = T>,
+    {
         index.mark_synced();
         match event {
             Event::Init => self.relist = Some(Vec::new()),
             Event::InitApply(object) => {
-                if let (Some(relist), Some(item)) = (self.relist.as_mut(), self.sink.read(object.meta())) {
+                if let (Some(relist), Some(item)) = (self.relist.as_mut(), self.sink.read(&object)) {
                     relist.push(item);
                 }
             }
@@ -81,11 +87,11 @@ impl<S: Sink> Feed<S> {
                 return true;
             }
             Event::Apply(object) => {
-                if let Some(item) = self.sink.read(object.meta()) {
+                if let Some(item) = self.sink.read(&object) {
                     self.sink.upsert(index, item);
                 }
             }
-            Event::Delete(object) => self.sink.remove(index, object.meta()),
+            Event::Delete(object) => self.sink.remove(index, &object),
         }
         false
     }
@@ -95,11 +101,11 @@ impl<S: Sink> Feed<S> {
 #[derive(Debug)]
 pub struct Records(pub Driver);
 
-impl Sink for Records {
+impl<K> Sink<PartialObjectMeta<K>> for Records {
     type Item = IndexedRecord;
 
-    fn read(&self, meta: &ObjectMeta) -> Option<IndexedRecord> {
-        record_from_meta(self.0, meta)
+    fn read(&self, object: &PartialObjectMeta<K>) -> Option<IndexedRecord> {
+        record_from_meta(self.0, &object.metadata)
     }
 
     fn replace(&self, index: &ReleaseIndex, items: Vec<IndexedRecord>) {
@@ -110,8 +116,8 @@ impl Sink for Records {
         index.upsert(item);
     }
 
-    fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta) {
-        if let Some(record) = record_from_meta(self.0, meta) {
+    fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
+        if let Some(record) = record_from_meta(self.0, &object.metadata) {
             index.remove(&record.key, &record.object, record.uid.as_deref());
         }
     }
@@ -121,11 +127,11 @@ impl Sink for Records {
 #[derive(Debug, Default)]
 pub struct Namespaces;
 
-impl Sink for Namespaces {
+impl<K> Sink<PartialObjectMeta<K>> for Namespaces {
     type Item = (String, NamespaceInfo);
 
-    fn read(&self, meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
-        namespace_from_meta(meta)
+    fn read(&self, object: &PartialObjectMeta<K>) -> Option<(String, NamespaceInfo)> {
+        namespace_from_meta(&object.metadata)
     }
 
     fn replace(&self, index: &ReleaseIndex, items: Vec<(String, NamespaceInfo)>) {
@@ -136,22 +142,56 @@ impl Sink for Namespaces {
         index.set_namespace(&name, info);
     }
 
-    fn remove(&self, index: &ReleaseIndex, meta: &ObjectMeta) {
-        if let Some(name) = meta.name.as_deref() {
+    fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
+        if let Some(name) = object.metadata.name.as_deref() {
             index.remove_namespace(name);
         }
     }
 }
 
+/// K3s/RKE2 HelmCharts (their target namespace and protection).
+#[derive(Debug, Default)]
+pub struct Charts;
+
+impl Sink<DynamicObject> for Charts {
+    type Item = HelmChart;
+
+    fn read(&self, object: &DynamicObject) -> Option<HelmChart> {
+        HelmChart::from_object(object)
+    }
+
+    fn replace(&self, index: &ReleaseIndex, items: Vec<HelmChart>) {
+        index.charts.replace(items);
+    }
+
+    fn upsert(&self, index: &ReleaseIndex, item: HelmChart) {
+        index.charts.upsert(item);
+    }
+
+    fn remove(&self, index: &ReleaseIndex, object: &DynamicObject) {
+        if let Some(chart) = HelmChart::from_object(object) {
+            index.charts.remove(&chart.namespace, &chart.name);
+        }
+    }
+}
+
 /// The release records of one driver.
-pub type RecordFeed = Feed<Records>;
+pub type RecordFeed = Feed<Records, IndexedRecord>;
 /// The namespaces.
-pub type NamespaceFeed = Feed<Namespaces>;
+pub type NamespaceFeed = Feed<Namespaces, (String, NamespaceInfo)>;
+/// The HelmCharts.
+pub type ChartFeed = Feed<Charts, HelmChart>;
 
 impl RecordFeed {
     /// The feed of one driver's records.
     pub fn new(driver: Driver) -> RecordFeed {
         Feed::with_sink(Records(driver))
+    }
+}
+
+impl Default for ChartFeed {
+    fn default() -> Self {
+        Feed::with_sink(Charts)
     }
 }
 

@@ -43,6 +43,8 @@ pub struct NamespaceInfo {
     pub mode: Option<Mode>,
     /// The namespace has a deletionTimestamp (or phase Terminating).
     pub terminating: bool,
+    /// The `helm-guard.io/protect=true` label: its HelmCharts are never reinstalled.
+    pub protect: bool,
 }
 
 impl NamespaceInfo {
@@ -55,6 +57,12 @@ impl NamespaceInfo {
                 .and_then(|l| l.get(crate::policy::MODE_LABEL))
                 .and_then(|m| m.parse().ok()),
             terminating: meta.deletion_timestamp.is_some(),
+            protect: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::policy::pod::PROTECT_LABEL))
+                .map(String::as_str)
+                == Some("true"),
         }
     }
 }
@@ -206,6 +214,8 @@ pub struct IndexedRecord {
 #[derive(Debug)]
 /// Every release in the cluster, by the facts of its records; what verdicts decide against.
 pub struct ReleaseIndex {
+    /// The K3s/RKE2 HelmCharts (live source with the CRD installed; else empty).
+    pub charts: super::helmcharts::HelmCharts,
     source: SourceKind,
     state: Mutex<IndexState>,
     ready: AtomicBool,
@@ -216,6 +226,7 @@ impl ReleaseIndex {
     /// An empty index, fed by `source`.
     pub fn new(source: SourceKind) -> ReleaseIndex {
         ReleaseIndex {
+            charts: Default::default(),
             source,
             state: Mutex::default(),
             ready: AtomicBool::new(false),

@@ -1,5 +1,6 @@
 //! The live source: kube-rs metadata watchers on release Secrets, release ConfigMaps and
-//! Namespaces keep the index current without holding a single payload. A payload is read with a
+//! Namespaces (and a watcher on K3s's HelmCharts, where the CRD exists) keep the index current
+//! without holding a single payload. A payload is read with a
 //! GET when a verdict needs what Helm sees (labels can lie), once per resourceVersion.
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
-use super::feed::{NamespaceFeed, RecordFeed, record_from_meta};
+use super::feed::{ChartFeed, NamespaceFeed, RecordFeed, record_from_meta};
 use super::index::IndexedRecord;
 use super::index::ReleaseIndex;
 use super::{Fetched, PayloadFetcher, ReadRecord};
@@ -123,6 +124,7 @@ pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts:
     let mut namespace_feed = NamespaceFeed::default();
     tokio::join!(
         ready,
+        watch_charts(client.clone(), &index),
         drive(
             "secrets",
             watcher::watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), secrets),
@@ -145,6 +147,34 @@ pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts:
             &watch_restarts,
         ),
     );
+}
+
+/// Keeps the index's HelmCharts current. Not part of readiness, and quiet when the CRD is not
+/// installed (a cluster without K3s's helm-controller): it is looked for again with backoff.
+async fn watch_charts(client: kube::Client, index: &ReleaseIndex) {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("helm.cattle.io", "v1", super::helmcharts::KIND),
+        "helmcharts",
+    );
+    let api = Api::<DynamicObject>::all_with(client, &resource);
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut feed = ChartFeed::default();
+    let mut failing = false;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                feed.apply(index, event);
+                failing = false;
+            }
+            Err(error) if !failing => {
+                failing = true;
+                tracing::info!(%error, "no HelmCharts to watch (is K3s's helm-controller CRD installed?): Events on HelmCharts and helm-guard.io/protect on charts wait for it; namespace labels still apply");
+            }
+            Err(error) => tracing::debug!(%error, "HelmChart watch still failing"),
+        }
+    }
 }
 
 /// Applies one watcher's events; `listed` hears of its first completed list.

@@ -5,6 +5,7 @@
 pub mod coordination;
 pub mod events;
 pub mod feed;
+pub mod helmcharts;
 pub mod index;
 pub mod live;
 pub mod snapshot;

@@ -1,5 +1,5 @@
 //! The snapshot source: a dump file (the format of `scan --from-file`, optionally with Namespace
-//! objects) loaded into the index, for running the guard without a cluster.
+//! and HelmChart objects) loaded into the index, for running the guard without a cluster.
 
 use std::path::Path;
 
@@ -19,6 +19,8 @@ pub struct Loaded {
     pub records: usize,
     /// Namespaces loaded.
     pub namespaces: usize,
+    /// HelmCharts loaded.
+    pub charts: usize,
     /// What could not be read (it is not in the index).
     pub problems: Vec<Problem>,
 }
@@ -38,7 +40,14 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
             Some((meta.name?, info))
         })
         .collect();
-    let loaded = Loaded { records: records.len(), namespaces: namespaces.len(), problems };
+    let charts: Vec<super::helmcharts::HelmChart> = objects
+        .iter()
+        .filter(|o| o["kind"] == super::helmcharts::KIND && o["apiVersion"] == super::helmcharts::API_VERSION)
+        .filter_map(|o| super::helmcharts::HelmChart::from_object(&serde_json::from_value(o.clone()).ok()?))
+        .collect();
+    let loaded =
+        Loaded { records: records.len(), namespaces: namespaces.len(), charts: charts.len(), problems };
+    index.charts.replace(charts);
     index.replace_records(
         &[Driver::Secret, Driver::ConfigMap],
         records.iter().map(|r| super::index::IndexedRecord {

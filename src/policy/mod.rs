@@ -2,11 +2,12 @@
 //!
 //! - [`delete`]: rules D1–D9 for the DELETE of a record.
 //! - [`update`]: rules U1–U5 for the UPDATE of a record.
-//! - [`pod`]: the helm-install pod mutation.
+//! - [`pod`]: the helm-install pod mutation, from [`klipper`]: what the entry script does.
 //! - [`mode`]: enforce/warn/audit, applied to a verdict.
 
 pub mod config;
 pub mod delete;
+pub mod klipper;
 pub mod mode;
 pub mod pod;
 pub mod update;

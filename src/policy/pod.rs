@@ -1,4 +1,6 @@
-//! The helm-install pod mutation of POLICY.md "Mutating".
+//! The helm-install pod mutation of POLICY.md "Mutating": say what the pod's entry script will
+//! do with its release ([`klipper`](super::klipper)), and change the pod only where the script
+//! would otherwise do the wrong thing.
 
 use std::collections::BTreeMap;
 
@@ -6,27 +8,26 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::release::{Classification, Driver, ReleaseState};
+use super::klipper::{self, Asked, EntryScript, ScriptAction, ScriptEnv};
+use crate::release::{Classification, Driver, Status};
 
-/// The label the helm-controller puts on the pods of its jobs.
+/// The label the helm-controller puts on the pods of its jobs: the HelmChart's name.
 pub const CHART_LABEL: &str = "helmcharts.helm.cattle.io/chart";
 /// The release's state, as the guard saw it.
 pub const STATE_ANNOTATION: &str = "helm-guard.io/release-state";
 /// The release's latest revision.
 pub const REVISION_ANNOTATION: &str = "helm-guard.io/release-revision";
-/// What the pod's `klipper-helm` will do.
+/// What the pod's entry script will do.
 pub const ACTION_ANNOTATION: &str = "helm-guard.io/action";
+/// The entry script the prediction follows (`klipper-helm v0.13.3`).
+pub const SCRIPT_ANNOTATION: &str = "helm-guard.io/script";
 /// What the guard rewrote (`install`), when it rewrote the pod's command.
 pub const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
-
-/// The first argument the helm-controller gives the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodCommand {
-    /// `install`: install or upgrade the chart.
-    Install,
-    /// `delete`: uninstall the chart.
-    Delete,
-}
+/// The failure policy the guard replaced on a protected chart, and why.
+pub const POLICY_REWRITTEN_ANNOTATION: &str = "helm-guard.io/failure-policy-from";
+/// On a HelmChart or its namespace: never let the entry script uninstall the release to
+/// reinstall it.
+pub const PROTECT_LABEL: &str = "helm-guard.io/protect";
 
 /// A pod the K3s/RKE2 helm-controller made to install or delete a chart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +42,22 @@ pub struct HelmInstallPod {
     pub driver: Driver,
     /// What the pod was asked to do.
     pub command: PodCommand,
+    /// The HelmChart that made the pod: the chart label, in env `CHART_NAMESPACE` (else the pod's
+    /// namespace, where the helm-controller runs a chart's jobs).
+    pub chart: (String, String),
+    /// The entry script of the container's image.
+    pub script: EntryScript,
+    /// What the environment tells the script.
+    pub env: ScriptEnv,
+}
+
+/// The first argument the helm-controller gives the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodCommand {
+    /// `install`: install or upgrade the chart.
+    Install,
+    /// `delete`: uninstall the chart.
+    Delete,
 }
 
 /// What the rules read of a pod: its metadata, and of its spec the containers' arguments and
@@ -67,6 +84,9 @@ pub struct PodSpec {
 /// The arguments and environment of a container.
 pub struct Container {
     #[serde(default)]
+    /// The container's image: the entry script's version is its tag.
+    pub image: Option<String>,
+    #[serde(default)]
     /// The container's arguments.
     pub args: Vec<String>,
     #[serde(default)]
@@ -88,7 +108,8 @@ impl HelmInstallPod {
     /// Recognises a helm-install pod: the chart label, a container with env `NAME` and first
     /// argument `install` or `delete`. `None` for any other pod, or a driver Helm would refuse.
     pub fn from_pod(pod: &Pod, request_namespace: &str) -> Option<HelmInstallPod> {
-        pod.metadata.labels.as_ref()?.get(CHART_LABEL)?;
+        let chart = pod.metadata.labels.as_ref()?.get(CHART_LABEL)?;
+        let pod_namespace = pod.metadata.namespace.as_deref().unwrap_or(request_namespace);
         pod.spec.containers.iter().enumerate().find_map(|(index, container)| {
             let command = match container.args.first()?.as_str() {
                 "install" => PodCommand::Install,
@@ -99,16 +120,20 @@ impl HelmInstallPod {
                 container.env.iter().find(|e| e.name == name)?.value.as_deref()
             };
             let release = env("NAME").filter(|n| !n.is_empty())?;
-            let namespace = env("TARGET_NAMESPACE")
-                .filter(|n| !n.is_empty())
-                .or(pod.metadata.namespace.as_deref())
-                .unwrap_or(request_namespace);
+            let namespace = env("TARGET_NAMESPACE").filter(|n| !n.is_empty()).unwrap_or(pod_namespace);
+            let chart_namespace = env("CHART_NAMESPACE").filter(|n| !n.is_empty()).unwrap_or(pod_namespace);
             Some(HelmInstallPod {
                 container: index,
                 release: release.to_owned(),
                 namespace: namespace.to_owned(),
                 driver: Driver::from_helm_driver(env("HELM_DRIVER").unwrap_or_default())?,
                 command,
+                chart: (chart_namespace.to_owned(), chart.clone()),
+                script: EntryScript::from_image(container.image.as_deref().unwrap_or_default()),
+                env: ScriptEnv {
+                    failure_policy: env("FAILURE_POLICY").map(str::to_owned),
+                    expected_revision: env("EXPECTED_RELEASE_REVISION").map(str::to_owned),
+                },
             })
         })
     }
@@ -127,37 +152,62 @@ pub struct PodPlan {
     pub annotations: BTreeMap<String, String>,
     /// Replace the first argument `install` with `upgrade`.
     pub rewrite_to_upgrade: bool,
-    /// What the pod will do, as the action annotation says it.
-    pub action: &'static str,
+    /// The `FAILURE_POLICY` to set, on a protected chart whose script would reinstall.
+    pub failure_policy: Option<&'static str>,
+    /// What the script will do, after the changes.
+    pub action: ScriptAction,
 }
 
-/// Plans the mutation from the release's classification.
-pub fn plan(pod: &HelmInstallPod, release: &Classification) -> PodPlan {
-    let rewrite_to_upgrade =
-        release.state == ReleaseState::OrphanedSuperseded && pod.command == PodCommand::Install;
-    // What klipper-helm's entry script does with each state (PROBLEM.md), after the rewrite.
-    let action = match (pod.command, release.state) {
-        (PodCommand::Delete, _) => "delete",
-        (PodCommand::Install, _) if rewrite_to_upgrade => "upgrade",
-        (PodCommand::Install, ReleaseState::Healthy) => "upgrade",
-        (
-            PodCommand::Install,
-            ReleaseState::PendingInstall | ReleaseState::PendingUpgrade | ReleaseState::PendingRollback,
-        ) => "reset-pending-and-retry",
-        (PodCommand::Install, ReleaseState::Failed) => "reinstall",
-        (PodCommand::Install, _) => "install",
+impl PodPlan {
+    /// Whether the plan changes what the pod does (not only its annotations).
+    pub fn rewrites(&self) -> bool {
+        self.rewrite_to_upgrade || self.failure_policy.is_some()
+    }
+}
+
+/// Plans the mutation from the release's classification. `protected` names what asks for
+/// protection (`helmchart kube-system/traefik`), when the chart or its namespace does.
+pub fn plan(pod: &HelmInstallPod, release: &Classification, protected: Option<&str>) -> PodPlan {
+    let latest = release.revision.zip(release.status);
+    let status = latest.map(|(_, status)| status);
+    // `install` over a release Helm would refuse to install over, where `upgrade` is what the
+    // script meant: a superseded latest in scripts before v0.9.9 (PROBLEM.md), any kept release
+    // in v0.13.0, which reads no state.
+    let rewrite_to_upgrade = pod.command == PodCommand::Install
+        && match status {
+            Some(Status::Superseded) => !pod.script.resets_superseded() || pod.script.reads_no_state(),
+            Some(Status::Deployed | Status::Failed) => pod.script.reads_no_state(),
+            _ => false,
+        };
+    let asked = match pod.command {
+        PodCommand::Delete => Asked::Delete,
+        PodCommand::Install if rewrite_to_upgrade => Asked::Upgrade,
+        PodCommand::Install => Asked::Install,
     };
-    let mut annotations = BTreeMap::from([
-        (STATE_ANNOTATION.to_owned(), release.state.as_str().to_owned()),
-        (ACTION_ANNOTATION.to_owned(), action.to_owned()),
-    ]);
+    let mut action = klipper::predict(pod.script, asked, latest, &pod.env);
+    let mut failure_policy = None;
+    let mut annotations = BTreeMap::new();
+    if let Some(why) = protected
+        && action.reinstalls()
+    {
+        let keeping = pod.script.keeping_policy();
+        let env = ScriptEnv { failure_policy: Some(keeping.to_owned()), ..pod.env.clone() };
+        action = klipper::predict(pod.script, asked, latest, &env);
+        failure_policy = Some(keeping);
+        let was = pod.env.failure_policy.as_deref().unwrap_or("reinstall");
+        annotations
+            .insert(POLICY_REWRITTEN_ANNOTATION.to_owned(), format!("{was} ({PROTECT_LABEL} on {why})"));
+    }
+    annotations.insert(STATE_ANNOTATION.to_owned(), release.state.as_str().to_owned());
+    annotations.insert(ACTION_ANNOTATION.to_owned(), action.describe());
+    annotations.insert(SCRIPT_ANNOTATION.to_owned(), pod.script.describe());
     if let Some(revision) = release.revision {
         annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_string());
     }
     if rewrite_to_upgrade {
         annotations.insert(REWRITTEN_ANNOTATION.to_owned(), "install".to_owned());
     }
-    PodPlan { annotations, rewrite_to_upgrade, action }
+    PodPlan { annotations, rewrite_to_upgrade, failure_policy, action }
 }
 
 /// The JSONPatch that carries out a plan on the pod: written directly (a handful of operations)
@@ -179,13 +229,39 @@ pub fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::
         operations.push(PatchOperation::Add(AddOperation { path, value: Value::Object(all) }));
     }
     let container = target.container.to_string();
-    let has_args = pod.spec.containers.get(target.container).is_some_and(|c| !c.args.is_empty());
-    if plan.rewrite_to_upgrade && has_args {
+    let Some(spec) = pod.spec.containers.get(target.container) else { return json_patch::Patch(operations) };
+    if plan.rewrite_to_upgrade && !spec.args.is_empty() {
         let path = PointerBuf::from_tokens(["spec", "containers", container.as_str(), "args", "0"]);
         operations.push(PatchOperation::Replace(ReplaceOperation {
             path,
             value: Value::String("upgrade".to_owned()),
         }));
+    }
+    if let Some(policy) = plan.failure_policy {
+        let value = serde_json::json!({"name": "FAILURE_POLICY", "value": policy});
+        // Every FAILURE_POLICY entry is replaced: the container sees the last one.
+        let found: Vec<usize> =
+            spec.env.iter().enumerate().filter(|(_, e)| e.name == "FAILURE_POLICY").map(|(i, _)| i).collect();
+        if found.is_empty() {
+            let (path, value) = if spec.env.is_empty() {
+                (
+                    PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env"]),
+                    Value::Array(vec![value.clone()]),
+                )
+            } else {
+                (
+                    PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", "-"]),
+                    value.clone(),
+                )
+            };
+            operations.push(PatchOperation::Add(AddOperation { path, value }));
+        }
+        for index in found {
+            let index = index.to_string();
+            let path =
+                PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", index.as_str()]);
+            operations.push(PatchOperation::Replace(ReplaceOperation { path, value: value.clone() }));
+        }
     }
     json_patch::Patch(operations)
 }
@@ -193,7 +269,6 @@ pub fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::Status;
     use crate::release::history::{PayloadStatus, RevisionFacts, classify};
     use serde_json::json;
 
@@ -202,14 +277,28 @@ mod tests {
         serde_json::from_value(pod.clone()).unwrap()
     }
 
-    fn pod(first_arg: &str, env: Value) -> Value {
+    const OLD_IMAGE: &str = "rancher/klipper-helm:v0.9.8-build20250709";
+    const HEAD_IMAGE: &str = "rancher/klipper-helm:v0.13.3-build20260727";
+
+    /// Shaped as helm-controller's `job()` makes it (pkg/controllers/chart/chart.go).
+    fn pod_of(image: &str, first_arg: &str, env: Value) -> Value {
         json!({
             "metadata": {"namespace": "kube-system", "labels": {CHART_LABEL: "web"}},
             "spec": {"containers": [
-                {"name": "sidecar", "args": ["serve"]},
-                {"name": "helm", "args": [first_arg, "--namespace", "demo"], "env": env}
+                {"name": "sidecar", "image": "busybox", "args": ["serve"]},
+                {"name": "helm", "image": image, "args": [first_arg, "--namespace", "demo"], "env": env}
             ]}
         })
+    }
+
+    fn pod(first_arg: &str, env: Value) -> Value {
+        pod_of(OLD_IMAGE, first_arg, env)
+    }
+
+    fn target(image: &str, env: Value) -> HelmInstallPod {
+        let mut env = env.as_array().cloned().unwrap_or_default();
+        env.push(json!({"name": "NAME", "value": "web"}));
+        HelmInstallPod::from_pod(&typed(&pod_of(image, "install", Value::Array(env))), "kube-system").unwrap()
     }
 
     fn state(revisions: &[(u32, Status)]) -> Classification {
@@ -226,11 +315,18 @@ mod tests {
     }
 
     #[test]
-    fn recognises_release_namespace_and_driver_from_env() {
-        let env = json!([{"name": "NAME", "value": "web"}, {"name": "TARGET_NAMESPACE", "value": "demo"}, {"name": "HELM_DRIVER", "value": "configmaps"}]);
-        let found = HelmInstallPod::from_pod(&typed(&pod("install", env)), "kube-system").unwrap();
+    fn recognises_release_namespace_driver_chart_and_script_from_the_pod() {
+        let env = json!([{"name": "NAME", "value": "web"}, {"name": "TARGET_NAMESPACE", "value": "demo"}, {"name": "HELM_DRIVER", "value": "configmaps"}, {"name": "FAILURE_POLICY", "value": "abort"}, {"name": "EXPECTED_RELEASE_REVISION", "value": "4"}]);
+        let found =
+            HelmInstallPod::from_pod(&typed(&pod_of(HEAD_IMAGE, "install", env)), "kube-system").unwrap();
         assert_eq!((found.container, found.release.as_str(), found.namespace.as_str()), (1, "web", "demo"));
         assert_eq!((found.driver, found.command), (Driver::ConfigMap, PodCommand::Install));
+        assert_eq!(found.chart, ("kube-system".to_owned(), "web".to_owned()));
+        assert_eq!(found.script.version, Some((0, 13, 3)));
+        assert_eq!(
+            (found.env.failure_policy.as_deref(), found.env.expected_revision.as_deref()),
+            (Some("abort"), Some("4"))
+        );
 
         let defaults =
             HelmInstallPod::from_pod(&typed(&pod("delete", json!([{"name": "NAME", "value": "web"}]))), "x")
@@ -239,6 +335,7 @@ mod tests {
             (defaults.namespace.as_str(), defaults.driver, defaults.command),
             ("kube-system", Driver::Secret, PodCommand::Delete)
         );
+        assert_eq!(defaults.env, ScriptEnv::default());
     }
 
     #[test]
@@ -253,42 +350,117 @@ mod tests {
         assert!(HelmInstallPod::from_pod(&typed(&pod("install", weird_driver)), "x").is_none());
     }
 
+    /// POLICY.md "Mutating", step 4: the rewrite is made only where the script needs it.
     #[test]
-    fn only_an_orphaned_superseded_install_is_rewritten() {
-        let target = HelmInstallPod::from_pod(
-            &typed(&pod("install", json!([{"name": "NAME", "value": "web"}]))),
-            "demo",
-        )
-        .unwrap();
-        type Row = (&'static [(u32, Status)], bool, &'static str);
-        let table: [Row; 5] = [
-            (&[(1, Status::Superseded), (2, Status::Superseded)], true, "upgrade"),
-            (&[(2, Status::Deployed)], false, "upgrade"),
-            (&[(2, Status::Deployed), (3, Status::Failed)], false, "reinstall"),
-            (&[(1, Status::PendingInstall)], false, "reset-pending-and-retry"),
-            (&[], false, "install"),
+    fn install_becomes_upgrade_only_where_the_script_would_install_over_a_release() {
+        use Status::*;
+        type Row = (&'static str, &'static [(u32, Status)], bool, &'static str);
+        let table: [Row; 9] = [
+            (OLD_IMAGE, &[(1, Superseded), (2, Superseded)], true, "upgrade"),
+            (OLD_IMAGE, &[(1, Deployed), (2, Superseded)], true, "upgrade"),
+            ("rancher/klipper-helm:latest", &[(1, Superseded), (2, Superseded)], true, "upgrade"),
+            (HEAD_IMAGE, &[(1, Superseded), (2, Superseded)], false, "reset-and-upgrade"),
+            ("rancher/klipper-helm:v0.13.0-build20260715", &[(2, Deployed)], true, "upgrade"),
+            (OLD_IMAGE, &[(2, Deployed)], false, "upgrade"),
+            (OLD_IMAGE, &[(2, Deployed), (3, Failed)], false, "reinstall (uninstalls first)"),
+            (OLD_IMAGE, &[(1, PendingInstall)], false, "reset-to-failed, then reinstall (uninstalls first)"),
+            (HEAD_IMAGE, &[], false, "install"),
         ];
-        for (revisions, rewrite, action) in table {
-            let plan = plan(&target, &state(revisions));
-            assert_eq!((plan.rewrite_to_upgrade, plan.action), (rewrite, action), "{revisions:?}");
+        for (image, revisions, rewrite, action) in table {
+            let plan = plan(&target(image, json!([])), &state(revisions), None);
+            assert_eq!(
+                (plan.rewrite_to_upgrade, plan.action.describe().as_str()),
+                (rewrite, action),
+                "{image} {revisions:?}"
+            );
             assert_eq!(plan.annotations.contains_key(REWRITTEN_ANNOTATION), rewrite);
+            assert_eq!(plan.annotations[ACTION_ANNOTATION], action);
         }
-        let delete = HelmInstallPod { command: PodCommand::Delete, ..target };
-        assert!(!plan(&delete, &state(&[(1, Status::Superseded)])).rewrite_to_upgrade);
+        let delete = HelmInstallPod { command: PodCommand::Delete, ..target(OLD_IMAGE, json!([])) };
+        assert!(!plan(&delete, &state(&[(1, Superseded)]), None).rewrite_to_upgrade);
+    }
+
+    #[test]
+    fn the_action_follows_the_pods_failure_policy() {
+        let failed = state(&[(2, Status::Deployed), (3, Status::Failed)]);
+        let policy = |image: &str, policy: &str| {
+            let pod = target(image, json!([{"name": "FAILURE_POLICY", "value": policy}]));
+            plan(&pod, &failed, None).action.describe()
+        };
+        assert_eq!(policy(HEAD_IMAGE, "retry"), "upgrade (failure policy retry)");
+        assert_eq!(policy(HEAD_IMAGE, "abort"), "wait-for-operator");
+        assert_eq!(policy(OLD_IMAGE, "retry"), "wait-for-operator");
+        assert_eq!(policy(HEAD_IMAGE, "reinstall"), "reinstall (uninstalls first)");
+    }
+
+    #[test]
+    fn a_protected_chart_keeps_its_release_instead_of_reinstalling_it() {
+        let failed = state(&[(2, Status::Deployed), (3, Status::Failed)]);
+        let why = Some("helmchart kube-system/web");
+        let head = plan(
+            &target(HEAD_IMAGE, json!([{"name": "FAILURE_POLICY", "value": "reinstall"}])),
+            &failed,
+            why,
+        );
+        assert_eq!(
+            (head.failure_policy, head.action.describe().as_str()),
+            (Some("retry"), "upgrade (failure policy retry)")
+        );
+        assert_eq!(
+            head.annotations[POLICY_REWRITTEN_ANNOTATION],
+            "reinstall (helm-guard.io/protect on helmchart kube-system/web)"
+        );
+        let old = plan(&target(OLD_IMAGE, json!([])), &failed, why);
+        assert_eq!(
+            (old.failure_policy, old.action.describe().as_str()),
+            (Some("abort"), "wait-for-operator")
+        );
+        // Nothing to protect from: an upgrade, or a policy that already keeps the release.
+        let healthy = plan(&target(HEAD_IMAGE, json!([])), &state(&[(2, Status::Deployed)]), why);
+        assert!(!healthy.rewrites() && !healthy.annotations.contains_key(POLICY_REWRITTEN_ANNOTATION));
+        let abort =
+            plan(&target(HEAD_IMAGE, json!([{"name": "FAILURE_POLICY", "value": "abort"}])), &failed, why);
+        assert_eq!(abort.failure_policy, None);
+        // Unprotected: the script reinstalls, as its policy says.
+        assert!(plan(&target(HEAD_IMAGE, json!([])), &failed, None).action.reinstalls());
     }
 
     #[test]
     fn applying_the_plan_rewrites_only_the_helm_container() {
         let original = pod("install", json!([{"name": "NAME", "value": "web"}]));
         let target = HelmInstallPod::from_pod(&typed(&original), "demo").unwrap();
-        let plan = plan(&target, &state(&[(1, Status::Superseded)]));
+        let plan = plan(&target, &state(&[(1, Status::Superseded)]), None);
         let mut mutated = original.clone();
         json_patch::patch(&mut mutated, &patch(&typed(&original), &target, &plan)).unwrap();
         assert_eq!(mutated["spec"]["containers"][1]["args"], json!(["upgrade", "--namespace", "demo"]));
         assert_eq!(mutated["spec"]["containers"][0]["args"], json!(["serve"]));
         assert_eq!(mutated["metadata"]["annotations"][STATE_ANNOTATION], "orphaned-superseded");
         assert_eq!(mutated["metadata"]["annotations"][REVISION_ANNOTATION], "1");
+        assert_eq!(mutated["metadata"]["annotations"][SCRIPT_ANNOTATION], "klipper-helm v0.9.8");
         assert!(already_annotated(&typed(&mutated)) && !already_annotated(&typed(&original)));
+    }
+
+    #[test]
+    fn applying_a_protection_sets_the_failure_policy_the_container_sees() {
+        let failed = state(&[(2, Status::Deployed), (3, Status::Failed)]);
+        let why = Some("namespace kube-system");
+        let env_after = |env: Value| {
+            let original = pod_of(HEAD_IMAGE, "install", env);
+            let target = HelmInstallPod::from_pod(&typed(&original), "kube-system").unwrap();
+            let plan = plan(&target, &failed, why);
+            let mut mutated = original.clone();
+            json_patch::patch(&mut mutated, &patch(&typed(&original), &target, &plan)).unwrap();
+            let reread = HelmInstallPod::from_pod(&typed(&mutated), "kube-system").unwrap();
+            (mutated["spec"]["containers"][1]["env"].clone(), reread.env.failure_policy)
+        };
+        let name = json!({"name": "NAME", "value": "web"});
+        let (env, seen) = env_after(json!([name, {"name": "FAILURE_POLICY", "value": "reinstall"}]));
+        assert_eq!((env.as_array().unwrap().len(), seen.as_deref()), (2, Some("retry")));
+        let (env, seen) = env_after(json!([name]));
+        assert_eq!(
+            (env[1].clone(), seen.as_deref()),
+            (json!({"name": "FAILURE_POLICY", "value": "retry"}), Some("retry"))
+        );
     }
 
     #[test]
@@ -296,7 +468,7 @@ mod tests {
         let mut original = pod("install", json!([{"name": "NAME", "value": "web"}]));
         original["metadata"]["annotations"] = json!({"team/owner": "platform", STATE_ANNOTATION: "stale"});
         let target = HelmInstallPod::from_pod(&typed(&original), "demo").unwrap();
-        let plan = plan(&target, &state(&[(1, Status::Deployed)]));
+        let plan = plan(&target, &state(&[(1, Status::Deployed)]), None);
         let mut mutated = original.clone();
         json_patch::patch(&mut mutated, &patch(&typed(&original), &target, &plan)).unwrap();
         assert_eq!(mutated["metadata"]["annotations"]["team/owner"], "platform");
