@@ -82,3 +82,68 @@ fn a_refused_update_becomes_a_notice() {
     let notice = notices.try_recv().expect("a notice");
     assert_eq!((notice.action.as_str(), notice.reason.as_str()), ("Update", "IdentityLabelChange"));
 }
+
+/// A HelmChart that manages `demo/web`, as K3s's helm-controller stores it.
+fn chart() -> Value {
+    serde_json::json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+        "metadata": {"namespace": "kube-system", "name": "web", "uid": "5e1d-chart"},
+        "spec": {"chart": "demo", "targetNamespace": "demo"}})
+}
+
+#[test]
+fn a_refusal_about_a_release_a_helmchart_manages_is_a_notice_on_the_chart_too() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let (admission, mut notices) = with_events(&[records.clone(), vec![chart()]].concat(), Mode::Enforce);
+    let mut forged = records[1].clone();
+    forged["metadata"]["labels"]["helmcharts.helm.cattle.io/configHash"] = Value::String("FORGED".into());
+    assert!(!review(&admission, &update_review(&records[1], &forged)));
+    let on_record = notices.try_recv().expect("a notice on the record");
+    assert_eq!((on_record.kind.as_str(), on_record.reason.as_str()), ("Secret", "ProtectedLabelChange"));
+    let on_chart = notices.try_recv().expect("a notice on the HelmChart");
+    assert_eq!(
+        (
+            on_chart.api_version.as_str(),
+            on_chart.kind.as_str(),
+            on_chart.namespace.as_str(),
+            on_chart.name.as_str()
+        ),
+        ("helm.cattle.io/v1", "HelmChart", "kube-system", "web")
+    );
+    assert_eq!(on_chart.uid.as_deref(), Some("5e1d-chart"), "kubectl describe helmchart selects by uid");
+    assert!(
+        on_chart.note.starts_with("Secret demo/sh.helm.release.v1.web.v2: denied UPDATE"),
+        "{}",
+        on_chart.note
+    );
+
+    // A release no chart manages: the record's notice only.
+    let (unmanaged, mut notices) = with_events(&records, Mode::Enforce);
+    assert!(!review(&unmanaged, &update_review(&records[1], &forged)));
+    assert!(notices.try_recv().is_ok() && notices.try_recv().is_err());
+}
+
+#[test]
+fn a_rewritten_helm_install_pod_is_a_notice_on_its_chart_and_an_annotated_one_is_not() {
+    let orphaned = web(&[(1, "superseded"), (2, "superseded")]);
+    let (admission, mut notices) = with_events(&[orphaned, vec![chart()]].concat(), Mode::Enforce);
+    let pod =
+        common::review("admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json");
+    let request = admission_review::parse(&serde_json::to_vec(&pod).unwrap()).unwrap();
+    assert!(admission.review(Webhook::Mutate, request, Io::Allowed).unwrap().response.allowed);
+    let notice = notices.try_recv().expect("a notice on the HelmChart");
+    assert_eq!(
+        (notice.kind.as_str(), notice.name.as_str(), notice.reason.as_str()),
+        ("HelmChart", "web", "HelmInstallPodRewritten")
+    );
+    assert!(
+        notice.note.contains("install -> upgrade") && notice.note.contains("now: upgrade"),
+        "{}",
+        notice.note
+    );
+
+    let healthy = web(&[(1, "deployed")]);
+    let (admission, mut notices) = with_events(&[healthy, vec![chart()]].concat(), Mode::Enforce);
+    let request = admission_review::parse(&serde_json::to_vec(&pod).unwrap()).unwrap();
+    admission.review(Webhook::Mutate, request, Io::Allowed).unwrap();
+    assert!(notices.try_recv().is_err(), "a pod only annotated is no Event");
+}

@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// A group whose members' requests are always allowed (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
     pub exempt_group: Vec<String>,
+    /// A record label that no update may add, change or remove (U2b; repeatable, comma-separated
+    /// in the env var). Replaces the default, helm-controller's configHash; `''` protects none.
+    #[arg(long, env = "HELM_GUARD_PROTECTED_LABELS", value_delimiter = ',', value_name = "KEY",
+          default_values_t = crate::policy::config::DEFAULT_PROTECTED_LABELS.iter().map(|l| (*l).to_owned()).collect::<Vec<String>>())]
+    pub protected_label: Vec<String>,
     /// Serve verdicts from a dump instead of a cluster: the `scan --from-file` format; Namespace
     /// objects in it, if any, give per-namespace modes and teardown.
     #[arg(long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
@@ -194,6 +199,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         exempt_users: args.exempt_user.clone(),
         exempt_groups: args.exempt_group.clone(),
         stuck_after: args.stuck_after,
+        protected_labels: args.protected_label.iter().filter(|l| !l.is_empty()).cloned().collect(),
     };
     let admission = match &args.snapshot {
         Some(path) => {

@@ -29,7 +29,13 @@ pub struct PolicyConfig {
     pub exempt_groups: Vec<String>,
     /// A pending revision unchanged for longer than this is stuck.
     pub stuck_after: Duration,
+    /// Labels of records that Helm copies unchanged in every update and that controllers read
+    /// (U2b): an update may not add, change or remove them.
+    pub protected_labels: Vec<String>,
 }
+
+/// The default of `--protected-label`: the label K3s/RKE2's helm-controller decides by.
+pub const DEFAULT_PROTECTED_LABELS: &[&str] = &["helmcharts.helm.cattle.io/configHash"];
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -38,6 +44,7 @@ impl Default for PolicyConfig {
             exempt_users: Vec::new(),
             exempt_groups: Vec::new(),
             stuck_after: Duration::from_secs(crate::release::history::DEFAULT_STUCK_AFTER_SECS as u64),
+            protected_labels: DEFAULT_PROTECTED_LABELS.iter().map(|l| (*l).to_owned()).collect(),
         }
     }
 }

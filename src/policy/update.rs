@@ -9,6 +9,9 @@ use super::verdict::{Reason, Verdict};
 use crate::release::Status;
 use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSION};
 
+/// The label every Helm update of a record sets to the time (`secrets.go`/`cfgmaps.go` `Update`).
+pub const LABEL_MODIFIED_AT: &str = "modifiedAt";
+
 /// What Helm reads of one side's payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayloadSide {
@@ -100,6 +103,42 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
                 ),
             );
         }
+    }
+    // U2b: what Helm copies unchanged in every update (labels given with `--labels`, which
+    // controllers read: helm-controller decides whether to run a chart's job by configHash), and
+    // `modifiedAt`, which every Helm update sets to the time.
+    for key in &config.protected_labels {
+        let (before, after) = (old.labels.get(key), new.labels.get(key));
+        if before != after {
+            let change = match (before, after) {
+                (None, Some(value)) => format!("adds the label `{key}={value}`"),
+                (Some(_), None) => format!("removes the label `{key}`"),
+                (_, value) => format!("changes the label `{key}` from {before:?} to {value:?}"),
+            };
+            return Verdict::deny(
+                Reason::ProtectedLabelChange,
+                format!(
+                    "helm-guard: this update of {object} {change}; Helm copies that label unchanged into every update of a                      record (it is set with `--labels` when a revision is created) and controllers decide by it.                      Make a new revision with `helm upgrade --labels` instead"
+                ),
+            );
+        }
+    }
+    let modified_at = new.labels.get(LABEL_MODIFIED_AT);
+    let unix_time =
+        |value: &String| !value.is_empty() && value.len() <= 20 && value.bytes().all(|b| b.is_ascii_digit());
+    if (old.labels.contains_key(LABEL_MODIFIED_AT) && modified_at.is_none())
+        || modified_at.is_some_and(|v| !unix_time(v))
+    {
+        let change = modified_at.map_or_else(
+            || "removes the `modifiedAt` label".to_owned(),
+            |v| format!("sets the `modifiedAt` label to {v:?}"),
+        );
+        return Verdict::deny(
+            Reason::ProtectedLabelChange,
+            format!(
+                "helm-guard: this update of {object} {change}; every Helm update sets it to the time in Unix seconds"
+            ),
+        );
     }
     if old.secret_type != new.secret_type {
         return Verdict::deny(
@@ -232,6 +271,23 @@ mod tests {
         renamed.insert("name".into(), "other".into());
         let mut bumped = labels("deployed");
         bumped.insert("version".into(), "9".into());
+        let with = |status: &str, extra: &[(&str, &str)]| {
+            let mut labels = labels(status);
+            labels.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+            labels
+        };
+        const HASH: &str = "helmcharts.helm.cattle.io/configHash";
+        let hashed = with("deployed", &[(HASH, "SHA256=AB12"), ("modifiedAt", "1764000000")]);
+        let hashed_superseded = with("superseded", &[(HASH, "SHA256=AB12"), ("modifiedAt", "1764000060")]);
+        let forged = with("deployed", &[(HASH, "FORGED"), ("modifiedAt", "1764000000")]);
+        let unhashed = with("deployed", &[("modifiedAt", "1764000000")]);
+        let stamped_later = with("deployed", &[(HASH, "SHA256=AB12"), ("modifiedAt", "1764000099")]);
+        let stamped_text = with("deployed", &[(HASH, "SHA256=AB12"), ("modifiedAt", "yesterday")]);
+        let unstamped = with("deployed", &[(HASH, "SHA256=AB12")]);
+        let tool_label = with(
+            "deployed",
+            &[(HASH, "SHA256=AB12"), ("modifiedAt", "1764000000"), ("velero.io/backup-name", "nightly")],
+        );
         let finalizers = ["example.com/keep".to_owned()];
         let owner = ["0000-gone".to_owned()];
         let other_owner = ["0000-other".to_owned()];
@@ -242,6 +298,62 @@ mod tests {
             ("U2 owner removed", side(&deployed, d), side(&no_owner, d), false, Reason::IdentityLabelChange),
             ("U2 name changed", side(&deployed, d), side(&renamed, d), false, Reason::IdentityLabelChange),
             ("U2 version changed", side(&deployed, d), side(&bumped, d), false, Reason::IdentityLabelChange),
+            (
+                "U2b configHash forged",
+                side(&hashed, d),
+                side(&forged, d),
+                false,
+                Reason::ProtectedLabelChange,
+            ),
+            (
+                "U2b configHash removed",
+                side(&hashed, d),
+                side(&unhashed, d),
+                false,
+                Reason::ProtectedLabelChange,
+            ),
+            (
+                "U2b configHash added",
+                side(&unhashed, d),
+                side(&hashed, d),
+                false,
+                Reason::ProtectedLabelChange,
+            ),
+            (
+                "U2b modifiedAt removed",
+                side(&hashed, d),
+                side(&unstamped, d),
+                false,
+                Reason::ProtectedLabelChange,
+            ),
+            (
+                "U2b modifiedAt not a time",
+                side(&hashed, d),
+                side(&stamped_text, d),
+                false,
+                Reason::ProtectedLabelChange,
+            ),
+            (
+                "U2b Helm's superseding keeps configHash, stamps modifiedAt",
+                side(&hashed, d),
+                side(&hashed_superseded, payload(Superseded)),
+                true,
+                Reason::HelmUpdate,
+            ),
+            (
+                "U2b Helm's rewrite of a time",
+                side(&hashed, d),
+                side(&stamped_later, d),
+                true,
+                Reason::HelmUpdate,
+            ),
+            (
+                "U2b another tool's label is not Helm's business",
+                side(&hashed, d),
+                side(&tool_label, d),
+                true,
+                Reason::HelmUpdate,
+            ),
             (
                 "U2 type changed",
                 side(&deployed, d),

@@ -42,6 +42,9 @@ pub enum Reason {
     WouldOrphanRelease,
     /// U2: the `owner`, `name` or `version` label, or the Secret `type`, changed.
     IdentityLabelChange,
+    /// U2b: a protected label (`helmcharts.helm.cattle.io/configHash`) added, changed or
+    /// removed, or `modifiedAt` removed or not a Unix time.
+    ProtectedLabelChange,
     /// U7: the payload status and the `status` label disagree after the update.
     StatusLabelMismatch,
     /// U4: a readable payload replaced by an unreadable one.
