@@ -113,12 +113,18 @@ pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict 
             let change = match (before, after) {
                 (None, Some(value)) => format!("adds the label `{key}={value}`"),
                 (Some(_), None) => format!("removes the label `{key}`"),
-                (_, value) => format!("changes the label `{key}` from {before:?} to {value:?}"),
+                (before, after) => format!(
+                    "changes the label `{key}` from {:?} to {:?}",
+                    before.map_or("", String::as_str),
+                    after.map_or("", String::as_str)
+                ),
             };
             return Verdict::deny(
                 Reason::ProtectedLabelChange,
                 format!(
-                    "helm-guard: this update of {object} {change}; Helm copies that label unchanged into every update of a                      record (it is set with `--labels` when a revision is created) and controllers decide by it.                      Make a new revision with `helm upgrade --labels` instead"
+                    "helm-guard: this update of {object} {change}; Helm copies that label unchanged into every update of a record \
+                     (it is set with `--labels` when a revision is created) and controllers decide by it. \
+                     Make a new revision with `helm upgrade --labels` instead"
                 ),
             );
         }
