@@ -15,7 +15,8 @@
 //!    [`release`] (or recalled by [`release::memo`]), and the release's history from the
 //!    [`cluster`] index.
 //! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U8),
-//!    [`policy::pod`] (the install-to-upgrade rewrite), [`policy::mode`] (enforce/warn/audit).
+//!    [`policy::pod`] (the helm-install pod mutation, from [`policy::klipper`]: what each
+//!    klipper-helm entry script does), [`policy::mode`] (enforce/warn/audit).
 //! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (as JSON by
 //!    [`server::log_format`], in batches by [`server::log_writer`]; and, for a
 //!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
@@ -23,7 +24,8 @@
 //!    ([`cluster::coordination`]).
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
-//! [`cluster::live`] (kube-rs metadata watchers). The command line is in [`cli`].
+//! [`cluster::live`] (kube-rs metadata watchers, and K3s's HelmCharts in
+//! [`cluster::helmcharts`]). The command line is in [`cli`].
 //!
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
 //!
