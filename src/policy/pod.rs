@@ -1,6 +1,6 @@
 //! The helm-install pod mutation of POLICY.md "Mutating": say what the pod's entry script will
-//! do with its release ([`klipper`](super::klipper)), and change the pod only where the script
-//! would otherwise do the wrong thing.
+//! do with its release (as [`super::klipper`] predicts it), and change the pod only where the
+//! script would otherwise do the wrong thing.
 
 use std::collections::BTreeMap;
 
