@@ -61,6 +61,52 @@ fn scan_text_prints_one_line_per_release_and_a_summary() {
 }
 
 #[test]
+fn scan_shows_the_namespaces_that_are_opted_out_and_since_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let set_at = |label: &str| {
+        json!([{"manager": "kubectl-label", "operation": "Update", "time": "2026-11-20T08:30:00Z",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {format!("f:{label}"): {}}}}}])
+    };
+    let mut objects = web(&[(1, "superseded"), (2, "deployed")]);
+    objects.extend([
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo",
+            "labels": {"helm-guard.io/mode": "audit"}, "managedFields": set_at("helm-guard.io/mode")}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "sandbox", "labels": {"helm-guard.io/ignore": "true"}}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "strict", "labels": {"helm-guard.io/mode": "enforce"}}}),
+    ]);
+    let path = write_temp(&dir, "dump.json", &list(objects));
+    let only = helm_guard(&["scan", "--from-file", path.to_str().unwrap(), "--opted-out", "-o", "json"]);
+    assert_eq!(only.status.code(), Some(1), "opted-out namespaces are findings: {}", stderr(&only));
+    let reported: Value = serde_json::from_slice(&only.stdout).unwrap();
+    assert_eq!(
+        reported,
+        json!([{"namespace": "demo", "protection": "audit", "since": 1_795_163_400_i64},
+               {"namespace": "sandbox", "protection": "ignored", "since": null}])
+    );
+    // The release report says so too, below its table, and keeps its exit status.
+    let text = helm_guard(&["scan", "--from-file", path.to_str().unwrap()]);
+    assert_eq!(text.status.code(), Some(0));
+    let text = stdout(&text);
+    assert!(text.contains("Not (fully) guarded by their namespace's labels"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("demo") && l.contains("audit") && l.contains("2026-11-20T08:30:00Z")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("sandbox") && l.contains("ignored") && l.ends_with('-')),
+        "{text}"
+    );
+    assert!(!text.contains("strict"), "{text}");
+    let none = helm_guard(&["scan", "--from-file", path.to_str().unwrap(), "--opted-out", "-n", "strict"]);
+    assert_eq!(none.status.code(), Some(0));
+    assert_eq!(
+        stdout(&none).trim(),
+        format!("No namespace in {}, namespace strict is opted out of helm-guard.", path.display())
+    );
+}
+
+#[test]
 fn scan_exits_0_when_every_release_is_healthy_and_reads_yaml_from_stdin() {
     let dir = tempfile::tempdir().unwrap();
     let healthy = list(web(&[(1, "superseded"), (2, "deployed")]));

@@ -330,6 +330,7 @@ async fn live_guard(
     let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
     let (running, index, ca_pem) = common::guard::start_live(
         client,
+        helm_guard::policy::PolicyConfig::default(),
         "127.0.0.1:0".parse().unwrap(),
         &names,
         &dir.path().join("certs"),

@@ -37,7 +37,12 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
     let validating = hooks.iter().find(|d| d["kind"] == "ValidatingWebhookConfiguration").unwrap();
     let mutating = hooks.iter().find(|d| d["kind"] == "MutatingWebhookConfiguration").unwrap();
     let mut operations = Vec::new();
-    for hook in validating["webhooks"].as_array().unwrap() {
+    let (namespace_hooks, record_hooks): (Vec<&Value>, Vec<&Value>) = validating["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .partition(|hook| hook["rules"][0]["resources"] == serde_json::json!(["namespaces"]));
+    for hook in &record_hooks {
         assert_eq!(hook["clientConfig"]["service"]["path"], "/validate");
         assert_eq!(hook["objectSelector"]["matchLabels"]["owner"], "helm");
         assert_eq!(hook["sideEffects"], "NoneOnDryRun", "dry-run requests must reach the guard");
@@ -48,9 +53,7 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
     }
     operations.sort();
     assert_eq!(operations, vec!["CREATE", "DELETE", "UPDATE"]);
-    let delete_hook = validating["webhooks"]
-        .as_array()
-        .unwrap()
+    let delete_hook = record_hooks
         .iter()
         .find(|h| h["rules"][0]["operations"].as_array().unwrap().iter().any(|o| o == "DELETE"))
         .unwrap();
@@ -60,9 +63,24 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
     assert_eq!(pod_hook["clientConfig"]["service"]["path"], "/mutate");
     assert_eq!(pod_hook["objectSelector"]["matchExpressions"][0]["key"], "helmcharts.helm.cattle.io/chart");
     assert_eq!(pod_hook["failurePolicy"], "Ignore", "a pod is never held up by the guard");
-    for hook in validating["webhooks"].as_array().unwrap().iter().chain([pod_hook]) {
-        assert_eq!(hook["namespaceSelector"]["matchExpressions"][0]["key"], "helm-guard.io/ignore");
+    let guard_namespace = documents("namespace.yaml")[0]["metadata"]["name"].clone();
+    let by_name = serde_json::json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [guard_namespace]});
+    let ignore = serde_json::json!({"key": "helm-guard.io/ignore", "operator": "NotIn", "values": ["true"]});
+    for hook in record_hooks.iter().copied().chain([pod_hook]) {
+        let selector = hook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
+        assert!(selector.contains(&by_name), "the guard's own namespace is out by name: {}", hook["name"]);
+        assert!(selector.contains(&ignore), "{}", hook["name"]);
     }
+
+    // The opt-out labels' webhook: every namespace but the guard's (an ignored one too), only the
+    // requests that touch the labels, fail closed.
+    let [namespace_hook] = namespace_hooks[..] else { panic!("one namespace webhook") };
+    assert_eq!(namespace_hook["clientConfig"]["service"]["path"], "/validate");
+    assert_eq!(namespace_hook["rules"][0]["operations"], serde_json::json!(["CREATE", "UPDATE"]));
+    assert_eq!(namespace_hook["namespaceSelector"]["matchExpressions"], serde_json::json!([by_name]));
+    assert_eq!(namespace_hook["failurePolicy"], "Fail");
+    let condition = namespace_hook["matchConditions"][0]["expression"].as_str().unwrap();
+    assert!(condition.contains("helm-guard.io/ignore") && condition.contains("helm-guard.io/mode"));
 }
 
 #[test]

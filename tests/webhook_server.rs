@@ -233,8 +233,19 @@ async fn a_broken_certificate_update_keeps_the_old_one() {
 
 #[tokio::test]
 async fn health_readiness_and_metrics() {
+    let namespace = |name: &str, labels: serde_json::Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels,
+            "managedFields": [{"manager": "kubectl-label", "operation": "Update", "time": "2026-11-20T08:30:00Z",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:helm-guard.io/mode": {}}}}}]}})
+    };
+    let namespaces = vec![
+        namespace("tenant-a", serde_json::json!({"helm-guard.io/mode": "audit"})),
+        namespace("tenant-b", serde_json::json!({"helm-guard.io/mode": "enforce"})),
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "sandbox", "labels": {"helm-guard.io/ignore": "true"}}}),
+    ];
     let guard = Guard::start(Options {
-        snapshot: history(&helm4_secret(), &[(1, "superseded")]),
+        snapshot: [history(&helm4_secret(), &[(1, "superseded")]), namespaces].concat(),
         ..Options::default()
     })
     .await;
@@ -249,9 +260,12 @@ async fn health_readiness_and_metrics() {
         "helm_guard_releases{state=\"orphaned-superseded\"} 1",
         "helm_guard_revisions_indexed 1",
         "helm_guard_admission_duration_seconds_count{webhook=\"validate\"} 1",
+        "helm_guard_namespace_opted_out_timestamp_seconds{namespace=\"tenant-a\",protection=\"audit\"} 1795163400",
+        "helm_guard_namespace_opted_out_timestamp_seconds{namespace=\"sandbox\",protection=\"ignored\"} 0",
     ] {
         assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
     }
+    assert!(!metrics.contains("namespace=\"tenant-b\""), "an enforcing namespace is not opted out");
     // The HTTPS port answers the same probes.
     assert_eq!(guard.client.get("/readyz").await.0, 200);
 

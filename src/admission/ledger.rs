@@ -127,11 +127,14 @@ impl LedgerEntry {
         let action = match self.operation {
             "DELETE" => "Delete",
             "UPDATE" => "Update",
+            "CREATE" if self.kind == "Namespace" => "Create",
             _ => return None,
         };
+        // An allowed opt-out is an Event too: the namespace is no longer (fully) guarded.
+        let opted_out = self.reason == Reason::OptOut && self.transition.is_some();
         if self.webhook != super::Webhook::Validate.as_str()
             || self.dry_run
-            || !refused_or_warned
+            || !(refused_or_warned || opted_out)
             || self.reason == Reason::NotAReleaseRecord
         {
             return None;
@@ -140,21 +143,31 @@ impl LedgerEntry {
         let message = message.strip_prefix("helm-guard: ").unwrap_or(message);
         let first_sentence =
             message.split_once(". ").map_or(message, |(first, _)| first).trim_end_matches('.');
-        Some(Notice {
-            namespace: self.namespace.clone(),
-            api_version: "v1".to_owned(),
-            kind: self.kind.clone(),
-            name: self.object.clone(),
-            uid: self.object_uid.clone(),
-            action: action.to_owned(),
-            reason: camel_case(self.reason.as_str()),
-            note: format!(
+        let note = match (opted_out, self.transition.as_deref()) {
+            (true, Some(change)) => format!(
+                "allowed opt-out ({change}) by {} ({}): the guard's protection of this namespace's Helm releases is {}",
+                self.requester,
+                self.detail.as_deref().unwrap_or_default(),
+                if change.ends_with("ignored") { "off" } else { "weaker" }
+            ),
+            _ => format!(
                 "{} {} by {} ({}): {first_sentence}",
                 self.decision,
                 self.operation,
                 self.requester,
                 self.reason.as_str()
             ),
+        };
+        Some(Notice {
+            // Events about a cluster-scoped object live in `default`, as the API server wants.
+            namespace: if self.kind == "Namespace" { "default".to_owned() } else { self.namespace.clone() },
+            api_version: "v1".to_owned(),
+            kind: self.kind.clone(),
+            name: self.object.clone(),
+            uid: self.object_uid.clone(),
+            action: action.to_owned(),
+            reason: camel_case(self.reason.as_str()),
+            note,
         })
     }
 

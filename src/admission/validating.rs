@@ -27,6 +27,7 @@ pub fn validate(
     let driver = match (request.kind.group.as_str(), request.kind.kind.as_str()) {
         ("", "Secret") => Some(Driver::Secret),
         ("", "ConfigMap") => Some(Driver::ConfigMap),
+        ("", "Namespace") => return Ok(respond(&request, namespace(admission, &request, &mut entry), entry)),
         _ => None,
     };
     let Some(driver) = driver else { return Ok(respond(&request, not_a_record(), entry)) };
@@ -89,6 +90,44 @@ fn respond(request: &AdmissionRequest<ReviewObject>, decided: Decided, mut entry
     }
     response.audit_annotations = entry.audit_annotations();
     Reviewed { response, entry }
+}
+
+/// A Namespace CREATE or UPDATE: the opt-out labels (N1–N4), in the global mode (a namespace's
+/// own mode label is what is judged).
+fn namespace(
+    admission: &Admission,
+    request: &AdmissionRequest<ReviewObject>,
+    entry: &mut LedgerEntry,
+) -> Decided {
+    use crate::policy::namespace::{NamespaceFacts, Protection, decide_namespace};
+    let empty = std::collections::BTreeMap::new();
+    fn labels<'a>(
+        object: &'a ReviewObject,
+        empty: &'a std::collections::BTreeMap<String, String>,
+    ) -> &'a std::collections::BTreeMap<String, String> {
+        object.metadata.labels.as_ref().unwrap_or(empty)
+    }
+    let (Some(new), Operation::Create | Operation::Update) = (request.object.as_ref(), &request.operation)
+    else {
+        return allowed(Verdict::allow(Reason::NotAnOptOut));
+    };
+    let facts = NamespaceFacts {
+        name: &request.name,
+        old_labels: request.old_object.as_ref().map(|old| labels(old, &empty)),
+        new_labels: labels(new, &empty),
+        requester: requester(request),
+    };
+    let default = admission.config.default_mode;
+    let (before, after) = (
+        Protection::of(facts.old_labels.unwrap_or(&empty), default),
+        Protection::of(facts.new_labels, default),
+    );
+    if before != after {
+        entry.transition = Some(format!("{} -> {}", before.describe(), after.describe()));
+    }
+    let verdict = decide_namespace(&facts, &admission.config);
+    let outcome = apply_mode(&verdict, default);
+    (verdict, outcome)
 }
 
 fn not_a_record() -> Decided {

@@ -9,12 +9,14 @@ use super::ClusterArgs;
 use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
 };
-use crate::cluster::live::{connect, list_records};
+use crate::cluster::live::{connect, list_namespaces, list_records};
+use crate::policy::namespace::OptedOut;
 use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;
 use crate::release::record::describe;
 use crate::release::repair::{RepairPlan, plan};
 use crate::release::scan::{ReleaseReport, by_release, collect_records, report};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
@@ -35,6 +37,10 @@ pub struct ScanArgs {
     /// Only the releases that need attention.
     #[arg(long)]
     pub broken: bool,
+    /// Only the namespaces whose labels switch the guard off or weaken it (`helm-guard.io/ignore`,
+    /// a `helm-guard.io/mode` other than enforce), and since when.
+    #[arg(long, conflicts_with_all = ["broken", "repair_plan", "release"])]
+    pub opted_out: bool,
     /// For each release that needs attention, the `helm-guard repair` command that fixes it
     /// (and what it would change), or what only an operator can do.
     #[arg(long)]
@@ -60,13 +66,24 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         Some(path) => (input_name(path), read_dump(path, args)),
         None => ("the cluster".to_owned(), list_cluster(args)),
     };
-    let objects = match objects {
+    let (objects, namespaces) = match objects {
         Ok(objects) => objects,
         Err(error) => {
             eprintln!("error: {source}: {error:#}");
             return Ok(EXIT_BAD_INPUT);
         }
     };
+    // Relative to enforce: scan does not know the guard's global --mode.
+    let opted_out: Vec<OptedOut> =
+        namespaces.iter().filter_map(|meta| OptedOut::of(meta, crate::policy::Mode::Enforce)).collect();
+    if args.opted_out {
+        if opted_out.is_empty() && args.output == Output::Text {
+            outln!("No namespace in {source}{} is opted out of helm-guard.", scope(args))?;
+        } else {
+            print_opted_out(&opted_out, args.output)?;
+        }
+        return Ok(if opted_out.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
+    }
     let (records, problems) = collect_records(&objects, args.decode.limits());
     for problem in &problems {
         eprintln!("warning: {}: {} (Helm skips this record)", problem.object, problem.error);
@@ -84,6 +101,10 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         outln!("No {}releases found in {source}{}.", if args.broken { "broken " } else { "" }, scope(args))?;
     } else {
         print_reports(&releases, args.output)?;
+    }
+    if !opted_out.is_empty() && args.output == Output::Text {
+        outln!("\nNot (fully) guarded by their namespace's labels (`helm-guard scan --opted-out`):")?;
+        print_opted_out(&opted_out, Output::Text)?;
     }
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
@@ -154,8 +175,14 @@ fn scope(args: &ScanArgs) -> String {
 /// The dump's objects that the filters select, as the cluster's list selects them: by namespace
 /// and by the `name` label Helm queries. A file that is not a dump is bad input; a dump with no
 /// records in it is an empty answer.
-fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
+fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<(Vec<Value>, Vec<ObjectMeta>)> {
     let objects = parse_objects(&read_input(path)?)?;
+    let namespaces = objects
+        .iter()
+        .filter(|o| o["kind"] == "Namespace")
+        .filter_map(|o| serde_json::from_value::<ObjectMeta>(o.get("metadata")?.clone()).ok())
+        .filter(|meta| args.namespace.as_ref().is_none_or(|ns| meta.name.as_ref() == Some(ns)))
+        .collect();
     let stores = |o: &&Value| matches!(o.get("kind").and_then(Value::as_str), Some("Secret" | "ConfigMap"));
     if let Some(other) = objects.first().filter(|_| !objects.iter().any(|o| stores(&o))) {
         anyhow::bail!(
@@ -165,7 +192,7 @@ fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
     }
     let text =
         |object: &Value, pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
-    Ok(objects
+    let records = objects
         .into_iter()
         .filter(|o| {
             args.namespace.as_ref().is_none_or(|ns| text(o, "/metadata/namespace").as_ref() == Some(ns))
@@ -173,16 +200,67 @@ fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
         .filter(|o| {
             args.release.as_ref().is_none_or(|r| text(o, "/metadata/labels/name").as_ref() == Some(r))
         })
-        .collect())
+        .collect();
+    Ok((records, namespaces))
 }
 
-/// Lists the records of the cluster (or one namespace, or one release).
-fn list_cluster(args: &ScanArgs) -> anyhow::Result<Vec<Value>> {
+/// Lists the records of the cluster (or one namespace, or one release), and its namespaces (none,
+/// with a warning, for a user who may not list them).
+fn list_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<Value>, Vec<ObjectMeta>)> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let client = connect(&args.cluster.access()).await?;
-        list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await
+        let records = list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await?;
+        let namespaces = list_namespaces(&client, args.namespace.as_deref()).await.unwrap_or_else(|error| {
+            eprintln!("warning: could not list namespaces ({error}): opted-out namespaces are not shown");
+            Vec::new()
+        });
+        Ok((records, namespaces))
     })
+}
+
+/// Prints opted-out namespaces as a table, or as a JSON or YAML array.
+fn print_opted_out(namespaces: &[OptedOut], output: Output) -> anyhow::Result<()> {
+    if super::print_data(namespaces, output)? {
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = namespaces
+        .iter()
+        .map(|n| {
+            let since = n.since.and_then(|s| jiff::Timestamp::from_second(s).ok());
+            vec![
+                n.namespace.clone(),
+                n.protection.clone(),
+                since.map_or_else(|| "-".into(), |t| t.to_string()),
+            ]
+        })
+        .collect();
+    table(&["NAMESPACE", "PROTECTION", "LABELS SET"], &rows)
+}
+
+/// Columns padded to their widest cell; the last one is not padded.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, width))| if i == last { (*cell).to_owned() } else { format!("{cell:<width$}") })
+            .collect();
+        outln!("{}", padded.join("  "))
+    };
+    line(headers.to_vec())?;
+    for row in rows {
+        line(row.iter().map(String::as_str).collect())?;
+    }
+    Ok(())
 }
 
 /// Prints reports as a table with a summary line, or as a JSON or YAML array.
@@ -192,11 +270,11 @@ fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Result<(
     }
     let headers =
         ["NAMESPACE", "RELEASE", "DRIVER", "STATE", "REVISION", "STATUS", "CHART", "ANOMALIES", "HINT"];
-    let rows: Vec<[String; 9]> = releases
+    let rows: Vec<Vec<String>> = releases
         .iter()
         .map(|r| {
             let state = if r.stuck { format!("{} (stuck)", r.state) } else { r.state.to_string() };
-            [
+            vec![
                 r.namespace.clone(),
                 r.release.clone(),
                 r.driver.to_string(),
@@ -209,29 +287,7 @@ fn print_reports(releases: &[ReleaseReport], output: Output) -> anyhow::Result<(
             ]
         })
         .collect();
-    let mut widths = headers.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |cells: &[&str]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .enumerate()
-            .map(
-                |(i, (cell, width))| {
-                    if i + 1 == cells.len() { cell.to_string() } else { format!("{cell:<width$}") }
-                },
-            )
-            .collect();
-        outln!("{}", padded.join("  "))
-    };
-    line(&headers)?;
-    for row in &rows {
-        line(&row.each_ref().map(String::as_str))?;
-    }
+    table(&headers, &rows)?;
     let broken = releases.iter().filter(|r| r.broken).count();
     outln!(
         "\n{}, {} healthy or uninstalled, {broken} {} attention",

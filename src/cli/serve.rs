@@ -65,6 +65,16 @@ pub struct ServeArgs {
     /// A group whose members' requests are always allowed (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
     pub exempt_group: Vec<String>,
+    /// A user who may opt a namespace out: set `helm-guard.io/ignore=true` or a weaker
+    /// `helm-guard.io/mode` on it (repeatable; comma-separated in the env var).
+    #[arg(long, env = "HELM_GUARD_OPT_OUT_USERS", value_delimiter = ',')]
+    pub opt_out_user: Vec<String>,
+    /// A group whose members may opt a namespace out (repeatable; comma-separated in the env var).
+    #[arg(long, env = "HELM_GUARD_OPT_OUT_GROUPS", value_delimiter = ',')]
+    pub opt_out_group: Vec<String>,
+    /// A namespace anyone may opt out (repeatable; comma-separated in the env var).
+    #[arg(long, env = "HELM_GUARD_EXEMPT_NAMESPACES", value_delimiter = ',')]
+    pub exempt_namespace: Vec<String>,
     /// A record label that no update may add, change or remove (U2b; repeatable, comma-separated
     /// in the env var). Replaces the default, helm-controller's configHash; `''` protects none.
     #[arg(long, env = "HELM_GUARD_PROTECTED_LABELS", value_delimiter = ',', value_name = "KEY",
@@ -200,6 +210,9 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         exempt_groups: args.exempt_group.clone(),
         stuck_after: args.stuck_after,
         protected_labels: args.protected_label.iter().filter(|l| !l.is_empty()).cloned().collect(),
+        opt_out_users: args.opt_out_user.clone(),
+        opt_out_groups: args.opt_out_group.clone(),
+        exempt_namespaces: args.exempt_namespace.clone(),
     };
     let admission = match &args.snapshot {
         Some(path) => {

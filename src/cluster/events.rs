@@ -259,7 +259,8 @@ fn new_event(notice: &Notice, name: &str, instance: &str) -> Event {
         regarding: Some(ObjectReference {
             api_version: Some(notice.api_version.clone()),
             kind: Some(notice.kind.clone()),
-            namespace: Some(notice.namespace.clone()),
+            // A cluster-scoped object has no namespace of its own.
+            namespace: (notice.kind != "Namespace").then(|| notice.namespace.clone()),
             name: Some(notice.name.clone()),
             uid: notice.uid.clone(),
             ..ObjectReference::default()

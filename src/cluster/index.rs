@@ -45,6 +45,10 @@ pub struct NamespaceInfo {
     pub terminating: bool,
     /// The `helm-guard.io/protect=true` label: its HelmCharts are never reinstalled.
     pub protect: bool,
+    /// The `helm-guard.io/ignore=true` label (the webhooks do not see the namespace).
+    pub ignored: bool,
+    /// When the opt-out labels were last set, in Unix seconds.
+    pub labels_set_at: Option<i64>,
 }
 
 impl NamespaceInfo {
@@ -63,6 +67,13 @@ impl NamespaceInfo {
                 .and_then(|l| l.get(crate::policy::pod::PROTECT_LABEL))
                 .map(String::as_str)
                 == Some("true"),
+            ignored: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::policy::namespace::IGNORE_LABEL))
+                .map(String::as_str)
+                == Some("true"),
+            labels_set_at: crate::policy::namespace::labels_set_at(meta),
         }
     }
 }
@@ -339,6 +350,30 @@ impl ReleaseIndex {
     /// Replaces every namespace at once (a completed list).
     pub fn replace_namespaces(&self, namespaces: impl IntoIterator<Item = (String, NamespaceInfo)>) {
         self.lock().namespaces = namespaces.into_iter().collect();
+    }
+
+    /// The namespaces whose labels leave them less protected than the global `default` mode, by
+    /// name.
+    pub fn opted_out(&self, default: Mode) -> Vec<crate::policy::namespace::OptedOut> {
+        let mut opted: Vec<_> = self
+            .lock()
+            .namespaces
+            .iter()
+            .filter_map(|(name, info)| {
+                let protection = crate::policy::namespace::Protection {
+                    ignored: info.ignored,
+                    mode: info.mode.unwrap_or(default),
+                };
+                crate::policy::namespace::OptedOut::when_weaker(
+                    name.clone(),
+                    protection,
+                    default,
+                    info.labels_set_at,
+                )
+            })
+            .collect();
+        opted.sort_by(|a, b| a.namespace.cmp(&b.namespace));
+        opted
     }
 
     /// What is known of a namespace; an unknown one has no mode label and is not terminating.

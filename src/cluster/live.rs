@@ -332,6 +332,19 @@ impl PayloadFetcher for ApiPayloadFetcher {
     }
 }
 
+/// Lists the namespaces' metadata for `scan` (labels and managedFields): all, or the one named.
+pub async fn list_namespaces(
+    client: &kube::Client,
+    only: Option<&str>,
+) -> Result<Vec<kube::core::ObjectMeta>, kube::Error> {
+    let params = match only {
+        Some(name) => ListParams::default().fields(&format!("metadata.name={name}")),
+        None => ListParams::default(),
+    };
+    let listed = Api::<Namespace>::all(client.clone()).list_metadata(&params).await?;
+    Ok(listed.items.into_iter().map(|item| item.metadata).collect())
+}
+
 /// Lists full records (payloads included) for `scan`: all namespaces or one, all releases or one.
 pub async fn list_records(
     client: &kube::Client,

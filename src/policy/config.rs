@@ -32,6 +32,12 @@ pub struct PolicyConfig {
     /// Labels of records that Helm copies unchanged in every update and that controllers read
     /// (U2b): an update may not add, change or remove them.
     pub protected_labels: Vec<String>,
+    /// Users who may opt a namespace out (N3), by exact name.
+    pub opt_out_users: Vec<String>,
+    /// Groups whose members may opt a namespace out (N3).
+    pub opt_out_groups: Vec<String>,
+    /// Namespaces anyone may opt out (N2).
+    pub exempt_namespaces: Vec<String>,
 }
 
 /// The default of `--protected-label`: the label K3s/RKE2's helm-controller decides by.
@@ -45,21 +51,42 @@ impl Default for PolicyConfig {
             exempt_groups: Vec::new(),
             stuck_after: Duration::from_secs(crate::release::history::DEFAULT_STUCK_AFTER_SECS as u64),
             protected_labels: DEFAULT_PROTECTED_LABELS.iter().map(|l| (*l).to_owned()).collect(),
+            opt_out_users: Vec::new(),
+            opt_out_groups: Vec::new(),
+            exempt_namespaces: Vec::new(),
         }
     }
+}
+
+/// The user or group of `users`/`groups` that `requester` matches, as `user:NAME` or `group:NAME`.
+fn matching(users: &[String], groups: &[String], requester: Requester<'_>) -> Option<String> {
+    if users.iter().any(|user| user == requester.username) {
+        return Some(format!("user:{}", requester.username));
+    }
+    requester.groups.iter().find(|group| groups.contains(group)).map(|group| format!("group:{group}"))
 }
 
 impl PolicyConfig {
     /// The exempt user or group the requester matches, as `user:NAME` or `group:NAME`.
     pub fn exemption(&self, requester: Requester<'_>) -> Option<String> {
-        if self.exempt_users.iter().any(|user| user == requester.username) {
-            return Some(format!("user:{}", requester.username));
+        matching(&self.exempt_users, &self.exempt_groups, requester)
+    }
+
+    /// The opt-out user or group the requester matches (N3).
+    pub fn opt_out_privilege(&self, requester: Requester<'_>) -> Option<String> {
+        matching(&self.opt_out_users, &self.opt_out_groups, requester)
+    }
+
+    /// Who may opt a namespace out, as a refusal says it.
+    pub fn opt_out_holders(&self) -> String {
+        let users = self.opt_out_users.iter().map(|u| format!("user {u}"));
+        let groups = self.opt_out_groups.iter().map(|g| format!("members of group {g}"));
+        let holders: Vec<String> = users.chain(groups).collect();
+        if holders.is_empty() {
+            "the requesters named by --opt-out-user or --opt-out-group (none are)".to_owned()
+        } else {
+            holders.join(" or ")
         }
-        requester
-            .groups
-            .iter()
-            .find(|group| self.exempt_groups.contains(group))
-            .map(|group| format!("group:{group}"))
     }
 
     /// Whether `requester` is the namespace controller (D1).

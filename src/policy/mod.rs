@@ -3,12 +3,14 @@
 //! - [`delete`]: rules D1–D9 for the DELETE of a record.
 //! - [`update`]: rules U1–U5 for the UPDATE of a record.
 //! - [`pod`]: the helm-install pod mutation, from [`klipper`]: what the entry script does.
+//! - [`namespace`]: rules N1–N4 for the labels that opt a namespace out.
 //! - [`mode`]: enforce/warn/audit, applied to a verdict.
 
 pub mod config;
 pub mod delete;
 pub mod klipper;
 pub mod mode;
+pub mod namespace;
 pub mod pod;
 pub mod update;
 pub mod verdict;

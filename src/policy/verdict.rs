@@ -67,6 +67,12 @@ pub enum Reason {
     HelmCreate,
     /// The object is not a Helm release record.
     NotAReleaseRecord,
+    /// N1: a Namespace change that switches nothing off.
+    NotAnOptOut,
+    /// N2/N3: a namespace opted out by an exempt namespace's requester or an opt-out holder.
+    OptOut,
+    /// N4: an opt-out by a requester who may not.
+    OptOutRefused,
     /// A pod that is not a helm-install pod.
     NotAHelmInstallPod,
     /// A helm-install pod admitted unchanged because the release state cannot be seen.

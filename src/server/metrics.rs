@@ -72,6 +72,15 @@ pub struct CauseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of the opted-out namespaces gauge.
+pub struct OptedOutLabels {
+    /// The namespace.
+    pub namespace: String,
+    /// `ignored`, `warn` or `audit`.
+    pub protection: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the releases gauge.
 pub struct StateLabels {
     /// Which state.
@@ -94,6 +103,7 @@ pub struct Metrics {
     releases_stuck: Gauge,
     anomalies: Family<AnomalyLabels, Gauge>,
     revisions: Gauge,
+    opted_out: Family<OptedOutLabels, Gauge>,
     /// Watches restarted after an error.
     pub watch_restarts: Tally,
     /// Decisions that ran out of `--decision-deadline`.
@@ -146,6 +156,12 @@ impl Metrics {
         );
         let revisions = Gauge::default();
         registry.register("revisions_indexed", "Release revisions held in the index", revisions.clone());
+        let opted_out = Family::default();
+        registry.register(
+            "namespace_opted_out_timestamp_seconds",
+            "Namespaces whose labels (helm-guard.io/ignore, a weaker helm-guard.io/mode) leave them less protected than the global mode: when the labels were last set (0: unknown)",
+            opted_out.clone(),
+        );
         let watch_restarts = Tally::default();
         registry.register("watch_restarts", "Times a watch failed and re-listed", watch_restarts.clone());
         let decision_deadline_exceeded = Tally::default();
@@ -204,6 +220,7 @@ impl Metrics {
             releases_stuck,
             anomalies,
             revisions,
+            opted_out,
             watch_restarts,
             decision_deadline_exceeded,
             delete_coordination_refused,
@@ -236,7 +253,13 @@ impl Metrics {
     }
 
     /// Renders the metrics, refreshing the index gauges first.
-    pub fn render(&self, index: &ReleaseIndex, stuck_after_secs: i64, seconds_since_sync: f64) -> String {
+    pub fn render(
+        &self,
+        index: &ReleaseIndex,
+        stuck_after_secs: i64,
+        default_mode: crate::policy::Mode,
+        seconds_since_sync: f64,
+    ) -> String {
         let now = jiff::Timestamp::now().as_second();
         let census = index.census(now, stuck_after_secs);
         for &state in <ReleaseState as strum::VariantArray>::VARIANTS {
@@ -249,6 +272,12 @@ impl Metrics {
             self.anomalies.get_or_create(&AnomalyLabels { anomaly }).set(count as i64);
         }
         self.revisions.set(census.revisions as i64);
+        // Namespaces come and go: the family is rebuilt, so one that opted back in disappears.
+        self.opted_out.clear();
+        for opted in index.opted_out(default_mode) {
+            let labels = OptedOutLabels { namespace: opted.namespace, protection: opted.protection };
+            self.opted_out.get_or_create(&labels).set(opted.since.unwrap_or_default());
+        }
         self.seconds_since_sync.set(seconds_since_sync);
         let mut out = String::new();
         // Writing to a String cannot fail.

@@ -28,6 +28,15 @@ pub struct LiveGuard {
 /// Starts the guard on `$HELM_GUARD_E2E_PORT + port_offset` (default 9443) for the API server to
 /// reach at `$HELM_GUARD_E2E_HOST` (default 127.0.0.1); the namespace is `PREFIX-<millis>`.
 pub async fn start_guard(prefix: &str, port_offset: u16) -> LiveGuard {
+    start_guard_with(prefix, port_offset, helm_guard::policy::PolicyConfig::default()).await
+}
+
+/// [`start_guard`] under `config`.
+pub async fn start_guard_with(
+    prefix: &str,
+    port_offset: u16,
+    config: helm_guard::policy::PolicyConfig,
+) -> LiveGuard {
     use std::time::Duration;
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
     let suffix =
@@ -42,6 +51,7 @@ pub async fn start_guard(prefix: &str, port_offset: u16) -> LiveGuard {
     // Deletions agreed through Leases in the test's namespace, as two replicas would.
     let (running, index, ca_pem) = super::guard::start_live(
         client.clone(),
+        config,
         listen,
         &names,
         dir.path(),

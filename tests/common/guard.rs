@@ -180,9 +180,10 @@ pub fn snapshot_admission(records: &[serde_json::Value]) -> Admission {
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
 /// `names` written into `certs`, agreeing deletions through Leases in `lease_namespace` when
-/// given. Returns the server, its index and the CA to trust.
+/// given, under `config`. Returns the server, its index and the CA to trust.
 pub async fn start_live(
     client: kube::Client,
+    config: PolicyConfig,
     listen: SocketAddr,
     names: &[String],
     certs: &std::path::Path,
@@ -200,7 +201,7 @@ pub async fn start_live(
         identity: "e2e".to_owned(),
         emit_events: true,
     };
-    let admission = helm_guard::server::live::admission(client, PolicyConfig::default(), options, &metrics);
+    let admission = helm_guard::server::live::admission(client, config, options, &metrics);
     let index = admission.index.clone();
     let running = server::start(
         settings(listen, certs),
