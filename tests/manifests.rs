@@ -52,12 +52,31 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
         );
     }
     operations.sort();
-    assert_eq!(operations, vec!["CREATE", "DELETE", "UPDATE"]);
-    let delete_hook = record_hooks
-        .iter()
-        .find(|h| h["rules"][0]["operations"].as_array().unwrap().iter().any(|o| o == "DELETE"))
-        .unwrap();
-    assert_eq!(delete_hook["failurePolicy"], "Fail");
+    assert_eq!(operations, vec!["CREATE", "CREATE", "DELETE", "DELETE", "UPDATE", "UPDATE"]);
+    // One fails closed for every record, creations included (an outage refuses Helm at its first
+    // write); the other fails open, only for kube-system's releases that the guard's pods need,
+    // and the two split the records between them by the same list.
+    let [closed, open] = record_hooks[..] else { panic!("two record webhooks") };
+    assert_eq!(
+        (closed["failurePolicy"].as_str(), open["failurePolicy"].as_str()),
+        (Some("Fail"), Some("Ignore"))
+    );
+    let condition = |hook: &Value, name: &str| {
+        let conditions = hook["matchConditions"].as_array().unwrap();
+        conditions.iter().find(|c| c["name"] == name).unwrap()["expression"].as_str().unwrap().to_owned()
+    };
+    let needed = condition(open, "a-release-the-guard-needs");
+    let not_needed = condition(closed, "not-a-release-the-guard-needs");
+    let normalise = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        normalise(&not_needed).ends_with(&format!("{})", normalise(&needed))),
+        "the same list: {not_needed} / {needed}"
+    );
+    assert_eq!(condition(open, "not-break-glass"), condition(closed, "not-break-glass"));
+    assert_eq!(
+        open["namespaceSelector"]["matchExpressions"][0],
+        serde_json::json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["kube-system"]})
+    );
 
     let pod_hook = &mutating["webhooks"][0];
     assert_eq!(pod_hook["clientConfig"]["service"]["path"], "/mutate");
@@ -66,7 +85,7 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
     let guard_namespace = documents("namespace.yaml")[0]["metadata"]["name"].clone();
     let by_name = serde_json::json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [guard_namespace]});
     let ignore = serde_json::json!({"key": "helm-guard.io/ignore", "operator": "NotIn", "values": ["true"]});
-    for hook in record_hooks.iter().copied().chain([pod_hook]) {
+    for hook in [closed, pod_hook] {
         let selector = hook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
         assert!(selector.contains(&by_name), "the guard's own namespace is out by name: {}", hook["name"]);
         assert!(selector.contains(&ignore), "{}", hook["name"]);

@@ -116,7 +116,10 @@ pub fn webhook_configurations(namespace: &str, urls: &[String], ca_pem: &str) ->
                         let expression = format!(
                             "request.name.matches('[02468]$') {mine} (request.operation == 'DELETE')"
                         );
-                        webhook["matchConditions"] = json!([{"name": "replica", "expression": expression}]);
+                        let mut conditions =
+                            webhook["matchConditions"].as_array().cloned().unwrap_or_default();
+                        conditions.push(json!({"name": "replica", "expression": expression}));
+                        webhook["matchConditions"] = Value::Array(conditions);
                     }
                     webhooks.push(webhook);
                 }
