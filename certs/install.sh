@@ -4,11 +4,14 @@
 # the API server never calls a guard that is not there yet. Re-run to rotate the certificate (the
 # guard reloads the files by itself).
 #   certs/install.sh [NAMESPACE] [SERVICE]
+# The webhooks are registered for that namespace and service (their clientConfig, the guard's own
+# namespace left out of their namespaceSelector, cert-manager's annotation). The key and
+# certificates go to certs/out (git-ignored), or $HELM_GUARD_CERTS_OUT.
 set -euo pipefail
 namespace=${1:-helm-guard}
 service=${2:-helm-guard}
 here=$(cd "$(dirname "$0")" && pwd)
-out=$here/out
+out=${HELM_GUARD_CERTS_OUT:-$here/out}
 helm_guard=${HELM_GUARD:-helm-guard}
 
 "$helm_guard" certs --out "$out" --service "$service" --namespace "$namespace" --force >/dev/null
@@ -17,5 +20,9 @@ kubectl -n "$namespace" create secret tls helm-guard-tls \
 kubectl -n "$namespace" rollout status deploy/helm-guard --timeout=180s
 
 ca_bundle=$(base64 <"$out/ca.crt" | tr -d '\n')
-sed "s|caBundle: \"\"|caBundle: \"$ca_bundle\"|" "$here/../manifests/webhooks.yaml" | kubectl apply -f -
+sed -e "s|caBundle: \"\"|caBundle: \"$ca_bundle\"|" \
+    -e "s|service: {name: helm-guard, namespace: helm-guard,|service: {name: $service, namespace: $namespace,|" \
+    -e "s|operator: NotIn, values: \[\"helm-guard\"\]|operator: NotIn, values: [\"$namespace\"]|" \
+    -e "s|cert-manager.io/inject-ca-from: helm-guard/helm-guard|cert-manager.io/inject-ca-from: $namespace/helm-guard|" \
+    "$here/../manifests/webhooks.yaml" | kubectl apply -f -
 echo "helm-guard registered for $service.$namespace.svc; the private key stays in $out (git-ignored): delete it"

@@ -111,6 +111,55 @@ fn install_sh_fills_the_ca_bundle_of_every_webhook() {
     assert_eq!(text.matches("caBundle: \"\"").count(), hooks, "certs/install.sh replaces `caBundle: \"\"`");
 }
 
+/// `certs/install.sh` for another namespace and service, with `kubectl` a stub that keeps what
+/// it is asked to apply: every webhook points at that service, leaves that namespace out, carries
+/// the CA, and nothing still names the default `helm-guard/helm-guard`.
+#[test]
+fn install_sh_registers_the_webhooks_for_the_namespace_and_service_it_is_given() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let applied = dir.path().join("applied");
+    std::fs::create_dir(&applied).unwrap();
+    let stub = format!(
+        "#!/bin/sh\nif [ \"$1 $2 $3\" = \"apply -f -\" ]; then cat > \"{}/$(date +%s%N).yaml\"; fi\nexit 0\n",
+        applied.display()
+    );
+    std::fs::write(bin.join("kubectl"), stub).unwrap();
+    std::fs::set_permissions(bin.join("kubectl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/certs/install.sh");
+    let done = std::process::Command::new("bash")
+        .args([script, "guard-system", "guard-webhook"])
+        .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
+        .env("HELM_GUARD", env!("CARGO_BIN_EXE_helm-guard"))
+        .env("HELM_GUARD_CERTS_OUT", dir.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let mut webhooks = Vec::new();
+    for entry in std::fs::read_dir(&applied).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_default();
+        for document in documents.into_iter().filter(|d| d["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration"))) {
+            assert_eq!(document["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "guard-system/helm-guard");
+            webhooks.extend(document["webhooks"].as_array().unwrap().clone());
+        }
+        assert!(!text.contains("helm-guard, namespace: helm-guard") && !text.contains("[\"helm-guard\"]"), "{text}");
+    }
+    assert_eq!(webhooks.len(), documents("webhooks.yaml").iter().map(|d| d["webhooks"].as_array().map_or(0, Vec::len)).sum::<usize>());
+    for hook in &webhooks {
+        let service = &hook["clientConfig"]["service"];
+        assert_eq!((service["name"].as_str(), service["namespace"].as_str()), (Some("guard-webhook"), Some("guard-system")));
+        assert!(!hook["clientConfig"]["caBundle"].as_str().unwrap().is_empty());
+        let selector = hook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
+        let own = selector.iter().find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn");
+        if let Some(own) = own {
+            assert_eq!(own["values"], serde_json::json!(["guard-system"]), "{}", hook["name"]);
+        }
+    }
+}
+
 #[test]
 fn the_cluster_role_is_read_only() {
     let rbac = documents("rbac.yaml");
