@@ -278,30 +278,6 @@ async fn a_huge_break_glass_reason_is_cut_in_the_annotations() {
 }
 
 #[tokio::test]
-async fn a_config_bomb_is_read_without_being_built() {
-    // ~30 MiB of tiny JSON maps once decompressed, under 100 KiB stored: read (and refused by
-    // nothing: it is a readable release) in one pass with a fixed buffer.
-    let release = release_json(&helm4_secret());
-    let inner = "{\"a\":{},\"b\":{}},".repeat(1_800_000);
-    let text = serde_json::to_string(&release).unwrap();
-    let at = text.find("\"config\":{").unwrap() + "\"config\":{".len();
-    let bomb = format!("{}\"bomb\":[{}{{}}],{}", &text[..at], inner, &text[at..]);
-    assert!(bomb.len() > 25 << 20);
-    let stored = helm_guard::release::codec::encode_secret_payload(bomb.as_bytes());
-    assert!(stored.len() < 300 << 10, "{} bytes stored", stored.len());
-    let started = Instant::now();
-    let payload = helm_guard::release::codec::read_payload(
-        &stored,
-        true,
-        helm_guard::release::DecodeLimits::default(),
-        true,
-    )
-    .unwrap();
-    assert_eq!(payload.info.status, helm_guard::release::Status::Deployed);
-    assert!(started.elapsed() < Duration::from_secs(30));
-}
-
-#[tokio::test]
 async fn while_shutting_down_http2_connections_get_a_goaway() {
     let (mut guard, records) =
         guard_over_a_release(Options { shutdown_delay: Duration::from_secs(3), ..Options::default() }).await;

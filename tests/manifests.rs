@@ -141,19 +141,38 @@ fn install_sh_registers_the_webhooks_for_the_namespace_and_service_it_is_given()
     for entry in std::fs::read_dir(&applied).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_default();
-        for document in documents.into_iter().filter(|d| d["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration"))) {
-            assert_eq!(document["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "guard-system/helm-guard");
+        for document in documents
+            .into_iter()
+            .filter(|d| d["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")))
+        {
+            assert_eq!(
+                document["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                "guard-system/helm-guard"
+            );
             webhooks.extend(document["webhooks"].as_array().unwrap().clone());
         }
-        assert!(!text.contains("helm-guard, namespace: helm-guard") && !text.contains("[\"helm-guard\"]"), "{text}");
+        assert!(
+            !text.contains("helm-guard, namespace: helm-guard") && !text.contains("[\"helm-guard\"]"),
+            "{text}"
+        );
     }
-    assert_eq!(webhooks.len(), documents("webhooks.yaml").iter().map(|d| d["webhooks"].as_array().map_or(0, Vec::len)).sum::<usize>());
+    assert_eq!(
+        webhooks.len(),
+        documents("webhooks.yaml")
+            .iter()
+            .map(|d| d["webhooks"].as_array().map_or(0, Vec::len))
+            .sum::<usize>()
+    );
     for hook in &webhooks {
         let service = &hook["clientConfig"]["service"];
-        assert_eq!((service["name"].as_str(), service["namespace"].as_str()), (Some("guard-webhook"), Some("guard-system")));
+        assert_eq!(
+            (service["name"].as_str(), service["namespace"].as_str()),
+            (Some("guard-webhook"), Some("guard-system"))
+        );
         assert!(!hook["clientConfig"]["caBundle"].as_str().unwrap().is_empty());
         let selector = hook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
-        let own = selector.iter().find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn");
+        let own =
+            selector.iter().find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn");
         if let Some(own) = own {
             assert_eq!(own["values"], serde_json::json!(["guard-system"]), "{}", hook["name"]);
         }

@@ -70,15 +70,69 @@ async fn bad_bodies_get_clear_http_errors() {
     assert_eq!(status, 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Stands in for the API server's listings and counts how many decisions wait on one at once:
+/// each listing waits for another to begin (up to 300 ms), so decisions that may overlap do.
+#[derive(Debug, Default)]
+struct OverlapMeter {
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl helm_guard::cluster::PayloadFetcher for OverlapMeter {
+    fn fetch(
+        &self,
+        _: &helm_guard::release::ReleaseKey,
+        _: &[String],
+        _: std::time::Instant,
+    ) -> Vec<(String, helm_guard::cluster::Fetched)> {
+        Vec::new()
+    }
+
+    fn list(
+        &self,
+        _: &helm_guard::release::ReleaseKey,
+        _: std::time::Instant,
+    ) -> Option<Vec<helm_guard::cluster::IndexedRecord>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        let waited = std::time::Instant::now();
+        while self.in_flight.load(SeqCst) == 1 && waited.elapsed() < Duration::from_millis(300) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.most.fetch_max(self.in_flight.load(SeqCst), SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        self.in_flight.fetch_sub(1, SeqCst);
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn requests_beyond_the_concurrency_limit_wait_their_turn() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
-    let guard =
-        Guard::start(Options { snapshot: records.clone(), max_concurrent_reviews: 1, ..Options::default() })
+    let most_at_once = |limit: usize| {
+        let records = records.clone();
+        async move {
+            let meter = std::sync::Arc::new(OverlapMeter::default());
+            let guard = Guard::start(Options {
+                snapshot: records.clone(),
+                max_concurrent_reviews: limit,
+                fetcher: Some(meter.clone()),
+                ..Options::default()
+            })
             .await;
-    let reviews: Vec<Value> = (0..12).map(|_| dry_run(delete_review(&records[1]))).collect();
-    let answers = futures::future::join_all(reviews.iter().map(|r| guard.validate(r))).await;
-    assert!(answers.iter().all(|a| a["auditAnnotations"]["reason"] == "latest-deployed-revision"));
+            // History pruning rests on the history: each decision lists the release first.
+            let reviews: Vec<Value> = (0..4).map(|_| delete_review(&records[0])).collect();
+            let answers = futures::future::join_all(reviews.iter().map(|r| guard.validate(r))).await;
+            assert!(
+                answers.iter().all(|a| a["auditAnnotations"]["reason"] == "unread-history"),
+                "{answers:?}"
+            );
+            meter.most.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    };
+    assert_eq!(most_at_once(1).await, 1, "one decision at a time");
+    assert!(most_at_once(4).await > 1, "without the limit, decisions overlap (the meter sees it)");
 }
 
 #[tokio::test]

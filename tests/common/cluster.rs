@@ -8,11 +8,6 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-/// The suites run only with HELM_GUARD_E2E=1, against the cluster in KUBECONFIG.
-pub fn enabled() -> bool {
-    std::env::var("HELM_GUARD_E2E").as_deref() == Ok("1")
-}
-
 /// A guard in this process watching the cluster in KUBECONFIG, ready, and a fresh namespace name.
 pub struct LiveGuard {
     pub client: Client,
@@ -62,15 +57,6 @@ pub async fn start_guard_with(
     let ready = super::eventually(Duration::from_secs(30), || async { index.is_ready() }).await;
     assert!(ready, "the watchers listed the cluster within 30 s");
     LiveGuard { client, namespace, url: format!("https://{host}:{port}"), ca_pem, index, running, dir }
-}
-
-/// Says on stderr that a suite is skipped (the harness captures println!).
-pub fn skipped(test: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "{test}: skipped (set HELM_GUARD_E2E=1 to run it against the cluster in KUBECONFIG)"
-    );
 }
 
 /// Webhook configurations first (so nothing stays guarded by a guard that is gone), then the

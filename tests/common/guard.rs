@@ -32,6 +32,8 @@ pub struct Options {
     pub connections: ConnectionLimits,
     pub client_ca: Option<std::path::PathBuf>,
     pub client_names: Vec<String>,
+    /// A live source's reads and listings, for a test that stands in for the API server.
+    pub fetcher: Option<Arc<dyn helm_guard::cluster::PayloadFetcher>>,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             request_limits: RequestLimits::default(),
             connections: ConnectionLimits::default(),
             client_ca: None,
+            fetcher: None,
             client_names: Vec::new(),
         }
     }
@@ -84,7 +87,8 @@ impl Guard {
             exempt_groups: options.exempt_groups,
             ..PolicyConfig::default()
         };
-        let admission = Admission::new(index.clone(), config);
+        let admission =
+            Admission { fetcher: options.fetcher.clone(), ..Admission::new(index.clone(), config) };
         let state = Arc::new(
             AppState::new(
                 admission,
