@@ -24,10 +24,15 @@ fn main() {
     println!("cargo:rustc-env=HELM_GUARD_BUILD_DATE={date}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
-    // A new commit moves HEAD or the branch it names.
+    // A new commit moves HEAD or the branch it names. Only files that exist are watched: cargo
+    // takes a missing one (a fresh clone has no packed-refs) as changed, and would rebuild the
+    // crate on every build.
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         for path in ["HEAD", "refs/heads", "packed-refs"] {
-            println!("cargo:rerun-if-changed={dir}/{path}");
+            let watched = std::path::Path::new(&dir).join(path);
+            if watched.exists() {
+                println!("cargo:rerun-if-changed={}", watched.display());
+            }
         }
     }
 }

@@ -107,6 +107,19 @@ fn scan_shows_the_namespaces_that_are_opted_out_and_since_when() {
 }
 
 #[test]
+fn inspect_of_a_missing_revision_says_which_revisions_there_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_temp(&dir, "web.json", &list(web(&[(1, "superseded"), (2, "deployed")])));
+    let output = helm_guard(&["inspect", path.to_str().unwrap(), "--revision", "9"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("no record of revision 9 (the release has revisions 1, 2)"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn scan_exits_0_when_every_release_is_healthy_and_reads_yaml_from_stdin() {
     let dir = tempfile::tempdir().unwrap();
     let healthy = list(web(&[(1, "superseded"), (2, "deployed")]));
@@ -237,6 +250,16 @@ fn audit_lists_the_webhook_decisions_of_a_real_audit_log() {
     let none = helm_guard(&["audit", log, "--webhook", "records.helm-guard.io"]);
     assert_eq!(none.status.code(), Some(0));
     assert!(stdout(&none).contains("0 decisions"));
+
+    // A log with one line that is not an audit event says so in good English.
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = std::fs::read_to_string(log).unwrap();
+    text.push_str("not an event\n");
+    let torn = dir.path().join("torn.jsonl");
+    std::fs::write(&torn, text).unwrap();
+    let output = helm_guard(&["audit", torn.to_str().unwrap()]);
+    assert!(stderr(&output).contains("1 line of"), "{}", stderr(&output));
+    assert!(stderr(&output).contains("torn.jsonl is not an audit event"), "{}", stderr(&output));
 }
 
 #[test]

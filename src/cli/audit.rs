@@ -160,7 +160,8 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
     };
     let (mut decisions, unreadable) = read_decisions(text.as_slice())?;
     if unreadable > 0 {
-        eprintln!("warning: {} of {} are not audit events", count(unreadable, "line"), input_name(path));
+        let verb = if unreadable == 1 { "is not an audit event" } else { "are not audit events" };
+        eprintln!("warning: {} of {} {verb}", count(unreadable, "line"), input_name(path));
     }
     if decisions.is_empty() && unreadable > 0 {
         eprintln!("error: {}: no audit events with webhook decisions", input_name(path));

@@ -176,11 +176,22 @@ fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)>
 
 /// Why there is nothing to show: what was read instead, and why it is not a record.
 fn nothing_found(args: &InspectArgs, inputs: &[InputObject]) -> String {
+    // The release exists, only not that revision: say which there are.
+    if let (Some(revision), false) = (args.revision, inputs.is_empty()) {
+        let mut revisions: Vec<u32> = inputs
+            .iter()
+            .filter_map(|i| i.object.pointer("/metadata/labels/version")?.as_str()?.parse().ok())
+            .collect();
+        revisions.sort_unstable();
+        revisions.dedup();
+        let known = revisions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        return match revisions.is_empty() {
+            true => format!("no record of revision {revision}"),
+            false => format!("no record of revision {revision} (the release has revisions {known})"),
+        };
+    }
     if args.namespace.is_some() {
         return "not found (no Secret or ConfigMap there is labelled owner=helm with this name)".to_owned();
-    }
-    if let (Some(revision), false) = (args.revision, inputs.is_empty()) {
-        return format!("no record of revision {revision}");
     }
     const SHOWN: usize = 5;
     let mut found: Vec<String> = inputs.iter().take(SHOWN).map(|i| why_not_a_record(&i.object)).collect();

@@ -120,7 +120,14 @@ async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
             )?;
         }
     }
-    Ok(if refused { EXIT_FINDINGS } else { EXIT_OK })
+    // One contract with scan: 1 when a release still needs someone (refused, edits not made, or
+    // a state only an operator can fix), 0 when nothing was broken or every edit was made.
+    let left_to_do = outcomes.iter().any(|o| {
+        o.plan.refused.is_some()
+            || (!o.applied && !o.plan.steps.is_empty())
+            || (o.plan.steps.is_empty() && !o.plan.advice.is_empty())
+    });
+    Ok(if left_to_do { EXIT_FINDINGS } else { EXIT_OK })
 }
 
 fn print_plan(plan: &RepairPlan) -> anyhow::Result<()> {

@@ -181,6 +181,20 @@ mod tests {
     use super::*;
     use crate::release::Status;
 
+    #[test]
+    fn a_release_that_is_no_object_is_named_for_what_it_is() {
+        for (json, what) in [
+            ("null", "null"),
+            ("[1]", "an array"),
+            ("\"x\"", "a string"),
+            ("7", "a number"),
+            ("true", "a boolean"),
+        ] {
+            let error = read_release_json(json.as_bytes(), DecodeLimits::default()).unwrap_err().to_string();
+            assert!(error.contains(&format!("the release is {what}, not an object")), "{json}: {error}");
+        }
+    }
+
     fn bomb(uncompressed: usize) -> Vec<u8> {
         use flate2::{Compression, write::GzEncoder};
         use std::io::Write;

@@ -743,13 +743,15 @@ pub fn read_release<R: Read>(json: JsonReader<R>, fingerprint: bool) -> Result<R
     let mut content = Fingerprint::default();
     if walk.json.peek_kind()? != Kind::Object {
         let found = walk.json.peek_kind()?;
-        return Err(DecodeError::Helm(format!(
-            "the release is {}, not an object",
-            match found {
-                Kind::Null => "null",
-                _ => "not an object",
-            }
-        )));
+        let what = match found {
+            Kind::Null => "null",
+            Kind::Array => "an array",
+            Kind::String => "a string",
+            Kind::Number => "a number",
+            Kind::Bool => "a boolean",
+            Kind::Object => "an object",
+        };
+        return Err(DecodeError::Helm(format!("the release is {what}, not an object")));
     }
     walk.structure(RELEASE, fingerprint.then_some(&mut content))?;
     walk.json.end()?;
