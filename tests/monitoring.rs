@@ -49,12 +49,19 @@ fn selected(expr: &str) -> BTreeSet<String> {
 
 /// The sample names of the guard's `/metrics` after it has decided, refused and rejected.
 async fn exported() -> BTreeSet<String> {
+    served(true).await
+}
+
+/// The sample names of `/metrics`, after a few requests (`busy`) or before any.
+async fn served(busy: bool) -> BTreeSet<String> {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
     let guard = Guard::start(Options { snapshot: records.clone(), ..Options::default() }).await;
-    guard.validate(&delete_review(&records[0])).await;
-    guard.validate(&delete_review(&records[1])).await;
-    let (status, _) = guard.client.post("/validate", b"not json".to_vec()).await;
-    assert_eq!(status, 400);
+    if busy {
+        guard.validate(&delete_review(&records[0])).await;
+        guard.validate(&delete_review(&records[1])).await;
+        let (status, _) = guard.client.post("/validate", b"not json".to_vec()).await;
+        assert_eq!(status, 400);
+    }
     let (status, text) = guard.metrics_get("/metrics").await;
     assert_eq!(status, 200);
     text.lines()
@@ -135,4 +142,31 @@ async fn every_dashboard_panel_queries_exported_metrics() {
         .filter(|name| !name.ends_with("_sum") && !name.ends_with("_count") && !seen.contains(*name))
         .collect();
     assert!(missing.is_empty(), "not on the dashboard: {missing:?}");
+}
+
+/// A series that appears only with its first sample shows "no data" on a dashboard and escapes
+/// `increase()`: what the alerts and the panels read is served from the start, at 0. Decisions
+/// are the exception: their labels (webhook, operation, decision, reason) are too many to list.
+#[tokio::test]
+async fn what_alerts_and_panels_read_is_served_before_the_first_request() {
+    let before = served(false).await;
+    let rule: Value = serde_saphyr::from_str(&manifest("prometheusrule.yaml")).unwrap();
+    let dashboard: Value = serde_json::from_str(&manifest("grafana-dashboard.json")).unwrap();
+    let mut read = BTreeSet::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            read.extend(selected(rule["expr"].as_str().unwrap()));
+        }
+    }
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            read.extend(selected(target["expr"].as_str().unwrap()));
+        }
+    }
+    assert!(read.contains("helm_guard_admission_rejected_requests_total"));
+    let missing: Vec<&String> = read
+        .iter()
+        .filter(|name| *name != "helm_guard_admission_decisions_total" && !before.contains(*name))
+        .collect();
+    assert!(missing.is_empty(), "not served before the first request: {missing:?}");
 }

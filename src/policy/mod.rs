@@ -24,16 +24,18 @@ pub const BREAK_GLASS_ANNOTATION: &str = "helm-guard.io/allow-delete";
 /// The namespace label that overrides the global mode.
 pub const MODE_LABEL: &str = "helm-guard.io/mode";
 
-/// The longest text taken from a request into an audit annotation or a log field: anyone who may
-/// write an annotation would otherwise choose the size of the API server's audit log lines.
+/// The longest text taken from a request into an audit annotation, a log field or an admission
+/// warning: anyone who may write an annotation would otherwise choose the size of the API
+/// server's audit log lines.
 pub const MAX_ECHOED_CHARS: usize = 256;
 
-/// `text` cut to [`MAX_ECHOED_CHARS`] characters, with an ellipsis when cut.
+/// `text` cut to at most [`MAX_ECHOED_CHARS`] characters, the last an ellipsis when cut.
 pub fn echoed(text: &str) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(MAX_ECHOED_CHARS) {
-        None => std::borrow::Cow::Borrowed(text),
-        Some((at, _)) => std::borrow::Cow::Owned(format!("{}…", text.get(..at).unwrap_or_default())),
+    if text.char_indices().nth(MAX_ECHOED_CHARS).is_none() {
+        return std::borrow::Cow::Borrowed(text);
     }
+    let at = text.char_indices().nth(MAX_ECHOED_CHARS - 1).map_or(text.len(), |(at, _)| at);
+    std::borrow::Cow::Owned(format!("{}…", text.get(..at).unwrap_or_default()))
 }
 
 /// The break-glass reason on an object, when present and non-empty, cut to
@@ -55,7 +57,9 @@ mod tests {
         assert_eq!(super::echoed("short"), "short");
         let long = "é".repeat(10_000);
         let cut = super::echoed(&long);
-        assert_eq!(cut.chars().count(), super::MAX_ECHOED_CHARS + 1);
+        assert_eq!(cut.chars().count(), super::MAX_ECHOED_CHARS);
+        let exact = "é".repeat(super::MAX_ECHOED_CHARS);
+        assert_eq!(super::echoed(&exact), exact, "a text of the limit is kept whole");
         assert!(cut.ends_with('…'));
     }
 }

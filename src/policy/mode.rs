@@ -79,17 +79,10 @@ pub struct Outcome {
     pub warnings: Vec<String>,
 }
 
-/// The API server may cut warnings longer than this; the full text is in the audit log and the
-/// ledger.
-pub const MAX_WARNING_CHARS: usize = 256;
-
+/// A warning as the client gets it: cut as every echoed text is ([`super::MAX_ECHOED_CHARS`]; the
+/// API server may cut longer ones itself), the full text being in the audit log and the ledger.
 fn warning(text: String) -> String {
-    if text.chars().count() <= MAX_WARNING_CHARS {
-        return text;
-    }
-    let mut short: String = text.chars().take(MAX_WARNING_CHARS - 1).collect();
-    short.push('…');
-    short
+    super::echoed(&text).into_owned()
 }
 
 /// What `mode` makes of `verdict`.
@@ -153,7 +146,7 @@ mod tests {
     fn long_warnings_are_cut_to_what_the_api_server_keeps() {
         let long = Verdict::deny(Reason::WouldOrphanRelease, "é".repeat(400));
         let warned = apply_mode(&long, Mode::Warn);
-        assert_eq!(warned.warnings[0].chars().count(), MAX_WARNING_CHARS);
+        assert_eq!(warned.warnings[0].chars().count(), super::super::MAX_ECHOED_CHARS);
         assert!(warned.warnings[0].ends_with('…'));
         assert_eq!(
             apply_mode(&long, Mode::Enforce).denial.unwrap().chars().count(),

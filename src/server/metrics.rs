@@ -91,6 +91,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
 }
 
+/// Why a request was answered with an HTTP error (`helm_guard_admission_rejected_requests_total`).
+pub const REJECTIONS: &[&str] = &["bad-request", "too-large", "body-timeout", "request-timeout", "internal"];
+/// Why an Event was dropped (`helm_guard_events_dropped_total`).
+pub const EVENT_DROP_CAUSES: [&str; 2] = ["queue-full", "api-error"];
+
 #[derive(Debug)]
 /// The guard's Prometheus metrics (`/metrics`).
 pub struct Metrics {
@@ -182,6 +187,20 @@ impl Metrics {
             "Events about refusals not written: the queue was full, or the API did not take them",
             events_dropped.clone(),
         );
+        // Every known label value from the start, at 0: a dashboard shows 0, not "no data", and
+        // `increase()` counts the first occurrence.
+        for webhook in [Webhook::Validate, Webhook::Mutate] {
+            let _ = latency.get_or_create(&WebhookLabels { webhook });
+            for &error in REJECTIONS {
+                let _ = rejected.get_or_create(&RejectedLabels { webhook, error });
+            }
+        }
+        for result in ["success", "error"] {
+            let _ = tls_reloads.get_or_create(&ResultLabels { result });
+        }
+        for cause in EVENT_DROP_CAUSES {
+            let _ = events_dropped.get_or_create(&CauseLabels { cause });
+        }
         let seconds_since_sync = Gauge::default();
         registry.register(
             "seconds_since_last_sync",
@@ -238,12 +257,14 @@ impl Metrics {
 
     /// Counts a request that was not decided (`error` says why).
     pub fn rejected(&self, webhook: Webhook, error: &'static str) {
+        debug_assert!(REJECTIONS.contains(&error), "{error} is not in REJECTIONS");
         self.rejected.get_or_create(&RejectedLabels { webhook, error }).inc();
     }
 
     /// Counts Events dropped because the queue was full (`queue-full`) or the API refused or
     /// timed out (`api-error`).
     pub fn events_dropped(&self, cause: &'static str) -> Tally {
+        debug_assert!(EVENT_DROP_CAUSES.contains(&cause), "{cause} is not in EVENT_DROP_CAUSES");
         self.events_dropped.get_or_create(&CauseLabels { cause }).clone()
     }
 
