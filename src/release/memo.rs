@@ -89,14 +89,10 @@ impl PayloadMemo {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Readings remembered.
-    pub fn len(&self) -> usize {
+    /// Readings remembered (for the tests of the bound).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().0.len()
-    }
-
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -50,8 +50,9 @@ impl LimitAcceptor {
         }
     }
 
-    /// Connections open now.
-    pub fn open(&self, limits: ConnectionLimits) -> usize {
+    /// Connections open now (for the tests of the cap).
+    #[cfg(test)]
+    fn open(&self, limits: ConnectionLimits) -> usize {
         limits.max_connections.max(1) - self.slots.available_permits()
     }
 }
