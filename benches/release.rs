@@ -49,7 +49,7 @@ fn decode(c: &mut Criterion) {
     release["manifest"] = manifest.into();
     let json = serde_json::to_vec(&release).unwrap();
     let mut big = record.clone();
-    big.payload = Some(helm_guard::release::codec::encode_secret_payload(&json));
+    big.payload = Some(helm_guard::release::decode::codec::encode_secret_payload(&json));
     let decoded_mib = json.len() as f64 / (1024.0 * 1024.0);
     c.bench_function(&format!("decode {decoded_mib:.1} MiB release"), |b| {
         b.iter(|| black_box(&big).decode(limits).unwrap())

@@ -42,12 +42,12 @@ fn fixture(path: &str) -> Value {
 
 fn release_of(object: &Value) -> Value {
     let stored = object["data"]["release"].as_str().unwrap().as_bytes();
-    let json = helm_guard::release::codec::decode_secret_payload(stored, Default::default()).unwrap();
+    let json = helm_guard::release::decode::codec::decode_secret_payload(stored, Default::default()).unwrap();
     serde_json::from_slice(&json).unwrap()
 }
 
 fn with_release(mut object: Value, release_json: &[u8]) -> Value {
-    let stored = helm_guard::release::codec::encode_secret_payload(release_json);
+    let stored = helm_guard::release::decode::codec::encode_secret_payload(release_json);
     object["data"]["release"] = json!(String::from_utf8(stored).unwrap());
     object
 }

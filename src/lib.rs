@@ -12,7 +12,7 @@
 //! 2. [`admission::review`] parses the AdmissionReview, its objects only as far as a verdict
 //!    reads them ([`admission::object`]); [`admission::validating`] or
 //!    [`admission::mutating`] gathers the facts: the record in the request, decoded by
-//!    [`release`] (or recalled by [`release::memo`]), and the release's history from the
+//!    [`release`] (or recalled by [`release::decode::memo`]), and the release's history from the
 //!    [`cluster`] index.
 //! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U8),
 //!    [`policy::pod`] (the helm-install pod mutation, from [`policy::klipper`]: what each

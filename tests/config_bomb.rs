@@ -26,17 +26,17 @@ fn a_config_bomb_is_read_without_being_built() {
     let at = text.find("\"config\":{").unwrap() + "\"config\":{".len();
     let bomb = format!("{}\"bomb\":[{}{{}}],{}", &text[..at], inner, &text[at..]);
     assert!(bomb.len() > 25 << 20);
-    let stored = helm_guard::release::codec::encode_secret_payload(bomb.as_bytes());
+    let stored = helm_guard::release::decode::codec::encode_secret_payload(bomb.as_bytes());
     assert!(stored.len() < 300 << 10, "{} bytes stored", stored.len());
     drop((inner, text, bomb));
 
     let before = HEAP.current_usage();
     HEAP.reset_peak_usage();
-    let payload = helm_guard::release::codec::read_payload(
+    let payload = helm_guard::release::decode::codec::read_payload(
         &stored,
-        true,
+        helm_guard::release::decode::Storage::Secret,
         helm_guard::release::DecodeLimits::default(),
-        true,
+        helm_guard::release::decode::Fingerprinting::Take,
     )
     .unwrap();
     let grew = HEAP.peak_usage().saturating_sub(before);

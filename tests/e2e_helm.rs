@@ -296,7 +296,7 @@ impl Run {
     /// A Secret crafted with kubectl: Helm's labels, a payload from JSON text.
     async fn craft(&self, name: &str, release: &str, labels: Value, json_text: &[u8], line_breaks: bool) {
         let mut helm_b64 =
-            String::from_utf8(helm_guard::release::codec::encode_helm_payload(json_text)).unwrap();
+            String::from_utf8(helm_guard::release::decode::codec::encode_helm_payload(json_text)).unwrap();
         if line_breaks {
             let chunks: Vec<String> =
                 helm_b64.as_bytes().chunks(76).map(|c| String::from_utf8(c.to_vec()).unwrap()).collect();
@@ -352,8 +352,10 @@ impl Run {
 }
 
 fn payload_data(json: &Value) -> String {
-    String::from_utf8(helm_guard::release::codec::encode_secret_payload(&serde_json::to_vec(json).unwrap()))
-        .unwrap()
+    String::from_utf8(helm_guard::release::decode::codec::encode_secret_payload(
+        &serde_json::to_vec(json).unwrap(),
+    ))
+    .unwrap()
 }
 
 async fn checks(run: Run, url: String, ca_pem: String) {

@@ -10,8 +10,9 @@
 
 mod common;
 
-use helm_guard::release::codec::read_release_json;
-use helm_guard::release::codec::{DecodeLimits, decode_helm_payload, decode_secret_payload};
+use helm_guard::release::DecodeLimits;
+use helm_guard::release::decode::codec::read_release_json;
+use helm_guard::release::decode::codec::{decode_helm_payload, decode_secret_payload};
 use helm_guard::release::history::{PayloadStatus, RevisionFacts, classify};
 use helm_guard::release::objects::parse_objects;
 use helm_guard::release::scan::{collect_records, report};

@@ -195,8 +195,10 @@ async fn edits_helm_and_its_recovery_tools_make_pass() {
     let text = format!("{{{}}}", reversed.join(","));
     assert!(!text.starts_with(r#"{"chart""#), "the keys are really reordered");
     let mut new = old.clone();
-    new["data"]["release"] =
-        json!(String::from_utf8(helm_guard::release::codec::encode_secret_payload(text.as_bytes())).unwrap());
+    new["data"]["release"] = json!(
+        String::from_utf8(helm_guard::release::decode::codec::encode_secret_payload(text.as_bytes()))
+            .unwrap()
+    );
     let guard = guard_with(records).await;
     assert_eq!(verdict(&guard.validate(&update_review(&old, &new)).await), (true, "helm-update"));
 

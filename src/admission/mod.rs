@@ -55,7 +55,7 @@ pub struct Admission {
     /// Decisions that ran out of `decision_deadline` before reading every record they needed.
     pub deadline_exceeded: crate::tally::Tally,
     /// Payload readings by the payload's bytes.
-    pub memo: Arc<crate::release::memo::PayloadMemo>,
+    pub memo: Arc<crate::release::decode::memo::PayloadMemo>,
     /// Live source with several replicas: agrees approvals of deletions with the others.
     pub coordinator: Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
     /// Deletions refused because they could not be agreed with the other replicas in time.
@@ -153,7 +153,12 @@ impl Admission {
     /// its UPDATEs' old sides and its DELETE carry the same payload). With the content
     /// fingerprint, so that one reading serves every kind of request.
     fn read_record(&self, record: crate::release::Record) -> crate::release::DecodedRecord {
-        crate::release::DecodedRecord::remembered(record, self.limits, true, &self.memo)
+        crate::release::DecodedRecord::remembered(
+            record,
+            self.limits,
+            crate::release::decode::Fingerprinting::Take,
+            &self.memo,
+        )
     }
 
     /// What the index knows of a namespace, and its mode: the `helm-guard.io/mode` label, else

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::policy::pod::PodSpec;
-use crate::release::fields::{Meta, ReleaseData, Text};
+use crate::release::decode::fields::{Meta, ReleaseData, Text};
 
 /// An object of a review: the fields of a Secret, ConfigMap or Pod that helm-guard reads.
 #[derive(Debug, Clone, Default, PartialEq)]

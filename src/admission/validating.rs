@@ -62,17 +62,23 @@ pub fn validate(
 }
 
 /// A rule's verdict and what the mode made of it.
-type Decided = (Verdict, Outcome);
+#[derive(Debug)]
+struct Decided {
+    /// What the rule said.
+    verdict: Verdict,
+    /// What the mode made of it: what the API server is told.
+    outcome: Outcome,
+}
 
 /// A verdict that no mode changes: allowances.
 fn allowed(verdict: Verdict) -> Decided {
     let outcome = apply_mode(&verdict, crate::policy::Mode::Enforce);
-    (verdict, outcome)
+    Decided { verdict, outcome }
 }
 
 /// The answer: verdict with mode applied, warnings and audit annotations.
 fn respond(request: &AdmissionRequest<ReviewObject>, decided: Decided, mut entry: LedgerEntry) -> Reviewed {
-    let (verdict, outcome) = decided;
+    let Decided { verdict, outcome } = decided;
     entry.reason = verdict.reason;
     entry.detail = verdict.detail;
     // The full message goes to the ledger in every mode: in audit mode it is the only record of
@@ -127,7 +133,7 @@ fn namespace(
     }
     let verdict = decide_namespace(&facts, &admission.config);
     let outcome = apply_mode(&verdict, default);
-    (verdict, outcome)
+    Decided { verdict, outcome }
 }
 
 fn not_a_record() -> Decided {
@@ -146,7 +152,7 @@ fn no_old_object(admission: &Admission, request: &AdmissionRequest<ReviewObject>
     );
     let (_, mode) = admission.namespace(request.namespace.as_deref().unwrap_or_default());
     let outcome = apply_mode(&verdict, mode);
-    (verdict, outcome)
+    Decided { verdict, outcome }
 }
 
 fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'_> {
@@ -218,23 +224,23 @@ fn delete(
                 object: object.to_owned(),
                 uid: claimed.uid.map(str::to_owned),
             });
-            ((verdict, outcome), change)
+            (Decided { verdict, outcome }, change)
         })
     };
     let mut decided = decide(false);
-    let reason = decided.0.reason;
+    let reason = decided.verdict.reason;
     if confirms && (reason == Reason::UnreadHistory || reason.rests_on_history()) {
         // Decided again on what is stored now: the release listed (the watch may lag), and every
         // record known only by its labels read as Helm reads it.
         let listed = admission.confirm_history(&id.key, Some(object), started, io)?;
         decided = decide(listed && coordinator.is_none());
-        if !listed && decided.0.allowed {
+        if !listed && decided.verdict.allowed {
             // Without the listing a refusal still stands (it fails closed); an approval cannot.
             return Ok(unconfirmed(&id.key, object, mode));
         }
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
-    if !decided.1.allowed || !decided.0.reason.approval_needs_coordination() {
+    if !decided.outcome.allowed || !decided.verdict.reason.approval_needs_coordination() {
         // Refusals, and approvals that hold whatever else is deleted, need no agreement.
         return Ok(decided);
     }
@@ -264,7 +270,7 @@ fn unconfirmed(key: &ReleaseKey, object: &str, mode: Mode) -> Decided {
         ),
     );
     let outcome = apply_mode(&verdict, mode);
-    (verdict, outcome)
+    Decided { verdict, outcome }
 }
 
 /// Agrees an approval of a deletion with the other replicas (see [`crate::cluster::coordination`]):
@@ -292,7 +298,7 @@ fn coordinate(
             admission.index.hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
         }
         let decided = decide(true);
-        if !decided.1.allowed || !decided.0.reason.approval_needs_coordination() {
+        if !decided.outcome.allowed || !decided.verdict.reason.approval_needs_coordination() {
             return decided;
         }
         match coordinator.claim(key, record, &claims, deadline) {
@@ -315,7 +321,7 @@ fn coordinate(
         ),
     );
     let outcome = apply_mode(&verdict, mode);
-    (verdict, outcome)
+    Decided { verdict, outcome }
 }
 
 fn update(
@@ -366,7 +372,7 @@ fn update(
             admission.index.apply(&new.record.id.key, IndexChange::Upsert { object, facts: new.facts() });
         }
     }
-    (verdict, outcome)
+    Decided { verdict, outcome }
 }
 
 fn create(

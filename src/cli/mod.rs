@@ -118,7 +118,7 @@ pub struct DecodeArgs {
     /// Largest decompressed payload accepted (gzip-bomb guard): bytes, or with a unit (64KiB,
     /// 32MiB, 1GiB).
     #[arg(long, env = "HELM_GUARD_MAX_DECODED_BYTES", value_name = "SIZE",
-          default_value_t = ByteSize::b(crate::release::codec::DEFAULT_MAX_DECODED_BYTES as u64))]
+          default_value_t = ByteSize::b(crate::release::decode::DEFAULT_MAX_DECODED_BYTES as u64))]
     pub max_decoded_bytes: ByteSize,
 }
 

@@ -42,7 +42,7 @@ pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)>
 }
 
 /// What one watcher's objects (`M`) become in the index.
-pub trait Sink<M> {
+pub trait IndexSink<M> {
     /// What the index keeps of one object.
     type Item;
     /// What an object tells, if it is one of ours.
@@ -72,7 +72,7 @@ impl<S, T> Feed<S, T> {
     /// Applies one event; true when it completed a list.
     pub fn apply<M>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool
     where
-        S: Sink<M, Item = T>,
+        S: IndexSink<M, Item = T>,
     {
         index.mark_synced();
         match event {
@@ -99,9 +99,9 @@ impl<S, T> Feed<S, T> {
 
 /// Release records of one driver.
 #[derive(Debug)]
-pub struct Records(pub Driver);
+pub struct RecordSink(pub Driver);
 
-impl<K> Sink<PartialObjectMeta<K>> for Records {
+impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     type Item = IndexedRecord;
 
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<IndexedRecord> {
@@ -123,11 +123,11 @@ impl<K> Sink<PartialObjectMeta<K>> for Records {
     }
 }
 
-/// Namespaces (their mode label, and whether they are going away).
+/// Namespaces (their labels, and whether they are going away).
 #[derive(Debug, Default)]
-pub struct Namespaces;
+pub struct NamespaceSink;
 
-impl<K> Sink<PartialObjectMeta<K>> for Namespaces {
+impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
     type Item = (String, NamespaceInfo);
 
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<(String, NamespaceInfo)> {
@@ -151,9 +151,9 @@ impl<K> Sink<PartialObjectMeta<K>> for Namespaces {
 
 /// K3s/RKE2 HelmCharts (their target namespace and protection).
 #[derive(Debug, Default)]
-pub struct Charts;
+pub struct ChartSink;
 
-impl Sink<DynamicObject> for Charts {
+impl IndexSink<DynamicObject> for ChartSink {
     type Item = HelmChart;
 
     fn read(&self, object: &DynamicObject) -> Option<HelmChart> {
@@ -176,27 +176,27 @@ impl Sink<DynamicObject> for Charts {
 }
 
 /// The release records of one driver.
-pub type RecordFeed = Feed<Records, IndexedRecord>;
+pub type RecordFeed = Feed<RecordSink, IndexedRecord>;
 /// The namespaces.
-pub type NamespaceFeed = Feed<Namespaces, (String, NamespaceInfo)>;
+pub type NamespaceFeed = Feed<NamespaceSink, (String, NamespaceInfo)>;
 /// The HelmCharts.
-pub type ChartFeed = Feed<Charts, HelmChart>;
+pub type ChartFeed = Feed<ChartSink, HelmChart>;
 
 impl RecordFeed {
     /// The feed of one driver's records.
     pub fn new(driver: Driver) -> RecordFeed {
-        Feed::with_sink(Records(driver))
+        Feed::with_sink(RecordSink(driver))
     }
 }
 
 impl Default for ChartFeed {
     fn default() -> Self {
-        Feed::with_sink(Charts)
+        Feed::with_sink(ChartSink)
     }
 }
 
 impl Default for NamespaceFeed {
     fn default() -> Self {
-        Feed::with_sink(Namespaces)
+        Feed::with_sink(NamespaceSink)
     }
 }

@@ -168,11 +168,11 @@ pub struct Census {
 }
 
 /// A release's records, by object name (two objects may hold one revision).
-type Records = BTreeMap<Box<str>, Entry>;
+type ReleaseRecords = BTreeMap<Box<str>, Entry>;
 
 #[derive(Debug, Default)]
 struct IndexState {
-    releases: HashMap<ReleaseKey, Records>,
+    releases: HashMap<ReleaseKey, ReleaseRecords>,
     namespaces: HashMap<String, NamespaceInfo>,
 }
 
@@ -300,7 +300,7 @@ impl ReleaseIndex {
         drivers: &[crate::release::Driver],
         records: impl IntoIterator<Item = IndexedRecord>,
     ) {
-        let mut fresh: HashMap<ReleaseKey, Records> = HashMap::new();
+        let mut fresh: HashMap<ReleaseKey, ReleaseRecords> = HashMap::new();
         for record in records {
             let entry = Entry::new(record.facts, record.uid, record.resource_version);
             fresh.entry(record.key).or_default().insert(record.object.into(), entry);
@@ -323,7 +323,7 @@ impl ReleaseIndex {
     pub fn sync_release(&self, key: &ReleaseKey, listed: Vec<IndexedRecord>) {
         let mut state = self.lock();
         let old = state.releases.remove(key).unwrap_or_default();
-        let fresh: Records = listed
+        let fresh: ReleaseRecords = listed
             .into_iter()
             .filter(|record| record.key == *key)
             .map(|record| {

@@ -7,10 +7,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::codec::{self, DecodeError, DecodeLimits, ReleasePayload};
-use super::fields::{ReleaseData, Text, lean_meta};
+use super::decode::codec;
+use super::decode::fields::{ReleaseData, Text, lean_meta};
+use super::decode::{Fingerprinting, Storage};
 use super::history::{PayloadStatus, RevisionFacts};
 use super::status::Status;
+use super::{DecodeError, DecodeLimits, ReleasePayload};
 
 /// How Helm names its records: `sh.helm.release.v1.<release>.v<revision>`.
 pub const NAME_PREFIX: &str = "sh.helm.release.v1.";
@@ -315,20 +317,23 @@ impl Record {
 
     /// Reads the payload as Helm does, keeping only what helm-guard needs.
     pub fn decode(&self, limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
-        self.read(limits, false, None)
+        self.read(limits, Fingerprinting::Skip, None)
     }
 
     fn read(
         &self,
         limits: DecodeLimits,
-        fingerprint: bool,
-        memo: Option<&super::memo::PayloadMemo>,
+        fingerprinting: Fingerprinting,
+        memo: Option<&super::decode::memo::PayloadMemo>,
     ) -> Result<ReleasePayload, DecodeError> {
         let payload = self.payload.as_deref().ok_or(DecodeError::MissingPayload)?;
-        let secret = self.id.key.driver == Driver::Secret;
-        let read = || codec::read_payload(payload, secret, limits, fingerprint);
+        let storage = match self.id.key.driver {
+            Driver::Secret => Storage::Secret,
+            Driver::ConfigMap => Storage::ConfigMap,
+        };
+        let read = || codec::read_payload(payload, storage, limits, fingerprinting);
         match memo {
-            Some(memo) => memo.read(payload, secret, limits, fingerprint, read),
+            Some(memo) => memo.read(payload, storage, limits, fingerprinting, read),
             None => read(),
         }
     }
@@ -351,27 +356,27 @@ pub struct DecodedRecord {
 impl DecodedRecord {
     /// Reads the payload; when Helm can read it, the revision is the payload's `version`.
     pub fn new(record: Record, limits: DecodeLimits) -> DecodedRecord {
-        DecodedRecord::read(record, limits, false, None)
+        DecodedRecord::read(record, limits, Fingerprinting::Skip, None)
     }
 
     /// Reads the payload, or answers from `memo` when these bytes were read before; with
-    /// `fingerprint`, the content fingerprint too (see `ReleasePayload::content`).
+    /// [`Fingerprinting::Take`], the content fingerprint too (see `ReleasePayload::content`).
     pub fn remembered(
         record: Record,
         limits: DecodeLimits,
-        fingerprint: bool,
-        memo: &super::memo::PayloadMemo,
+        fingerprinting: Fingerprinting,
+        memo: &super::decode::memo::PayloadMemo,
     ) -> DecodedRecord {
-        DecodedRecord::read(record, limits, fingerprint, Some(memo))
+        DecodedRecord::read(record, limits, fingerprinting, Some(memo))
     }
 
     fn read(
         mut record: Record,
         limits: DecodeLimits,
-        fingerprint: bool,
-        memo: Option<&super::memo::PayloadMemo>,
+        fingerprinting: Fingerprinting,
+        memo: Option<&super::decode::memo::PayloadMemo>,
     ) -> DecodedRecord {
-        let payload = record.read(limits, fingerprint, memo);
+        let payload = record.read(limits, fingerprinting, memo);
         if let Ok(payload) = &payload {
             record.id.revision = payload.version;
         }

@@ -5,7 +5,8 @@
 
 use serde::Serialize;
 
-use super::codec::{DecodeLimits, encode_helm_payload, encode_secret_payload};
+use super::DecodeLimits;
+use super::decode::codec::{encode_helm_payload, encode_secret_payload};
 use super::history::{Anomaly, Classification, classify};
 use super::record::{DecodedRecord, LABEL_STATUS};
 use super::{Driver, ReleaseKey, ReleaseState, Status};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::codec::DecodeLimits;
+use super::DecodeLimits;
 use super::history::{Classification, ReleaseState, RevisionFacts, classify};
 use super::record::{DecodedRecord, Driver, Record, ReleaseKey};
 use super::summary::Summary;

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::codec::ReleasePayload;
+use super::ReleasePayload;
 use super::record::{DecodedRecord, Driver, Record};
 use super::status::Status;
 

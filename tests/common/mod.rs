@@ -10,8 +10,9 @@ pub mod leases;
 
 use std::path::{Path, PathBuf};
 
-use helm_guard::release::codec::{
-    DecodeLimits, decode_helm_payload, decode_secret_payload, encode_helm_payload, encode_secret_payload,
+use helm_guard::release::DecodeLimits;
+use helm_guard::release::decode::codec::{
+    decode_helm_payload, decode_secret_payload, encode_helm_payload, encode_secret_payload,
 };
 use serde_json::{Value, json};
 

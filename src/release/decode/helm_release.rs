@@ -20,9 +20,9 @@ use std::io::Read;
 
 use serde::Serialize;
 
-use super::codec::DecodeError;
 use super::gojson::{Capture, Fingerprint, JsonError, JsonReader, Kind, fold_eq, parse_go_time};
-use super::status::Status;
+use super::{DecodeError, Fingerprinting};
+use crate::release::Status;
 
 /// Go types of Helm's fields, as far as decoding cares.
 #[derive(Debug, Clone, Copy)]
@@ -77,7 +77,7 @@ struct Field {
     content: bool,
 }
 
-const fn f(name: &'static str, ty: Ty) -> Field {
+const fn field(name: &'static str, ty: Ty) -> Field {
     Field { name, ty, slot: Slot::None, content: true }
 }
 
@@ -96,10 +96,10 @@ const RELEASE: &[Field] = &[
     // (`Info.UnmarshalJSON`) too for the times, but takes `status` and `description` from the
     // last copy alone: see `read_release`.
     mutable("info", Ty::Struct(INFO), Slot::Info),
-    f("chart", Ty::Struct(CHART)),
-    f("config", Ty::MapAny),
-    f("manifest", Ty::Str),
-    f("hooks", Ty::StructList(HOOK)),
+    field("chart", Ty::Struct(CHART)),
+    field("config", Ty::MapAny),
+    field("manifest", Ty::Str),
+    field("hooks", Ty::StructList(HOOK)),
     kept("version", Ty::Int, Slot::Version),
     kept("namespace", Ty::Str, Slot::Namespace),
     mutable("apply_method", Ty::Str, Slot::None),
@@ -116,62 +116,66 @@ const INFO: &[Field] = &[
 ];
 
 const CHART: &[Field] = &[
-    f("metadata", Ty::Struct(METADATA)),
-    f("lock", Ty::Struct(LOCK)),
-    f("templates", Ty::StructList(FILE)),
-    f("values", Ty::MapAny),
-    f("schema", Ty::Bytes),
+    field("metadata", Ty::Struct(METADATA)),
+    field("lock", Ty::Struct(LOCK)),
+    field("templates", Ty::StructList(FILE)),
+    field("values", Ty::MapAny),
+    field("schema", Ty::Bytes),
     mutable("schemamodtime", Ty::Time, Slot::None),
-    f("files", Ty::StructList(FILE)),
+    field("files", Ty::StructList(FILE)),
     mutable("modtime", Ty::Time, Slot::None),
 ];
 
-const FILE: &[Field] = &[f("name", Ty::Str), f("data", Ty::Bytes), mutable("modtime", Ty::Time, Slot::None)];
+const FILE: &[Field] =
+    &[field("name", Ty::Str), field("data", Ty::Bytes), mutable("modtime", Ty::Time, Slot::None)];
 
 const METADATA: &[Field] = &[
     kept("name", Ty::Str, Slot::ChartName),
-    f("home", Ty::Str),
-    f("sources", Ty::StrList),
+    field("home", Ty::Str),
+    field("sources", Ty::StrList),
     kept("version", Ty::Str, Slot::ChartVersion),
-    f("description", Ty::Str),
-    f("keywords", Ty::StrList),
-    f("maintainers", Ty::StructList(MAINTAINER)),
-    f("icon", Ty::Str),
-    f("apiVersion", Ty::Str),
-    f("condition", Ty::Str),
-    f("tags", Ty::Str),
+    field("description", Ty::Str),
+    field("keywords", Ty::StrList),
+    field("maintainers", Ty::StructList(MAINTAINER)),
+    field("icon", Ty::Str),
+    field("apiVersion", Ty::Str),
+    field("condition", Ty::Str),
+    field("tags", Ty::Str),
     kept("appVersion", Ty::Str, Slot::AppVersion),
-    f("deprecated", Ty::Bool),
-    f("annotations", Ty::MapStr),
-    f("kubeVersion", Ty::Str),
-    f("dependencies", Ty::StructList(DEPENDENCY)),
-    f("type", Ty::Str),
+    field("deprecated", Ty::Bool),
+    field("annotations", Ty::MapStr),
+    field("kubeVersion", Ty::Str),
+    field("dependencies", Ty::StructList(DEPENDENCY)),
+    field("type", Ty::Str),
 ];
 
-const MAINTAINER: &[Field] = &[f("name", Ty::Str), f("email", Ty::Str), f("url", Ty::Str)];
+const MAINTAINER: &[Field] = &[field("name", Ty::Str), field("email", Ty::Str), field("url", Ty::Str)];
 
 const DEPENDENCY: &[Field] = &[
-    f("name", Ty::Str),
-    f("version", Ty::Str),
-    f("repository", Ty::Str),
-    f("condition", Ty::Str),
-    f("tags", Ty::StrList),
-    f("enabled", Ty::Bool),
-    f("import-values", Ty::AnyList),
-    f("alias", Ty::Str),
+    field("name", Ty::Str),
+    field("version", Ty::Str),
+    field("repository", Ty::Str),
+    field("condition", Ty::Str),
+    field("tags", Ty::StrList),
+    field("enabled", Ty::Bool),
+    field("import-values", Ty::AnyList),
+    field("alias", Ty::Str),
 ];
 
-const LOCK: &[Field] =
-    &[f("generated", Ty::Time), f("digest", Ty::Str), f("dependencies", Ty::StructList(DEPENDENCY))];
+const LOCK: &[Field] = &[
+    field("generated", Ty::Time),
+    field("digest", Ty::Str),
+    field("dependencies", Ty::StructList(DEPENDENCY)),
+];
 
 const HOOK: &[Field] = &[
-    f("name", Ty::Str),
-    f("kind", Ty::Str),
-    f("path", Ty::Str),
-    f("manifest", Ty::Str),
-    f("events", Ty::StrList),
+    field("name", Ty::Str),
+    field("kind", Ty::Str),
+    field("path", Ty::Str),
+    field("manifest", Ty::Str),
+    field("events", Ty::StrList),
     mutable("last_run", Ty::Struct(HOOK_EXECUTION), Slot::None),
-    f("weight", Ty::Int),
+    field("weight", Ty::Int),
     // Helm fills in its default delete policy when it runs a hook (observed: Helm 3 writes
     // `before-hook-creation` into a pending revision); the log policy likewise.
     mutable("delete_policies", Ty::StrList, Slot::None),
@@ -364,7 +368,7 @@ impl<R: Read> Walk<R> {
         ty: Ty,
         slot: Slot,
         empty_time: EmptyTime,
-        mut print: Option<&mut Fingerprint>,
+        mut fingerprint: Option<&mut Fingerprint>,
     ) -> Step<bool> {
         let kind = self.json.peek_kind()?;
         if kind == Kind::Null {
@@ -388,7 +392,7 @@ impl<R: Read> Walk<R> {
                     _ => NAME_CAP,
                 };
                 let mut capture = Capture::new(cap);
-                match print.as_deref_mut() {
+                match fingerprint.as_deref_mut() {
                     Some(p) => self.json.string(&mut (&mut capture, p))?,
                     None => self.json.string(&mut capture)?,
                 }
@@ -405,14 +409,14 @@ impl<R: Read> Walk<R> {
                 if slot == Slot::Version {
                     self.kept.version = Some(int);
                 }
-                if let Some(p) = print {
+                if let Some(p) = fingerprint {
                     p.bytes(&int.to_le_bytes());
                 }
                 Ok(int == 0)
             }
             (Ty::Bool, Kind::Bool) => {
                 let value = self.json.boolean()?;
-                if let Some(p) = print {
+                if let Some(p) = fingerprint {
                     p.tag(u8::from(value));
                 }
                 Ok(!value)
@@ -440,14 +444,14 @@ impl<R: Read> Walk<R> {
                 if let Some(out) = self.kept.text(slot) {
                     *out = Some(text);
                 }
-                if let Some(p) = print {
+                if let Some(p) = fingerprint {
                     p.bytes(&secs.to_le_bytes());
                 }
                 Ok(secs == parse_go_time(b"0001-01-01T00:00:00Z").unwrap_or_default())
             }
             (Ty::Bytes, Kind::String) => {
                 let mut check = Base64Check::default();
-                match print {
+                match fingerprint {
                     Some(p) => self.json.string(&mut (&mut check, p))?,
                     None => self.json.string(&mut check)?,
                 }
@@ -458,11 +462,11 @@ impl<R: Read> Walk<R> {
             }
             (Ty::Bytes, Kind::Array) => {
                 // Go also decodes an array of numbers 0-255 into a []byte.
-                self.array(print, |walk, print| match walk.json.peek_kind()? {
+                self.array(fingerprint, |walk, fingerprint| match walk.json.peek_kind()? {
                     Kind::Null => walk.json.null().map_err(DecodeError::from),
                     Kind::Number => match walk.json.number()?.int {
                         Some(byte @ 0..=255) => {
-                            if let Some(p) = print {
+                            if let Some(p) = fingerprint {
                                 p.bytes(&[byte as u8]);
                             }
                             Ok(())
@@ -472,18 +476,18 @@ impl<R: Read> Walk<R> {
                     found => Err(walk.wrong_type(Ty::Int, found)),
                 })
             }
-            (Ty::MapAny, Kind::Object) => self.object(print, |walk, print| {
-                walk.json.any(print, true)?;
+            (Ty::MapAny, Kind::Object) => self.object(fingerprint, |walk, fingerprint| {
+                walk.json.any(fingerprint, true)?;
                 Ok(())
             }),
-            (Ty::MapStr, Kind::Object) => self.object(print, |walk, print| {
-                walk.value(Ty::Str, Slot::None, EmptyTime::Refused, print).map(|_| ())
+            (Ty::MapStr, Kind::Object) => self.object(fingerprint, |walk, fingerprint| {
+                walk.value(Ty::Str, Slot::None, EmptyTime::Refused, fingerprint).map(|_| ())
             }),
             (Ty::Resources, Kind::Object) => {
-                self.object(print, |walk, print| match walk.json.peek_kind()? {
+                self.object(fingerprint, |walk, fingerprint| match walk.json.peek_kind()? {
                     Kind::Null => walk.json.null().map_err(DecodeError::from),
                     Kind::Array => walk
-                        .array(print, |walk, _| match walk.json.peek_kind()? {
+                        .array(fingerprint, |walk, _| match walk.json.peek_kind()? {
                             // runtime.Object is an interface with no concrete type: only null fits.
                             Kind::Null => walk.json.null().map_err(DecodeError::from),
                             found => Err(walk.wrong_type(Ty::Resources, found)),
@@ -492,15 +496,15 @@ impl<R: Read> Walk<R> {
                     found => Err(walk.wrong_type(Ty::AnyList, found)),
                 })
             }
-            (Ty::StrList, Kind::Array) => self.array(print, |walk, print| {
-                walk.value(Ty::Str, Slot::None, EmptyTime::Refused, print).map(|_| ())
+            (Ty::StrList, Kind::Array) => self.array(fingerprint, |walk, fingerprint| {
+                walk.value(Ty::Str, Slot::None, EmptyTime::Refused, fingerprint).map(|_| ())
             }),
-            (Ty::AnyList, Kind::Array) => self.array(print, |walk, print| {
-                walk.json.any(print, true)?;
+            (Ty::AnyList, Kind::Array) => self.array(fingerprint, |walk, fingerprint| {
+                walk.json.any(fingerprint, true)?;
                 Ok(())
             }),
             (Ty::StructList(fields), Kind::Array) => {
-                self.array(print, |walk, print| walk.structure(fields, print).map(|_| ()))
+                self.array(fingerprint, |walk, fingerprint| walk.structure(fields, fingerprint).map(|_| ()))
             }
             (Ty::Struct(fields), Kind::Object) => {
                 if slot == Slot::Info {
@@ -509,7 +513,7 @@ impl<R: Read> Walk<R> {
                     self.kept.last_info_status = false;
                     self.kept.last_info_description = false;
                 }
-                self.structure(fields, print)
+                self.structure(fields, fingerprint)
             }
             (ty, found) => Err(self.wrong_type(ty, found)),
         }
@@ -518,13 +522,13 @@ impl<R: Read> Walk<R> {
     /// An object whose values all have one type (a Go map); true when empty.
     fn object(
         &mut self,
-        mut print: Option<&mut Fingerprint>,
+        mut fingerprint: Option<&mut Fingerprint>,
         mut each: impl FnMut(&mut Self, Option<&mut Fingerprint>) -> Step<()>,
     ) -> Step<bool> {
         self.json.begin_object()?;
         let mut count = 0u64;
         loop {
-            let more = match print.as_deref_mut() {
+            let more = match fingerprint.as_deref_mut() {
                 Some(p) => {
                     p.tag(b'k');
                     let more = self.json.next_key(count == 0, p)?;
@@ -537,31 +541,31 @@ impl<R: Read> Walk<R> {
                 return Ok(count == 0);
             }
             count += 1;
-            each(self, print.as_deref_mut())?;
+            each(self, fingerprint.as_deref_mut())?;
         }
     }
 
     /// An array; true when empty.
     fn array(
         &mut self,
-        mut print: Option<&mut Fingerprint>,
+        mut fingerprint: Option<&mut Fingerprint>,
         mut each: impl FnMut(&mut Self, Option<&mut Fingerprint>) -> Step<()>,
     ) -> Step<bool> {
         self.json.begin_array()?;
         let mut count = 0u64;
         while self.json.next_element(count == 0)? {
             count += 1;
-            if let Some(p) = print.as_deref_mut() {
+            if let Some(p) = fingerprint.as_deref_mut() {
                 p.tag(b',');
             }
-            each(self, print.as_deref_mut())?;
+            each(self, fingerprint.as_deref_mut())?;
         }
         Ok(count == 0)
     }
 
     /// A Go struct: keys matched to fields as Go does, the last of repeated keys winning, unknown
     /// keys skipped. Each field's fingerprint is taken apart and left out when the value is zero.
-    fn structure(&mut self, fields: &'static [Field], print: Option<&mut Fingerprint>) -> Step<bool> {
+    fn structure(&mut self, fields: &'static [Field], fingerprint: Option<&mut Fingerprint>) -> Step<bool> {
         if self.json.peek_kind()? == Kind::Null {
             self.json.null()?;
             return Ok(true);
@@ -578,7 +582,7 @@ impl<R: Read> Walk<R> {
             if through_map { vec![Repeats::default(); fields.len()] } else { Vec::new() };
         // Each field's fingerprint, the last given winning as in Go, then taken in the table's
         // order: field order in the text does not matter to Go, so it does not here.
-        let mut prints: Vec<Option<[u8; 32]>> = vec![None; fields.len()];
+        let mut fingerprints: Vec<Option<[u8; 32]>> = vec![None; fields.len()];
         // Which fields hold something other than their zero value.
         let mut set = vec![false; fields.len()];
         self.json.begin_object()?;
@@ -597,8 +601,8 @@ impl<R: Read> Walk<R> {
                     )));
                 }
                 let zero = !set.contains(&true);
-                if let Some(p) = print {
-                    for (field, fingerprint) in fields.iter().zip(&prints) {
+                if let Some(p) = fingerprint {
+                    for (field, fingerprint) in fields.iter().zip(&fingerprints) {
                         if let Some(fingerprint) = fingerprint {
                             p.tag(b'f');
                             p.bytes(field.name.as_bytes());
@@ -629,14 +633,14 @@ impl<R: Read> Walk<R> {
                 (true, true) => EmptyTime::Unset,
                 (true, false) => EmptyTime::Disagree,
             };
-            let mut field_print = (field.content && print.is_some()).then(Fingerprint::default);
+            let mut field_print = (field.content && fingerprint.is_some()).then(Fingerprint::default);
             let field_zero = self.value(field.ty, field.slot, empty_time, field_print.as_mut())?;
             self.path.pop();
             if let Some(repeat) = repeats.get_mut(index) {
                 let value = self.kept.text(field.slot).and_then(|kept| kept.clone());
                 repeat.given(key.bytes, value, field.slot != Slot::None);
             }
-            if let Some(slot) = prints.get_mut(index) {
+            if let Some(slot) = fingerprints.get_mut(index) {
                 *slot = field_print.filter(|_| !field_zero).map(Fingerprint::finish);
             }
             if let Some(set) = set.get_mut(index) {
@@ -699,7 +703,7 @@ const BASE64_ALPHABET: [bool; 256] = {
     table
 };
 
-impl super::gojson::Sink for Base64Check {
+impl super::gojson::StringSink for Base64Check {
     fn put(&mut self, mut bytes: &[u8]) {
         if self.padding == 0 {
             // The common case, a run of the alphabet, by table.
@@ -737,8 +741,11 @@ impl From<JsonError> for DecodeError {
 }
 
 /// Reads release JSON as Helm does. `Err`: Helm 3 or Helm 4 would skip the record.
-/// `fingerprint`: also take the content fingerprint (it costs a SHA-256 over the chart).
-pub fn read_release<R: Read>(json: JsonReader<R>, fingerprint: bool) -> Result<ReleasePayload, DecodeError> {
+/// [`Fingerprinting::Take`]: also take the content fingerprint (it costs a SHA-256 over the chart).
+pub fn read_release<R: Read>(
+    json: JsonReader<R>,
+    fingerprinting: Fingerprinting,
+) -> Result<ReleasePayload, DecodeError> {
     let mut walk = Walk { json, kept: Kept::default(), path: Vec::new() };
     let mut content = Fingerprint::default();
     if walk.json.peek_kind()? != Kind::Object {
@@ -753,7 +760,7 @@ pub fn read_release<R: Read>(json: JsonReader<R>, fingerprint: bool) -> Result<R
         };
         return Err(DecodeError::Helm(format!("the release is {what}, not an object")));
     }
-    walk.structure(RELEASE, fingerprint.then_some(&mut content))?;
+    walk.structure(RELEASE, (fingerprinting == Fingerprinting::Take).then_some(&mut content))?;
     walk.json.end()?;
     let kept = walk.kept;
     if !kept.has_info {
@@ -799,6 +806,6 @@ pub fn read_release<R: Read>(json: JsonReader<R>, fingerprint: bool) -> Result<R
             description: kept.description,
         },
         chart,
-        content: fingerprint.then(|| content.finish()),
+        content: (fingerprinting == Fingerprinting::Take).then(|| content.finish()),
     })
 }

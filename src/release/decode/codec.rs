@@ -15,10 +15,8 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose as Engine};
 use flate2::read::MultiGzDecoder;
 
 use super::gojson::{JsonError, JsonReader, Source};
-pub use super::payload::{ChartMetadata, ReleaseInfo, ReleasePayload, parse_helm_time};
-
-/// Real charts decode to several MiB (6.5 MB has been reported); 32 MiB leaves room.
-pub const DEFAULT_MAX_DECODED_BYTES: usize = 32 * 1024 * 1024;
+use super::helm_release::ReleasePayload;
+use super::{DecodeError, DecodeLimits, Fingerprinting, Storage};
 
 const GZIP_MAGIC: [u8; 3] = [0x1f, 0x8b, 0x08];
 
@@ -30,60 +28,12 @@ const GO_STD: GeneralPurpose = Engine::new(
         .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
 );
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-/// Bounds on reading a payload: a gzip bomb stops at `max_decoded_bytes`.
-pub struct DecodeLimits {
-    /// Largest decompressed payload accepted, in bytes.
-    pub max_decoded_bytes: usize,
-}
-
-impl Default for DecodeLimits {
-    fn default() -> Self {
-        DecodeLimits { max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-/// Why a payload cannot be read as Helm reads it.
-pub enum DecodeError {
-    #[error("the record has no `data.release` payload")]
-    /// The object has no `data.release`.
-    MissingPayload,
-    #[error("`data.release` is not valid base64 as the API server stores Secret data: {0}")]
-    /// A Secret's `data.release` is not the API server's base64.
-    ApiBase64(String),
-    #[error("the payload is not valid base64 as Helm reads it: {0}")]
-    /// The payload is not the base64 Helm writes.
-    HelmBase64(String),
-    #[error("the payload is not valid gzip: {0}")]
-    /// The payload is not gzip (Helm gzips every payload it writes).
-    Gzip(String),
-    #[error("the payload decodes to more than {limit} bytes (limit --max-decoded-bytes); refusing it")]
-    /// The payload inflates past the limit: a gzip bomb, or a release larger than allowed.
-    TooLarge {
-        /// `--max-decoded-bytes`.
-        limit: usize,
-    },
-    #[error("the payload is not a Helm release in JSON: {0}")]
-    /// The decoded payload is not JSON Go would decode.
-    Json(JsonError),
-    #[error("Helm cannot read this release: {0}")]
-    /// The JSON is not a release Helm can read (its own decoding would fail).
-    Helm(String),
-    #[error("Helm 3 and Helm 4 read this release differently, so helm-guard counts it as unreadable: {0}")]
-    /// Helm 3 and Helm 4 would read the release differently.
-    HelmDisagree(String),
-    /// A reading remembered from an earlier request for the same bytes (see `memo`).
-    #[error("{0}")]
-    Remembered(String),
-}
-
 /// Helm's gzip-compressed (or, from old Helm versions, plain) release JSON: the base64 layers
 /// undone. They only shrink their input, so they are undone in one go; the gzip layer, the one
 /// that can expand, is streamed.
-fn compressed(stored: &[u8], secret: bool) -> Result<Vec<u8>, DecodeError> {
+fn compressed(stored: &[u8], storage: Storage) -> Result<Vec<u8>, DecodeError> {
     let api_decoded;
-    let helm_text = if secret {
+    let helm_text = if storage == Storage::Secret {
         api_decoded = STANDARD.decode(stored).map_err(|e| DecodeError::ApiBase64(e.to_string()))?;
         api_decoded.as_slice()
     } else {
@@ -115,25 +65,26 @@ fn gzip_error(error: &io::Error) -> DecodeError {
     DecodeError::Gzip(error.to_string())
 }
 
-/// Reads a stored payload as Helm does, keeping only what helm-guard needs; with `fingerprint`,
+/// Reads a stored payload as Helm does, keeping only what helm-guard needs; with
+/// [`Fingerprinting::Take`],
 /// also the fingerprint of the revision's content (for comparing the two sides of an UPDATE).
 pub fn read_payload(
     stored: &[u8],
-    secret: bool,
+    storage: Storage,
     limits: DecodeLimits,
-    fingerprint: bool,
+    fingerprinting: Fingerprinting,
 ) -> Result<ReleasePayload, DecodeError> {
-    let compressed = compressed(stored, secret)?;
+    let compressed = compressed(stored, storage)?;
     let json = JsonReader::new(Source::new(json_stream(&compressed), limits.max_decoded_bytes as u64));
-    super::payload::read_release(json, fingerprint).map_err(|error| match error {
+    super::helm_release::read_release(json, fingerprinting).map_err(|error| match error {
         DecodeError::Json(JsonError::Io(io)) => gzip_error(&io),
         other => other,
     })
 }
 
-fn read_all(stored: &[u8], secret: bool, limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
+fn read_all(stored: &[u8], storage: Storage, limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
     let cap = limits.max_decoded_bytes as u64;
-    let compressed = compressed(stored, secret)?;
+    let compressed = compressed(stored, storage)?;
     let mut decoded = Vec::new();
     json_stream(&compressed).take(cap + 1).read_to_end(&mut decoded).map_err(|e| gzip_error(&e))?;
     if decoded.len() as u64 > cap {
@@ -145,12 +96,12 @@ fn read_all(stored: &[u8], secret: bool, limits: DecodeLimits) -> Result<Vec<u8>
 /// Decodes Helm's base64 text (the ConfigMap value, or a Secret value after the API's own base64)
 /// into the release JSON bytes (for `inspect`, which shows them; verdicts use [`read_payload`]).
 pub fn decode_helm_payload(helm_base64: &[u8], limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
-    read_all(helm_base64, false, limits)
+    read_all(helm_base64, Storage::ConfigMap, limits)
 }
 
 /// Decodes a Secret's `data.release` as the API returns it (base64 of Helm's base64).
 pub fn decode_secret_payload(api_base64: &[u8], limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
-    read_all(api_base64, true, limits)
+    read_all(api_base64, Storage::Secret, limits)
 }
 
 /// Encodes release JSON the way Helm stores it in a ConfigMap (gzip, then base64). Secrets get one
@@ -173,11 +124,15 @@ pub fn encode_secret_payload(release_json: &[u8]) -> Vec<u8> {
 
 /// Reads release JSON text (already decoded) as Helm does.
 pub fn read_release_json(json: &[u8], limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
-    super::payload::read_release(JsonReader::new(Source::new(json, limits.max_decoded_bytes as u64)), false)
+    super::helm_release::read_release(
+        JsonReader::new(Source::new(json, limits.max_decoded_bytes as u64)),
+        Fingerprinting::Skip,
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::helm_release::parse_helm_time;
     use super::*;
     use crate::release::Status;
 

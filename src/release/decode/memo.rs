@@ -14,7 +14,8 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Mutex;
 
-use super::codec::{DecodeError, DecodeLimits, ReleasePayload};
+use super::helm_release::ReleasePayload;
+use super::{DecodeError, DecodeLimits, Fingerprinting, Storage};
 
 /// How many readings are remembered: a cluster's active records several times over; each is a
 /// few hundred bytes.
@@ -50,19 +51,21 @@ impl PayloadMemo {
     pub fn read(
         &self,
         stored: &[u8],
-        secret: bool,
+        storage: Storage,
         limits: DecodeLimits,
-        fingerprint: bool,
+        fingerprinting: Fingerprinting,
         read: impl FnOnce() -> Result<ReleasePayload, DecodeError>,
     ) -> Result<ReleasePayload, DecodeError> {
         let mut hasher = self.key.build_hasher();
-        hasher.write_u8(u8::from(secret));
+        hasher.write_u8(u8::from(storage == Storage::Secret));
         hasher.write_usize(limits.max_decoded_bytes);
         hasher.write(stored);
         let key: Key = (hasher.finish(), stored.len());
         if let Some(known) = self.lock().0.get(&key) {
             match known {
-                Ok(payload) if payload.content.is_some() || !fingerprint => return Ok(payload.clone()),
+                Ok(payload) if payload.content.is_some() || fingerprinting == Fingerprinting::Skip => {
+                    return Ok(payload.clone());
+                }
                 Err(error) => return Err(DecodeError::Remembered(error.clone())),
                 Ok(_) => {}
             }
@@ -99,7 +102,7 @@ impl PayloadMemo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::codec::{encode_secret_payload, read_payload};
+    use crate::release::decode::codec::{encode_secret_payload, read_payload};
 
     #[test]
     fn a_payload_is_read_once_and_answered_from_memory_after() {
@@ -109,9 +112,9 @@ mod tests {
         let mut reads = 0;
         for _ in 0..3 {
             let payload = memo
-                .read(&stored, true, limits, false, || {
+                .read(&stored, Storage::Secret, limits, Fingerprinting::Skip, || {
                     reads += 1;
-                    read_payload(&stored, true, limits, false)
+                    read_payload(&stored, Storage::Secret, limits, Fingerprinting::Skip)
                 })
                 .unwrap();
             assert_eq!(payload.version, 3);
@@ -119,9 +122,9 @@ mod tests {
         assert_eq!(reads, 1);
         // Wanting the fingerprint reads again, once.
         for _ in 0..2 {
-            let payload = memo.read(&stored, true, limits, true, || {
+            let payload = memo.read(&stored, Storage::Secret, limits, Fingerprinting::Take, || {
                 reads += 1;
-                read_payload(&stored, true, limits, true)
+                read_payload(&stored, Storage::Secret, limits, Fingerprinting::Take)
             });
             assert!(payload.unwrap().content.is_some());
         }
@@ -133,14 +136,21 @@ mod tests {
         let memo = PayloadMemo::new(2);
         let limits = DecodeLimits::default();
         let bad = encode_secret_payload(br#"{"name":"a","version":"3","info":{}}"#);
-        let first =
-            memo.read(&bad, true, limits, false, || read_payload(&bad, true, limits, false)).unwrap_err();
-        let again = memo.read(&bad, true, limits, false, || panic!("read again")).unwrap_err();
+        let first = memo
+            .read(&bad, Storage::Secret, limits, Fingerprinting::Skip, || {
+                read_payload(&bad, Storage::Secret, limits, Fingerprinting::Skip)
+            })
+            .unwrap_err();
+        let again = memo
+            .read(&bad, Storage::Secret, limits, Fingerprinting::Skip, || panic!("read again"))
+            .unwrap_err();
         assert_eq!(first.to_string(), again.to_string());
         for n in 0..5 {
             let text = format!(r#"{{"name":"a","version":{n},"info":{{"status":"deployed"}}}}"#);
             let stored = encode_secret_payload(text.as_bytes());
-            let _ = memo.read(&stored, true, limits, false, || read_payload(&stored, true, limits, false));
+            let _ = memo.read(&stored, Storage::Secret, limits, Fingerprinting::Skip, || {
+                read_payload(&stored, Storage::Secret, limits, Fingerprinting::Skip)
+            });
         }
         assert_eq!(memo.len(), 2);
     }

@@ -5,7 +5,7 @@
 //! (keys match field names case-insensitively, a number that overflows a Go `int` or `float64`
 //! is an error, invalid UTF-8 is replaced rather than refused), and a release payload must be
 //! read without being held: a 6 MiB manifest or 30 MiB of `config` passes through a fixed buffer.
-//! This module reads tokens; [`super::payload`] walks Helm's release type with them.
+//! This module reads tokens; [`super::helm_release`] walks Helm's release type with them.
 //!
 //! Nothing here allocates in proportion to its input: strings go to a sink in pieces, nesting is
 //! tracked in a byte stack capped at Go's own limit (10,000), numbers keep a bounded prefix.
@@ -138,12 +138,12 @@ pub struct JsonReader<R> {
 }
 
 /// Where a string's decoded bytes go, piece by piece.
-pub trait Sink {
+pub trait StringSink {
     /// Takes the next decoded bytes of the string.
     fn put(&mut self, bytes: &[u8]);
 }
 
-impl Sink for () {
+impl StringSink for () {
     fn put(&mut self, _: &[u8]) {}
 }
 
@@ -175,7 +175,7 @@ impl Capture {
     }
 }
 
-impl Sink for Capture {
+impl StringSink for Capture {
     fn put(&mut self, bytes: &[u8]) {
         let room = self.cap.saturating_sub(self.bytes.len());
         let (kept, rest) = bytes.split_at(room.min(bytes.len()));
@@ -209,7 +209,7 @@ impl Fingerprint {
     }
 }
 
-impl Sink for Fingerprint {
+impl StringSink for Fingerprint {
     fn put(&mut self, bytes: &[u8]) {
         self.string_len += bytes.len() as u64;
         self.hash.update(bytes);
@@ -217,7 +217,7 @@ impl Sink for Fingerprint {
 }
 
 /// Both a capture and a fingerprint.
-impl<A: Sink, B: Sink> Sink for (&mut A, &mut B) {
+impl<A: StringSink, B: StringSink> StringSink for (&mut A, &mut B) {
     fn put(&mut self, bytes: &[u8]) {
         self.0.put(bytes);
         self.1.put(bytes);
@@ -341,7 +341,7 @@ impl<R: Read> JsonReader<R> {
 
     /// Reads the next key of an open object into `sink`, or closes the object and returns false.
     /// `first`: whether this is the first call for this object.
-    pub fn next_key(&mut self, first: bool, sink: &mut impl Sink) -> Result<bool, JsonError> {
+    pub fn next_key(&mut self, first: bool, sink: &mut impl StringSink) -> Result<bool, JsonError> {
         let mut b = self.skip_ws()?;
         if b == Some(b'}') && first {
             self.depth -= 1;
@@ -395,7 +395,7 @@ impl<R: Read> JsonReader<R> {
 
     /// Reads a string value into `sink` as Go unquotes it: escapes resolved, a lone surrogate or
     /// an invalid UTF-8 byte replaced by U+FFFD, a control character an error.
-    pub fn string(&mut self, sink: &mut impl Sink) -> Result<(), JsonError> {
+    pub fn string(&mut self, sink: &mut impl StringSink) -> Result<(), JsonError> {
         if self.skip_ws()? != Some(b'"') {
             return Err(self.syntax("expected a string"));
         }
@@ -420,7 +420,7 @@ impl<R: Read> JsonReader<R> {
         }
     }
 
-    fn utf8(&mut self, sink: &mut impl Sink) -> Result<(), JsonError> {
+    fn utf8(&mut self, sink: &mut impl StringSink) -> Result<(), JsonError> {
         let buf = self.src.fill(4)?;
         let head = buf.get(..buf.len().min(4)).unwrap_or_default();
         let width = match std::str::from_utf8(head) {
@@ -457,7 +457,7 @@ impl<R: Read> JsonReader<R> {
             .and_then(|t| u16::from_str_radix(t, 16).ok()))
     }
 
-    fn escape(&mut self, sink: &mut impl Sink) -> Result<(), JsonError> {
+    fn escape(&mut self, sink: &mut impl StringSink) -> Result<(), JsonError> {
         let buf = self.src.fill(2)?;
         let simple = match buf.get(1).copied() {
             Some(b'"') => Some(b'"'),
@@ -594,10 +594,14 @@ impl<R: Read> JsonReader<R> {
         Ok(Number { int, float })
     }
 
-    /// Reads and checks any value, feeding its meaning to `print` when given. `as_interface`: as
+    /// Reads and checks any value, feeding its meaning to `fingerprint` when given. `as_interface`: as
     /// Go's decoder into `interface{}` (a number must fit a float64); else as Go skips a value of
     /// an unknown field (syntax only). Iterative: depth costs one byte.
-    pub fn any(&mut self, mut print: Option<&mut Fingerprint>, as_interface: bool) -> Result<(), JsonError> {
+    pub fn any(
+        &mut self,
+        mut fingerprint: Option<&mut Fingerprint>,
+        as_interface: bool,
+    ) -> Result<(), JsonError> {
         // The open containers: b'{' or b'['; and whether the next token is their first.
         let mut stack: Vec<u8> = Vec::new();
         let mut first = false;
@@ -605,7 +609,7 @@ impl<R: Read> JsonReader<R> {
             // Position on the next value, closing finished containers.
             if let Some(&open) = stack.last() {
                 let more = if open == b'{' {
-                    let mut key = print.as_deref_mut();
+                    let mut key = fingerprint.as_deref_mut();
                     let more = match key.as_deref_mut() {
                         Some(p) => {
                             p.tag(b'k');
@@ -623,7 +627,7 @@ impl<R: Read> JsonReader<R> {
                 };
                 if !more {
                     stack.pop();
-                    if let Some(p) = print.as_deref_mut() {
+                    if let Some(p) = fingerprint.as_deref_mut() {
                         p.tag(if open == b'{' { b'}' } else { b']' });
                     }
                     first = false;
@@ -642,14 +646,14 @@ impl<R: Read> JsonReader<R> {
                     } else {
                         self.begin_array()?
                     }
-                    if let Some(p) = print.as_deref_mut() {
+                    if let Some(p) = fingerprint.as_deref_mut() {
                         p.tag(if object { b'{' } else { b'[' });
                     }
                     stack.push(if object { b'{' } else { b'[' });
                     first = true;
                     continue;
                 }
-                Kind::String => match print.as_deref_mut() {
+                Kind::String => match fingerprint.as_deref_mut() {
                     Some(p) => {
                         p.tag(b's');
                         self.string(p)?;
@@ -666,20 +670,20 @@ impl<R: Read> JsonReader<R> {
                             what: "number out of range of a float64",
                         });
                     };
-                    if let Some(p) = print.as_deref_mut() {
+                    if let Some(p) = fingerprint.as_deref_mut() {
                         p.tag(b'n');
                         p.bytes(&float.to_bits().to_le_bytes());
                     }
                 }
                 Kind::Bool => {
                     let value = self.boolean()?;
-                    if let Some(p) = print.as_deref_mut() {
+                    if let Some(p) = fingerprint.as_deref_mut() {
                         p.tag(if value { b't' } else { b'f' });
                     }
                 }
                 Kind::Null => {
                     self.null()?;
-                    if let Some(p) = print.as_deref_mut() {
+                    if let Some(p) = fingerprint.as_deref_mut() {
                         p.tag(b'0');
                     }
                 }
@@ -843,26 +847,29 @@ mod tests {
 
     #[test]
     fn any_value_is_checked_and_fingerprinted_by_meaning() {
-        let print = |text: &str| -> Result<[u8; 32], JsonError> {
+        let fingerprint = |text: &str| -> Result<[u8; 32], JsonError> {
             let mut fp = Fingerprint::default();
             let mut r = reader(text);
             r.any(Some(&mut fp), true).and_then(|()| r.end()).map(|()| fp.finish())
         };
-        assert_eq!(print(r#"{"a": [1, 2.0, "x"]}"#).ok(), print(r#"{"a":[1.0,2,"\u0078"]}"#).ok());
-        assert_ne!(print(r#"{"a":"bc"}"#).ok(), print(r#"{"ab":"c"}"#).ok());
-        assert_ne!(print(r#"{"a":1}"#).ok(), print(r#"{"a":"1"}"#).ok());
-        assert!(print(r#"{"a":1e400}"#).is_err());
+        assert_eq!(
+            fingerprint(r#"{"a": [1, 2.0, "x"]}"#).ok(),
+            fingerprint(r#"{"a":[1.0,2,"\u0078"]}"#).ok()
+        );
+        assert_ne!(fingerprint(r#"{"a":"bc"}"#).ok(), fingerprint(r#"{"ab":"c"}"#).ok());
+        assert_ne!(fingerprint(r#"{"a":1}"#).ok(), fingerprint(r#"{"a":"1"}"#).ok());
+        assert!(fingerprint(r#"{"a":1e400}"#).is_err());
         let mut skipped = reader(r#"{"a":1e400}"#);
         assert!(skipped.any(None, false).is_ok(), "an unknown field's value is only scanned");
-        assert!(print(r#"{"a":1,}"#).is_err());
-        assert!(print(r#"[1 2]"#).is_err());
-        assert!(print(r#"{"a" 1}"#).is_err());
-        assert!(print(r#"{1:1}"#).is_err());
-        assert!(print(r#"[1,]"#).is_err());
-        assert!(print(r#"{} x"#).is_err());
-        assert!(print(&format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))).is_ok());
+        assert!(fingerprint(r#"{"a":1,}"#).is_err());
+        assert!(fingerprint(r#"[1 2]"#).is_err());
+        assert!(fingerprint(r#"{"a" 1}"#).is_err());
+        assert!(fingerprint(r#"{1:1}"#).is_err());
+        assert!(fingerprint(r#"[1,]"#).is_err());
+        assert!(fingerprint(r#"{} x"#).is_err());
+        assert!(fingerprint(&format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))).is_ok());
         assert!(matches!(
-            print(&format!("{}{}", "[".repeat(10_001), "]".repeat(10_001))),
+            fingerprint(&format!("{}{}", "[".repeat(10_001), "]".repeat(10_001))),
             Err(JsonError::TooDeep)
         ));
     }
