@@ -24,8 +24,8 @@
 //!    ([`cluster::coordination`]).
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
-//! [`cluster::live`] (kube-rs metadata watchers, and K3s's HelmCharts in
-//! [`cluster::helmcharts`]). The command line is in [`cli`].
+//! [`cluster::watch`] (kube-rs metadata watchers, and K3s's HelmCharts in
+//! [`cluster::helmcharts`]; what a verdict reads beyond them, [`cluster::fetch`]). The command line is in [`cli`].
 //!
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
 //!

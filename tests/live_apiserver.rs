@@ -22,7 +22,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use common::*;
 use futures::StreamExt;
-use helm_guard::cluster::live::{self, ClusterAccess};
+use helm_guard::cluster::connect::{ClusterAccess, connect};
+use helm_guard::cluster::watch;
 use helm_guard::cluster::{ReleaseIndex, SourceKind};
 use helm_guard::release::ReleaseState;
 use serde_json::{Value, json};
@@ -210,11 +211,11 @@ async fn the_watchers_list_become_ready_and_follow_events() {
     let (server, watches) = start_stub(items.clone()).await;
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
-    let client = live::connect(&args).await.expect("connects and reads /version");
+    let client = connect(&args).await.expect("connects and reads /version");
 
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let restarts = helm_guard::tally::Tally::default();
-    tokio::spawn(live::run(client, index.clone(), restarts.clone()));
+    tokio::spawn(watch::run(client, index.clone(), restarts.clone()));
     let ready = eventually(Duration::from_secs(5), || async { index.is_ready() }).await;
     assert!(ready, "ready once the three initial lists are done");
     assert_eq!(index.revision_count(), 10);
@@ -247,7 +248,7 @@ async fn no_reachable_api_server_is_a_clear_error() {
         kubeconfig: Some(kubeconfig(&dir, &format!("http://127.0.0.1:{port}"))),
         context: None,
     };
-    let error = live::connect(&args).await.err().expect("no API server there");
+    let error = connect(&args).await.err().expect("no API server there");
     assert!(format!("{error:#}").contains("cannot reach the Kubernetes API server"), "{error:#}");
 }
 
@@ -257,10 +258,10 @@ async fn a_failed_watch_is_retried_while_the_last_good_state_serves() {
     let (server, watches) = start_stub(items).await;
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
-    let client = live::connect(&args).await.unwrap();
+    let client = connect(&args).await.unwrap();
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let restarts = helm_guard::tally::Tally::default();
-    tokio::spawn(live::run(client, index.clone(), restarts.clone()));
+    tokio::spawn(watch::run(client, index.clone(), restarts.clone()));
     eventually(Duration::from_secs(5), || async { index.is_ready() && !watches.lock().unwrap().is_empty() })
         .await;
     // A broken event (no resourceVersion) fails the watch.
@@ -326,7 +327,7 @@ async fn live_guard(
     let (server, _watches, gets) = start_stub_with(records, hangs).await;
     let dir = tempfile::tempdir().unwrap();
     let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
-    let client = live::connect(&args).await.unwrap();
+    let client = connect(&args).await.unwrap();
     let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
     let (running, index, ca_pem) = common::guard::start_live(
         client,

@@ -12,7 +12,8 @@ use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, NoInput, Output, count, input_name, input_path, print_data,
     read_input,
 };
-use crate::cluster::live::{connect, list_records};
+use crate::cluster::connect::connect;
+use crate::cluster::listing::list_records;
 use crate::release::objects::{InputObject, ReviewSide, parse_inputs};
 use crate::release::record::{LABEL_OWNER, describe};
 use crate::release::scan::collect_records;

@@ -104,8 +104,8 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     /// How to reach the cluster, as the flags say.
-    pub fn access(&self) -> crate::cluster::live::ClusterAccess {
-        crate::cluster::live::ClusterAccess {
+    pub fn access(&self) -> crate::cluster::connect::ClusterAccess {
+        crate::cluster::connect::ClusterAccess {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
         }

@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data};
-use crate::cluster::live::{connect, list_records};
+use crate::cluster::connect::connect;
+use crate::cluster::listing::list_records;
 use crate::release::Driver;
 use crate::release::record::DecodedRecord;
 use crate::release::repair::{RepairPlan, RepairStep, edited_object, plan};

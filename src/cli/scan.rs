@@ -9,7 +9,8 @@ use super::ClusterArgs;
 use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
 };
-use crate::cluster::live::{connect, list_namespaces, list_records};
+use crate::cluster::connect::connect;
+use crate::cluster::listing::{list_namespaces, list_records};
 use crate::policy::namespace::OptedOut;
 use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;

@@ -12,7 +12,6 @@ use clap::ValueEnum;
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::Admission;
-use crate::cluster::live;
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
@@ -262,13 +261,13 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
     Ok(index)
 }
 
-/// Connects to the cluster and starts the live parts (`server::live`).
+/// Connects to the cluster and starts the live parts (`server::assemble`).
 async fn watch_cluster(
     args: &ServeArgs,
     config: PolicyConfig,
     metrics: &Metrics,
 ) -> anyhow::Result<Admission> {
-    let client = live::connect(&args.cluster.access()).await.context(
+    let client = crate::cluster::connect::connect(&args.cluster.access()).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
     let identity = args
@@ -282,14 +281,14 @@ async fn watch_cluster(
             Some(args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned()))
         }
     };
-    let options = server::live::LiveOptions {
+    let options = server::assemble::LiveOptions {
         tombstone_ttl: args.tombstone_ttl,
         limits: args.decode.limits(),
         lease_namespace,
         identity,
         emit_events: args.emit_events,
     };
-    Ok(server::live::admission(client, config, options, metrics))
+    Ok(server::assemble::admission(client, config, options, metrics))
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

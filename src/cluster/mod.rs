@@ -1,16 +1,25 @@
 //! The guard's view of the cluster: the [`index::ReleaseIndex`] every verdict reads, and the
-//! sources that fill it: [`snapshot`] from a dump file, [`live`] from kube-rs watchers (through
-//! [`feed`], which turns watcher events into index updates).
+//! sources that fill it: [`snapshot`] from a dump file, [`watch`] from kube-rs watchers (through
+//! [`feed`], which turns watcher events into index updates). [`connect`] reaches the cluster,
+//! [`fetch`] reads what a verdict needs beyond the index, [`listing`] lists whole records for
+//! the CLI; [`coordination`] (Leases between replicas), [`events`] (Kubernetes Events) and
+//! [`helmcharts`] (K3s's HelmCharts) are the rest of what the guard keeps of the cluster.
 
+pub mod connect;
 pub mod coordination;
 pub mod events;
 pub mod feed;
+pub mod fetch;
 pub mod helmcharts;
 pub mod index;
-pub mod live;
+pub mod listing;
 pub mod snapshot;
+pub mod watch;
 
 pub use coordination::DeleteCoordinator;
+
+/// Helm selects its records by label alone (any Secret type, any name): so does the guard.
+pub const RECORD_LABELS: &str = "owner=helm";
 pub use index::{IndexChange, IndexedRecord, NamespaceInfo, ReleaseIndex, SourceKind};
 
 use std::time::Instant;

@@ -3,9 +3,9 @@
 //! [`start`] binds both listeners and returns a [`Running`] server; [`routes`] holds the
 //! handlers, [`tls`] the certificate and its reload, [`metrics`] the Prometheus registry.
 
+pub mod assemble;
 pub mod certs;
 pub mod limits;
-pub mod live;
 pub mod log_format;
 pub mod log_writer;
 pub mod metrics;

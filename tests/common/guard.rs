@@ -198,14 +198,14 @@ pub async fn start_live(
     write(&bundle, certs).unwrap();
     let metrics = Metrics::new();
     // Assembled as `serve` assembles it, Events and Leases included.
-    let options = helm_guard::server::live::LiveOptions {
+    let options = helm_guard::server::assemble::LiveOptions {
         tombstone_ttl,
         limits: DecodeLimits::default(),
         lease_namespace: lease_namespace.map(str::to_owned),
         identity: "e2e".to_owned(),
         emit_events: true,
     };
-    let admission = helm_guard::server::live::admission(client, config, options, &metrics);
+    let admission = helm_guard::server::assemble::admission(client, config, options, &metrics);
     let index = admission.index.clone();
     let running = server::start(
         settings(listen, certs),

@@ -8,7 +8,7 @@ use super::Metrics;
 use crate::admission::Admission;
 use crate::cluster::coordination::{self, LeaseCoordinator};
 use crate::cluster::events::{self, EventQueue};
-use crate::cluster::{DeleteCoordinator, live};
+use crate::cluster::{DeleteCoordinator, watch};
 use crate::policy::PolicyConfig;
 use crate::release::DecodeLimits;
 
@@ -60,7 +60,7 @@ pub fn admission(
         Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
     });
     let (index, fetcher) =
-        live::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone());
+        watch::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone());
     Admission {
         limits: options.limits,
         fetcher: Some(fetcher),

@@ -1,0 +1,142 @@
+//! Reading what the index holds only by its metadata: a record's payload with a GET (once per
+//! resourceVersion), a release's records with a consistent listing, all within a verdict's
+//! deadline.
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ListParams};
+
+use super::RECORD_LABELS;
+use super::feed::record_from_meta;
+use super::index::IndexedRecord;
+use super::{Fetched, PayloadFetcher, ReadRecord};
+use crate::release::record::DecodedRecord;
+use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
+
+/// Reads records with GETs, a few at a time, all within the verdict's deadline.
+#[derive(Clone)]
+pub struct ApiPayloadFetcher {
+    /// The cluster.
+    pub client: kube::Client,
+    /// Where the reads run (verdicts wait on them from a blocking thread).
+    pub runtime: tokio::runtime::Handle,
+    /// Bounds on reading payloads.
+    pub limits: DecodeLimits,
+}
+
+/// How many GETs one verdict keeps in flight.
+const PARALLEL_GETS: usize = 8;
+
+impl std::fmt::Debug for ApiPayloadFetcher {
+    // kube::Client has no Debug of its own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiPayloadFetcher").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl ApiPayloadFetcher {
+    async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
+        let found = match key.driver {
+            Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), &key.namespace)
+                .get_opt(object)
+                .await?
+                .map(serde_json::to_value),
+            Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &key.namespace)
+                .get_opt(object)
+                .await?
+                .map(serde_json::to_value),
+        };
+        let Some(Ok(value)) = found else { return Ok(Fetched::Gone) };
+        match Record::from_object(&value, Some(key.driver.kind())) {
+            // Still a record of this release: what Helm reads of it.
+            Ok(Some(record)) if record.id.key == *key => Ok(Fetched::Read(ReadRecord {
+                uid: record.uid.clone(),
+                resource_version: record.resource_version.clone(),
+                facts: DecodedRecord::new(record, self.limits).facts(),
+            })),
+            // Relabelled since: no longer part of this release.
+            _ => Ok(Fetched::Gone),
+        }
+    }
+}
+
+impl ApiPayloadFetcher {
+    async fn list_metadata<K>(
+        &self,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<Vec<kube::core::ObjectMeta>, kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let listed = Api::<K>::namespaced(self.client.clone(), namespace).list_metadata(params).await?;
+        Ok(listed.items.into_iter().map(|item| item.metadata).collect())
+    }
+
+    async fn list_release(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
+        let params = ListParams::default().labels(&format!("{RECORD_LABELS},name={}", key.release));
+        let metas = match key.driver {
+            Driver::Secret => self.list_metadata::<Secret>(&key.namespace, &params).await?,
+            Driver::ConfigMap => self.list_metadata::<ConfigMap>(&key.namespace, &params).await?,
+        };
+        Ok(metas
+            .iter()
+            .filter_map(|meta| record_from_meta(key.driver, meta))
+            .filter(|record| record.key == *key)
+            .collect())
+    }
+}
+
+impl PayloadFetcher for ApiPayloadFetcher {
+    fn list(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match self.runtime.block_on(async { tokio::time::timeout_at(deadline, self.list_release(key)).await })
+        {
+            Ok(Ok(records)) => Some(records),
+            Ok(Err(error)) => {
+                tracing::warn!(namespace = %key.namespace, release = %key.release, %error, "could not list a release's records");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(namespace = %key.namespace, release = %key.release, "listing a release's records ran out of the verdict's deadline");
+                None
+            }
+        }
+    }
+
+    fn fetch(
+        &self,
+        key: &ReleaseKey,
+        objects: &[String],
+        deadline: std::time::Instant,
+    ) -> Vec<(String, Fetched)> {
+        let reads = futures::stream::iter(objects.iter().cloned())
+            .map(|object| async move {
+                let result = self.get(key, &object).await;
+                (object, result)
+            })
+            .buffer_unordered(PARALLEL_GETS);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        self.runtime.block_on(async {
+            let mut reads = std::pin::pin!(reads);
+            let mut done = Vec::new();
+            loop {
+                match tokio::time::timeout_at(deadline, reads.next()).await {
+                    Ok(Some((object, Ok(fetched)))) => done.push((object, fetched)),
+                    Ok(Some((object, Err(error)))) => {
+                        tracing::warn!(namespace = %key.namespace, %object, %error, "could not read a record's payload");
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        tracing::warn!(namespace = %key.namespace, release = %key.release, "reading payloads ran out of the verdict's deadline");
+                        break;
+                    }
+                }
+            }
+            done
+        })
+    }
+}
