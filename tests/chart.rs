@@ -1,0 +1,369 @@
+//! The Helm chart (`charts/helm-guard`), rendered by real Helm for the default values and each
+//! documented option, and checked for what platform teams check; installed into a real API server
+//! with real Helm; the K3s HelmChart manifest checked against the HelmChart CRDs.
+//!
+//! Rendering needs `helm` on PATH: `cargo test --test chart -- --ignored`. The install needs the
+//! cluster in KUBECONFIG too, and `HELM_CONTROLLER_GIT` (the git directory of
+//! k3s-io/helm-controller) for the CRDs.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/helm-guard");
+
+fn said(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// `helm template` with `--set`s: the objects, by kind and name.
+fn render(sets: &[&str]) -> Vec<Value> {
+    let mut command = Command::new("helm");
+    command.args(["template", "helm-guard", CHART, "-n", "helm-guard"]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let done = command.output().unwrap();
+    assert!(done.status.success(), "helm template {sets:?}: {}", said(&done));
+    let text = String::from_utf8(done.stdout).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text).unwrap().into_iter().filter(|o| !o.is_null()).collect()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let found = find(objects, kind);
+    assert_eq!(found.len(), 1, "one {kind}: {found:?}");
+    found[0]
+}
+
+fn manifest_documents(name: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(format!("{}/manifests/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text).unwrap().into_iter().filter(|o| !o.is_null()).collect()
+}
+
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn the_chart_lints_for_every_documented_option() {
+    for sets in [
+        vec![],
+        vec!["certificates.source=certManager"],
+        vec![
+            "certificates.source=existingSecret",
+            "certificates.existingSecret=tls",
+            "certificates.caBundle=Q0E=",
+        ],
+        vec!["hostNetwork=true", "ports.https=10443", "ports.metrics=10090"],
+        vec![
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.dashboard.enabled=true",
+        ],
+    ] {
+        let mut command = Command::new("helm");
+        command.args(["lint", "--strict", CHART]);
+        for set in &sets {
+            command.args(["--set", set]);
+        }
+        let done = command.output().unwrap();
+        assert!(done.status.success(), "helm lint {sets:?}: {}", said(&done));
+    }
+}
+
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn the_default_render_is_what_platform_teams_check() {
+    let objects = render(&[]);
+    let deployment = one(&objects, "Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0, "never below the PDB");
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert!(
+        pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"]
+            == "helm-guard"
+    );
+    let args: Vec<&str> =
+        pod["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let seconds = |flag: &str| -> u64 {
+        let value = args.iter().find_map(|a| a.strip_prefix(flag)).unwrap();
+        humantime::parse_duration(value).unwrap().as_secs()
+    };
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(grace > seconds("--shutdown-delay=") + seconds("--shutdown-grace="), "{grace} s");
+    let mut argv = vec!["helm-guard"];
+    argv.extend(&args);
+    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    assert!(parsed.is_ok(), "serve accepts the chart's args: {:?}", parsed.err().map(|e| e.to_string()));
+    assert_eq!(one(&objects, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
+    assert!(one(&objects, "NetworkPolicy")["spec"]["ingress"].is_array());
+
+    // Every workload: requests and a memory limit, non-root, read-only root, no privilege; the
+    // guard's probes.
+    let hook = one(&objects, "Job");
+    for (what, spec) in [("the guard", pod), ("the uninstall hook", &hook["spec"]["template"]["spec"])] {
+        assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{what}");
+        for container in spec["containers"].as_array().unwrap() {
+            let resources = &container["resources"];
+            assert!(
+                resources["requests"]["cpu"].is_string() && resources["requests"]["memory"].is_string(),
+                "{what}"
+            );
+            assert!(resources["limits"]["memory"].is_string(), "{what}");
+            assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true, "{what}");
+            assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false, "{what}");
+        }
+    }
+    assert_eq!(pod["containers"][0]["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(pod["containers"][0]["livenessProbe"]["httpGet"]["path"], "/healthz");
+
+    // The uninstall hook removes exactly the two webhook configurations, before anything else.
+    assert_eq!(hook["metadata"]["annotations"]["helm.sh/hook"], "pre-delete");
+    let hook_args = hook["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert_eq!(
+        hook_args,
+        json!([
+            "delete",
+            "validatingwebhookconfiguration/helm-guard",
+            "mutatingwebhookconfiguration/helm-guard",
+            "--ignore-not-found"
+        ])
+    );
+
+    // The generated certificate: one CA in the Secret and in every webhook.
+    let secret = one(&objects, "Secret");
+    let ca = secret["data"]["ca.crt"].as_str().unwrap();
+    let configurations: Vec<&Value> =
+        objects.iter().filter(|o| o["kind"].as_str().unwrap().ends_with("WebhookConfiguration")).collect();
+    assert_eq!(configurations.len(), 2);
+    for configuration in &configurations {
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            assert_eq!(webhook["clientConfig"]["caBundle"], ca, "{}", webhook["name"]);
+            assert_eq!(webhook["clientConfig"]["service"]["namespace"], "helm-guard");
+        }
+    }
+}
+
+/// The webhooks are manifests/webhooks.yaml (one source): the same webhooks, rules, selectors,
+/// conditions and failure policies, pointed at the release and its namespace.
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn the_webhooks_are_the_shipped_ones_for_the_release_and_its_namespace() {
+    let objects = render(&["certificates.source=certManager"]);
+    let normalise = |mut configuration: Value, namespace: &str| {
+        configuration["metadata"] = json!({});
+        for webhook in configuration["webhooks"].as_array_mut().unwrap() {
+            webhook["clientConfig"] = json!({"path": webhook["clientConfig"]["service"]["path"]});
+            for expression in webhook["namespaceSelector"]["matchExpressions"].as_array_mut().unwrap() {
+                if expression["key"] == "kubernetes.io/metadata.name" && expression["operator"] == "NotIn" {
+                    assert_eq!(expression["values"], json!([namespace]), "the guard's own namespace is out");
+                    expression["values"] = json!(["(the guard's)"]);
+                }
+            }
+        }
+        configuration
+    };
+    for shipped in manifest_documents("webhooks.yaml") {
+        let kind = shipped["kind"].as_str().unwrap().to_owned();
+        let rendered = one(&objects, &kind).clone();
+        assert_eq!(
+            rendered["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "helm-guard/helm-guard"
+        );
+        assert_eq!(normalise(rendered, "helm-guard"), normalise(shipped, "helm-guard"), "{kind}");
+    }
+    // Another release in another namespace leaves that namespace out.
+    let mut command = Command::new("helm");
+    command.args(["template", "guard", CHART, "-n", "platform"]);
+    let text = String::from_utf8(command.output().unwrap().stdout).unwrap();
+    let other: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let validating = other.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").unwrap();
+    assert_eq!(validating["metadata"]["name"], "guard-helm-guard");
+    assert_eq!(validating["webhooks"][0]["clientConfig"]["service"]["name"], "guard-helm-guard");
+    assert_eq!(
+        validating["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(["platform"])
+    );
+}
+
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn each_certificate_source_and_host_network_render_as_documented() {
+    let cert_manager = render(&["certificates.source=certManager"]);
+    assert_eq!(one(&cert_manager, "Certificate")["spec"]["secretName"], "helm-guard-tls");
+    assert_eq!(one(&cert_manager, "Issuer")["spec"], json!({"selfSigned": {}}));
+    assert!(find(&cert_manager, "Secret").is_empty(), "cert-manager writes the Secret");
+    let validating = one(&cert_manager, "ValidatingWebhookConfiguration");
+    assert!(validating["webhooks"][0]["clientConfig"].get("caBundle").is_none(), "injected by cert-manager");
+
+    let existing = render(&[
+        "certificates.source=existingSecret",
+        "certificates.existingSecret=my-tls",
+        "certificates.caBundle=Q0E=",
+    ]);
+    assert!(find(&existing, "Secret").is_empty());
+    assert_eq!(
+        one(&existing, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["caBundle"],
+        "Q0E="
+    );
+    let volumes = &one(&existing, "Deployment")["spec"]["template"]["spec"]["volumes"];
+    assert_eq!(volumes[0]["secret"]["secretName"], "my-tls");
+    let missing = Command::new("helm")
+        .args([
+            "template",
+            "helm-guard",
+            CHART,
+            "--set",
+            "certificates.source=existingSecret",
+            "--set",
+            "certificates.existingSecret=my-tls",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !missing.status.success() && said(&missing).contains("certificates.caBundle"),
+        "{}",
+        said(&missing)
+    );
+
+    let host = render(&["hostNetwork=true", "ports.https=10443", "ports.metrics=10090"]);
+    let pod = &one(&host, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        (pod["hostNetwork"].as_bool(), pod["dnsPolicy"].as_str()),
+        (Some(true), Some("ClusterFirstWithHostNet"))
+    );
+    let args = pod["containers"][0]["args"].as_array().unwrap();
+    assert!(
+        args.contains(&json!("--listen=0.0.0.0:10443"))
+            && args.contains(&json!("--metrics-listen=0.0.0.0:10090"))
+    );
+    assert_eq!(
+        pod["containers"][0]["ports"],
+        json!([{"name": "https", "containerPort": 10443}, {"name": "metrics", "containerPort": 10090}])
+    );
+}
+
+/// The alerts and the dashboard are manifests/monitoring/ (one source).
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn monitoring_is_the_shipped_rule_and_dashboard() {
+    let objects = render(&[
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    ]);
+    assert_eq!(one(&objects, "ServiceMonitor")["spec"]["endpoints"][0]["port"], "metrics");
+    let shipped_rule = &manifest_documents("monitoring/prometheusrule.yaml")[0];
+    assert_eq!(one(&objects, "PrometheusRule")["spec"], shipped_rule["spec"]);
+    let dashboard = find(&objects, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "helm-guard-dashboard")
+        .unwrap();
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/manifests/monitoring/grafana-dashboard.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let rendered: Value =
+        serde_json::from_str(dashboard["data"]["helm-guard.json"].as_str().unwrap()).unwrap();
+    assert_eq!(rendered, shipped);
+    assert!(find(&render(&[]), "ServiceMonitor").is_empty(), "off by default");
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(args[0]).args(&args[1..]).output().unwrap()
+}
+
+/// Real Helm installs the chart into the real API server (pods do not run there): everything is
+/// accepted, the generated CA is in both webhook configurations and survives an upgrade; the K3s
+/// manifest is a valid HelmChart and HelmChartConfig.
+#[test]
+#[ignore = "needs a real API server, helm, kubectl and HELM_CONTROLLER_GIT: cargo test --test chart -- --ignored"]
+fn real_helm_installs_the_chart_into_a_real_api_server() {
+    let namespace = format!("guard-chart-{}", std::process::id());
+    let get_ca = |kind: &str| {
+        let done = run(&["kubectl", "get", kind, "helm-guard", "-o", "json"]);
+        assert!(done.status.success(), "{}", said(&done));
+        let configuration: Value = serde_json::from_slice(&done.stdout).unwrap();
+        configuration["webhooks"][0]["clientConfig"]["caBundle"].as_str().unwrap().to_owned()
+    };
+    let secret_ca = || {
+        let done = run(&[
+            "kubectl",
+            "get",
+            "secret",
+            "helm-guard-tls",
+            "-n",
+            &namespace,
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ]);
+        String::from_utf8(done.stdout).unwrap()
+    };
+    // Webhooks that point at pods that never run would refuse every other test's Helm writes: they
+    // are removed at once, and whatever happens, at the end.
+    let remove_webhooks = || {
+        let _ = run(&[
+            "kubectl",
+            "delete",
+            "validatingwebhookconfiguration/helm-guard",
+            "mutatingwebhookconfiguration/helm-guard",
+            "--ignore-not-found",
+        ]);
+    };
+    let checks = std::panic::catch_unwind(|| {
+        let install = run(&["helm", "install", "helm-guard", CHART, "-n", &namespace, "--create-namespace"]);
+        assert!(install.status.success(), "{}", said(&install));
+        let ca = secret_ca();
+        assert!(!ca.is_empty());
+        assert_eq!(get_ca("validatingwebhookconfiguration"), ca);
+        assert_eq!(get_ca("mutatingwebhookconfiguration"), ca);
+        remove_webhooks();
+        let upgrade = run(&["helm", "upgrade", "helm-guard", CHART, "-n", &namespace]);
+        assert!(upgrade.status.success(), "{}", said(&upgrade));
+        assert_eq!(secret_ca(), ca, "the generated CA is kept across upgrades");
+        assert_eq!(get_ca("validatingwebhookconfiguration"), ca, "and the webhooks keep it");
+        remove_webhooks();
+
+        let git = std::env::var("HELM_CONTROLLER_GIT")
+            .expect("HELM_CONTROLLER_GIT: the git directory of k3s-io/helm-controller");
+        for crd in ["helm.cattle.io_helmcharts.yaml", "helm.cattle.io_helmchartconfigs.yaml"] {
+            let text =
+                run(&["git", "--git-dir", &git, "show", &format!("HEAD:pkg/crds/yaml/generated/{crd}")]);
+            assert!(text.status.success(), "{}", said(&text));
+            let path = std::env::temp_dir().join(crd);
+            std::fs::write(&path, &text.stdout).unwrap();
+            assert!(run(&["kubectl", "apply", "-f", path.to_str().unwrap()]).status.success());
+        }
+        let _ = run(&[
+            "kubectl",
+            "wait",
+            "--for=condition=Established",
+            "crd/helmchartconfigs.helm.cattle.io",
+            "--timeout=30s",
+        ]);
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/k3s/helm-guard.yaml");
+        let dry_run = run(&["kubectl", "apply", "--dry-run=server", "-f", example]);
+        assert!(dry_run.status.success(), "{}", said(&dry_run));
+    });
+    remove_webhooks();
+    let _ = run(&["helm", "uninstall", "helm-guard", "-n", &namespace, "--no-hooks"]);
+    let _ = run(&["kubectl", "delete", "namespace", &namespace, "--wait=false"]);
+    if let Err(panic) = checks {
+        std::panic::resume_unwind(panic);
+    }
+}
