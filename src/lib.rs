@@ -18,7 +18,7 @@
 //!    [`policy::pod`] (the helm-install pod mutation, from [`policy::klipper`]: what each
 //!    klipper-helm entry script does), [`policy::mode`] (enforce/warn/audit).
 //! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (as JSON by
-//!    [`server::log_format`], in batches by [`server::log_writer`]; and, for a
+//!    [`server::log_format`], written out by a tracing-appender thread; and, for a
 //!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
 //!    approved deletion of history is first agreed with the other replicas
 //!    ([`cluster::coordination`]).

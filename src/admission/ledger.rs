@@ -262,7 +262,7 @@ fn camel_case(code: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::log_writer::Captured;
+    use crate::server::log_format::Captured;
 
     fn entry(decision: Decision, message: Option<&str>) -> LedgerEntry {
         LedgerEntry {

@@ -15,9 +15,7 @@ use crate::admission::Admission;
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::server::limits::ConnectionLimits;
-use crate::server::{
-    self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format, log_writer,
-};
+use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -163,11 +161,21 @@ pub struct ServeArgs {
     pub decode: DecodeArgs,
 }
 
-/// Logs to stderr, in batches ([`log_writer`]); the guard writes out the rest when dropped.
-fn init_logging(format: LogFormat) -> anyhow::Result<log_writer::Flush> {
+/// Log lines waiting for the writer thread at most; a request that would add one more waits for
+/// it (no line is dropped: the ledger is the record of every decision). About 1 MiB of ledger.
+const LOG_LINES_QUEUED: usize = 1024;
+
+/// Logs to stderr from a writer thread (tracing-appender), so that no request waits on a `write`
+/// call: a buffered writer, written out each time the queue runs empty (BENCHMARKS.md, "The log
+/// writer"). The guard writes out the rest when dropped.
+fn init_logging(format: LogFormat) -> anyhow::Result<tracing_appender::non_blocking::WorkerGuard> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (writer, flush) = log_writer::BatchedWriter::new(std::io::stderr())?;
+    let (writer, flush) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .buffered_lines_limit(LOG_LINES_QUEUED)
+        .thread_name("helm-guard-log")
+        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
     let _ = match format {
         LogFormat::Json => log_format::json_subscriber(writer).with_env_filter(filter).try_init(),
         // Colour codes only where a terminal shows them, not in files or log collectors.

@@ -175,10 +175,44 @@ fn push_timestamp(line: &mut String, now: std::time::SystemTime) -> bool {
     })
 }
 
+/// Log output a test can read back: an `io::Write` and a tracing `MakeWriter` over one buffer.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Captured {
+    /// What has been written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::Captured;
     use super::*;
-    use crate::server::log_writer::Captured;
     use std::time::Duration;
     use tracing_subscriber::fmt::time::FormatTime;
 

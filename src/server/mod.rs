@@ -7,7 +7,6 @@ pub mod assemble;
 pub mod certs;
 pub mod limits;
 pub mod log_format;
-pub mod log_writer;
 pub mod metrics;
 pub mod routes;
 pub mod tls;
