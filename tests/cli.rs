@@ -195,7 +195,8 @@ fn inspect_prints_a_summary_the_values_and_the_manifest() {
     assert_eq!(items[1]["status"], "uninstalling");
     assert_eq!((items[0]["side"].as_str(), items[1]["side"].as_str()), (Some("old"), Some("new")));
     assert_eq!(items[1]["revision"], 2);
-    assert!(items[1].get("values").is_some());
+    // The values the release was upgraded with (`helm upgrade --set replicaCount=2`).
+    assert_eq!(items[1]["values"], json!({"replicaCount": 2}));
 }
 
 #[test]
