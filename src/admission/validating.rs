@@ -1,4 +1,5 @@
-//! The validating webhook on release records: DELETE (D1–D9), UPDATE (U1–U5), CREATE (logged).
+//! The validating webhook: release records (DELETE: D1–D9, UPDATE: U1–U8, CREATE: logged) and the
+//! opt-out labels of namespaces (N1–N4).
 
 use std::time::Instant;
 

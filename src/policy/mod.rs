@@ -1,7 +1,7 @@
 //! Verdicts from (request facts, history, configuration): POLICY.md as code. Pure: no I/O.
 //!
 //! - [`delete`]: rules D1–D9 for the DELETE of a record.
-//! - [`update`]: rules U1–U5 for the UPDATE of a record.
+//! - [`update`]: rules U1–U8 for the UPDATE of a record.
 //! - [`pod`]: the helm-install pod mutation, from [`klipper`]: what the entry script does.
 //! - [`namespace`]: rules N1–N4 for the labels that opt a namespace out.
 //! - [`mode`]: enforce/warn/audit, applied to a verdict.

@@ -1,8 +1,8 @@
 //! Bounds per connection, below TLS: how many connections are open at once, and how long one may
 //! stay silent.
 //!
-//! Per request the bounds are tower layers in [`super::routes`] (a concurrency permit taken
-//! before the body is read, a request timeout) and the body-read deadline there.
+//! Per request the bounds are in [`super::routes`]'s handler (a request timeout, a concurrency
+//! permit taken before the body is read, the body-read deadline).
 
 use std::future::Ready;
 use std::io;

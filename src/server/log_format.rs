@@ -6,7 +6,7 @@
 //! timestamp through `fmt` each time; serde_json escapes strings one byte at a time through a
 //! table. [`JsonLines`] writes the same object into one string and hands it over once: a string
 //! with nothing to escape (every field of a ledger line but a rare hand-set name) is copied after
-//! one branch-free scan, anything else goes through serde_json as before, and the timestamp's
+//! one branch-free scan, anything else goes through serde_json, and the timestamp's
 //! date and time of day are formatted once per second (BENCHMARKS.md, "The stack around the
 //! handler").
 //! Events inside a span and records from the `log` crate, which the guard writes rarely, go to

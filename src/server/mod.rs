@@ -160,9 +160,9 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
     // A client that never finishes its headers must not hold a connection forever. hyper times
     // the headers from the end of the previous answer, so this also closes a kept-alive
     // connection that waits this long for its next request: it is the idle timeout, which the
-    // API server's own (90 s) undercuts, so that it is the client that closes (a shorter bound,
-    // 10 s before, closed the API server's idle connections under it: a request sent as one
-    // closes fails).
+    // API server's own (90 s) undercuts, so that it is the client that closes: a server that
+    // closed first would close the API server's idle connections under it, and a request sent as
+    // one closes fails.
     http.http1().header_read_timeout(settings.connections.idle_timeout).max_buf_size(64 * 1024);
     // The API server multiplexes its calls; a handful of streams each is plenty, and each
     // stream's body waits for a permit before it is read.

@@ -34,13 +34,13 @@ const GO_STD: GeneralPurpose = Engine::new(
 fn compressed(stored: &[u8], storage: Storage) -> Result<Vec<u8>, DecodeError> {
     let api_decoded;
     let helm_text = if storage == Storage::Secret {
-        api_decoded = STANDARD.decode(stored).map_err(|e| DecodeError::ApiBase64(e.to_string()))?;
+        api_decoded = STANDARD.decode(stored).map_err(DecodeError::ApiBase64)?;
         api_decoded.as_slice()
     } else {
         stored
     };
     // Go's base64 decoder skips `\r` and `\n` anywhere in its input.
-    let helm_decode = |text: &[u8]| GO_STD.decode(text).map_err(|e| DecodeError::HelmBase64(e.to_string()));
+    let helm_decode = |text: &[u8]| GO_STD.decode(text).map_err(DecodeError::HelmBase64);
     if helm_text.iter().any(|b| matches!(b, b'\r' | b'\n')) {
         let joined: Vec<u8> = helm_text.iter().copied().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
         helm_decode(&joined)
@@ -59,12 +59,6 @@ fn json_stream(compressed: &[u8]) -> Box<dyn Read + '_> {
     }
 }
 
-/// The stream below the JSON reader is the gzip layer (the base64 layers are undone before): a
-/// read error there is the gzip layer's.
-fn gzip_error(error: &io::Error) -> DecodeError {
-    DecodeError::Gzip(error.to_string())
-}
-
 /// Reads a stored payload as Helm does, keeping only what helm-guard needs; with
 /// [`Fingerprinting::Take`],
 /// also the fingerprint of the revision's content (for comparing the two sides of an UPDATE).
@@ -77,7 +71,9 @@ pub fn read_payload(
     let compressed = compressed(stored, storage)?;
     let json = JsonReader::new(Source::new(json_stream(&compressed), limits.max_decoded_bytes as u64));
     super::helm_release::read_release(json, fingerprinting).map_err(|error| match error {
-        DecodeError::Json(JsonError::Io(io)) => gzip_error(&io),
+        // The stream below the JSON reader is the gzip layer (the base64 layers are undone
+        // before): a read error there is the gzip layer's.
+        DecodeError::Json(JsonError::Io(io)) => DecodeError::Gzip(io),
         other => other,
     })
 }
@@ -86,7 +82,10 @@ fn read_all(stored: &[u8], storage: Storage, limits: DecodeLimits) -> Result<Vec
     let cap = limits.max_decoded_bytes as u64;
     let compressed = compressed(stored, storage)?;
     let mut decoded = Vec::new();
-    json_stream(&compressed).take(cap + 1).read_to_end(&mut decoded).map_err(|e| gzip_error(&e))?;
+    json_stream(&compressed)
+        .take(cap + 1)
+        .read_to_end(&mut decoded)
+        .map_err(|e| DecodeError::Gzip(std::sync::Arc::new(e)))?;
     if decoded.len() as u64 > cap {
         return Err(DecodeError::TooLarge { limit: limits.max_decoded_bytes });
     }

@@ -24,7 +24,7 @@ pub const DEFAULT_CAPACITY: usize = 4096;
 type Key = (u64, usize);
 
 /// A reading: the payload, or why Helm cannot read it (as text; the error itself is not `Clone`).
-type Reading = Result<ReleasePayload, String>;
+type Reading = Result<ReleasePayload, DecodeError>;
 
 #[derive(Debug)]
 /// Payload readings by a keyed hash of the payload, the oldest forgotten first.
@@ -46,7 +46,8 @@ impl PayloadMemo {
         PayloadMemo { capacity: capacity.max(1), key: RandomState::new(), state: Mutex::default() }
     }
 
-    /// Reads `stored` (a Secret's when `secret`) with `read`, or answers from memory. A reading
+    /// Reads `stored` (from `storage`) with `read`, or answers from memory (the same reading, or
+    /// the same error). A reading
     /// without the content fingerprint does not answer a request that wants one.
     pub fn read(
         &self,
@@ -66,15 +67,12 @@ impl PayloadMemo {
                 Ok(payload) if payload.content.is_some() || fingerprinting == Fingerprinting::Skip => {
                     return Ok(payload.clone());
                 }
-                Err(error) => return Err(DecodeError::Remembered(error.clone())),
+                Err(error) => return Err(error.clone()),
                 Ok(_) => {}
             }
         }
         let result = read();
-        let reading = match &result {
-            Ok(payload) => Ok(payload.clone()),
-            Err(error) => Err(error.to_string()),
-        };
+        let reading = result.clone();
         let mut state = self.lock();
         let (map, order) = &mut *state;
         if map.insert(key, reading).is_none() {

@@ -48,7 +48,7 @@ impl Default for DecodeLimits {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 /// Why a payload cannot be read as Helm reads it.
 pub enum DecodeError {
     #[error("the record has no `data.release` payload")]
@@ -56,13 +56,13 @@ pub enum DecodeError {
     MissingPayload,
     #[error("`data.release` is not valid base64 as the API server stores Secret data: {0}")]
     /// A Secret's `data.release` is not the API server's base64.
-    ApiBase64(String),
+    ApiBase64(#[source] base64::DecodeError),
     #[error("the payload is not valid base64 as Helm reads it: {0}")]
     /// The payload is not the base64 Helm writes.
-    HelmBase64(String),
+    HelmBase64(#[source] base64::DecodeError),
     #[error("the payload is not valid gzip: {0}")]
     /// The payload is not gzip (Helm gzips every payload it writes).
-    Gzip(String),
+    Gzip(#[source] std::sync::Arc<std::io::Error>),
     #[error("the payload decodes to more than {limit} bytes (limit --max-decoded-bytes); refusing it")]
     /// The payload inflates past the limit: a gzip bomb, or a release larger than allowed.
     TooLarge {
@@ -78,7 +78,4 @@ pub enum DecodeError {
     #[error("Helm 3 and Helm 4 read this release differently, so helm-guard counts it as unreadable: {0}")]
     /// Helm 3 and Helm 4 would read the release differently.
     HelmDisagree(String),
-    /// A reading remembered from an earlier request for the same bytes (see `memo`).
-    #[error("{0}")]
-    Remembered(String),
 }
