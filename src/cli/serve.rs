@@ -69,6 +69,11 @@ pub struct ServeArgs {
     /// A group whose members may opt a namespace out (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_OPT_OUT_GROUPS", value_delimiter = ',')]
     pub opt_out_group: Vec<String>,
+    /// A group whose members' break-glass annotation (`helm-guard.io/allow-delete`) counts
+    /// (repeatable; comma-separated in the env var). Default: anyone's, as anyone who may delete
+    /// the record may annotate it.
+    #[arg(long, env = "HELM_GUARD_BREAK_GLASS_GROUPS", value_delimiter = ',')]
+    pub break_glass_group: Vec<String>,
     /// A namespace anyone may opt out (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_NAMESPACES", value_delimiter = ',')]
     pub exempt_namespace: Vec<String>,
@@ -220,6 +225,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         opt_out_users: args.opt_out_user.clone(),
         opt_out_groups: args.opt_out_group.clone(),
         exempt_namespaces: args.exempt_namespace.clone(),
+        break_glass_groups: args.break_glass_group.clone(),
     };
     let admission = match &args.snapshot {
         Some(path) => {

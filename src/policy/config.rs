@@ -38,6 +38,8 @@ pub struct PolicyConfig {
     pub opt_out_groups: Vec<String>,
     /// Namespaces anyone may opt out (N2).
     pub exempt_namespaces: Vec<String>,
+    /// Groups whose members' break-glass annotation counts (D2, U1); empty: anyone's.
+    pub break_glass_groups: Vec<String>,
 }
 
 /// The default of `--protected-label`: the label K3s/RKE2's helm-controller decides by.
@@ -54,6 +56,7 @@ impl Default for PolicyConfig {
             opt_out_users: Vec::new(),
             opt_out_groups: Vec::new(),
             exempt_namespaces: Vec::new(),
+            break_glass_groups: Vec::new(),
         }
     }
 }
@@ -75,6 +78,32 @@ impl PolicyConfig {
     /// The opt-out user or group the requester matches (N3).
     pub fn opt_out_privilege(&self, requester: Requester<'_>) -> Option<String> {
         matching(&self.opt_out_users, &self.opt_out_groups, requester)
+    }
+
+    /// Whether `requester`'s break-glass annotation counts (D2, U1).
+    pub fn may_break_glass(&self, requester: Requester<'_>) -> bool {
+        self.break_glass_groups.is_empty()
+            || requester.groups.iter().any(|g| self.break_glass_groups.contains(g))
+    }
+
+    /// A refusal's message, saying that the break-glass annotation on the object did not count
+    /// for this requester and who it counts for; unchanged for an allowance, or without one.
+    pub fn explain_break_glass(
+        &self,
+        verdict: super::Verdict,
+        break_glass: Option<&str>,
+        requester: Requester<'_>,
+    ) -> super::Verdict {
+        if verdict.allowed || break_glass.is_none() || self.may_break_glass(requester) {
+            return verdict;
+        }
+        let groups =
+            self.break_glass_groups.iter().map(|g| format!("group {g}")).collect::<Vec<_>>().join(" or ");
+        let note = format!(
+            " (the helm-guard.io/allow-delete annotation on it counts only for members of {groups}, and {} is not one)",
+            requester.username
+        );
+        super::Verdict { message: verdict.message.map(|m| m + &note), ..verdict }
     }
 
     /// Who may opt a namespace out, as a refusal says it.

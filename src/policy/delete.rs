@@ -27,14 +27,22 @@ pub struct DeleteFacts<'a> {
 /// Decides a deletion. `others`: the release as Helm sees it now, without the record being
 /// deleted (another record may hold the same revision).
 pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> Verdict {
+    let verdict = decide_delete_rules(facts, others, config);
+    config.explain_break_glass(verdict, facts.break_glass, facts.requester)
+}
+
+fn decide_delete_rules(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> Verdict {
     let DeleteFacts { namespace, release, revision, .. } = *facts;
     // D1: only a namespace going away is teardown; the garbage collector elsewhere (an owner
     // reference someone added) is decided like anyone.
     if facts.namespace_terminating || PolicyConfig::is_namespace_controller(facts.requester) {
         return Verdict::allow(Reason::NamespaceTeardown);
     }
-    // D2
-    if let Some(reason) = facts.break_glass {
+    // D2: the annotation counts for `--break-glass-group` members only, when it names any; for
+    // others the rules decide (Helm deleting a record someone annotated is still Helm).
+    if let Some(reason) = facts.break_glass
+        && config.may_break_glass(facts.requester)
+    {
         return Verdict::allow(Reason::BreakGlass).with_detail(reason);
     }
     if let Some(who) = config.exemption(facts.requester) {
@@ -397,6 +405,35 @@ mod tests {
         );
         let config = PolicyConfig { exempt_users: vec!["alice".into()], ..PolicyConfig::default() };
         assert_eq!(decide_delete(&member, &latest_deployed, &config).detail.as_deref(), Some("user:alice"));
+    }
+
+    #[test]
+    fn d2_with_break_glass_groups_the_annotation_counts_for_their_members_only() {
+        let latest_deployed = history(&[]);
+        let config = PolicyConfig {
+            break_glass_groups: vec!["incident-responders".into()],
+            ..PolicyConfig::default()
+        };
+        let responders = ["incident-responders".to_owned()];
+        let mut annotated = facts(3, Some(Deployed));
+        annotated.break_glass = Some("INC-1234");
+        annotated.requester = Requester { username: "carol", groups: &responders };
+        assert_eq!(decide_delete(&annotated, &latest_deployed, &config).reason, Reason::BreakGlass);
+
+        annotated.requester = Requester { username: "tenant", groups: &[] };
+        let refused = decide_delete(&annotated, &latest_deployed, &config);
+        assert_eq!((refused.allowed, refused.reason), (false, Reason::LatestDeployedRevision));
+        let message = refused.message.unwrap();
+        assert!(
+            message.ends_with("(the helm-guard.io/allow-delete annotation on it counts only for members of group incident-responders, and tenant is not one)"),
+            "{message}"
+        );
+        // For anyone else the rules decide: Helm pruning an annotated record is still allowed.
+        let mut pruned = facts(1, Some(Superseded));
+        pruned.break_glass = Some("left over");
+        let allowed = decide_delete(&pruned, &history(&[(2, Deployed)]), &config);
+        assert_eq!((allowed.allowed, allowed.reason), (true, Reason::HistoryPruning));
+        assert!(allowed.message.is_none());
     }
 
     #[test]

@@ -78,10 +78,17 @@ pub fn helm_transition(from: Status, to: Status) -> bool {
 
 /// Decides an UPDATE of a release record (POLICY.md, rules U1–U8).
 pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
+    let verdict = decide_update_rules(facts, config);
+    config.explain_break_glass(verdict, facts.break_glass, facts.requester)
+}
+
+fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
     let UpdateFacts { namespace, object_name, old, new, .. } = *facts;
     let object = format!("{namespace}/{object_name}");
-    // U1
-    if let Some(reason) = facts.break_glass {
+    // U1: as D2, the annotation counts for `--break-glass-group` members only, when it names any.
+    if let Some(reason) = facts.break_glass
+        && config.may_break_glass(facts.requester)
+    {
         return Verdict::allow(Reason::BreakGlass).with_detail(reason);
     }
     if let Some(who) = config.exemption(facts.requester) {
@@ -534,5 +541,16 @@ mod tests {
         };
         let verdict = decide_update(&facts, &PolicyConfig::default());
         assert_eq!((verdict.allowed, verdict.reason), (true, Reason::BreakGlass));
+        // With --break-glass-group, only its members' annotation counts.
+        let config = PolicyConfig {
+            break_glass_groups: vec!["incident-responders".into()],
+            ..PolicyConfig::default()
+        };
+        let refused = decide_update(&facts, &config);
+        assert_eq!((refused.allowed, refused.reason), (false, Reason::IdentityLabelChange));
+        assert!(refused.message.unwrap().contains("counts only for members of group incident-responders"));
+        let responders = ["incident-responders".to_owned()];
+        let member = UpdateFacts { requester: Requester { username: "carol", groups: &responders }, ..facts };
+        assert_eq!(decide_update(&member, &config).reason, Reason::BreakGlass);
     }
 }
