@@ -14,15 +14,15 @@
     reason = "a failed unwrap is a failed test"
 )]
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Command;
+
+use common::cluster::{run, said};
 
 use serde_json::{Value, json};
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/helm-guard");
-
-fn said(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
 
 /// `helm template` with `--set`s: the objects, by kind and name.
 fn render(sets: &[&str]) -> Vec<Value> {
@@ -282,10 +282,6 @@ fn monitoring_is_the_shipped_rule_and_dashboard() {
         serde_json::from_str(dashboard["data"]["helm-guard.json"].as_str().unwrap()).unwrap();
     assert_eq!(rendered, shipped);
     assert!(find(&render(&[]), "ServiceMonitor").is_empty(), "off by default");
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(args[0]).args(&args[1..]).output().unwrap()
 }
 
 /// Real Helm installs the chart into the real API server (pods do not run there): everything is

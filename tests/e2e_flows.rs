@@ -24,6 +24,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cluster::kubectl_apply;
 use common::flows::{HelmOp, deletion_allowed, random_op, seeds};
 use helm_guard::release::Status;
 use serde_json::{Value, json};
@@ -75,12 +76,6 @@ fn start_replica(
 
 fn run(program: &str, args: &[&str], namespace: &str, driver: &str) -> Output {
     Command::new(program).args(args).args(["-n", namespace]).env("HELM_DRIVER", driver).output().unwrap()
-}
-
-fn kubectl_apply(object: &Value) {
-    let mut child = Command::new("kubectl").args(["apply", "-f", "-"]).stdin(Stdio::piped()).spawn().unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), object).unwrap();
-    assert!(child.wait().unwrap().success(), "kubectl apply of a {} failed", object["kind"]);
 }
 
 /// The shipped validating webhooks, split between the replicas on `ports` (with one, not split),

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use common::cluster::{kubectl_apply, output, said as text};
 use futures::FutureExt;
 use helm_guard::release::{Driver, ReleaseKey};
 use serde_json::{Value, json};
@@ -59,14 +60,6 @@ struct Bench {
     jobs: std::cell::Cell<u32>,
 }
 
-fn output(command: &mut Command) -> Output {
-    tokio::task::block_in_place(|| command.output().unwrap())
-}
-
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
-
 fn must(command: &mut Command) -> String {
     let done = output(command);
     assert!(done.status.success(), "{command:?} failed: {}", text(&done));
@@ -78,20 +71,6 @@ fn git_show(variable: &str, spec: &str) -> String {
         panic!("{variable} names the git directory of the repository (fetch it, e.g. /work/.mirror/…/repo)")
     });
     must(Command::new("git").args(["--git-dir", &git_dir, "show", spec]))
-}
-
-fn kubectl_apply(object: &Value) {
-    let mut child = Command::new("kubectl")
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child.stdin.take().unwrap().write_all(object.to_string().as_bytes()).unwrap();
-    let done = tokio::task::block_in_place(|| child.wait_with_output().unwrap());
-    assert!(done.status.success(), "kubectl apply: {}", text(&done));
 }
 
 /// The `helm` the scripts find: logs the command, stands in for the plugins the image has.

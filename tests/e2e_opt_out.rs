@@ -18,47 +18,25 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use common::cluster::{kubectl_apply, run, said};
 use futures::FutureExt;
 use helm_guard::policy::PolicyConfig;
 use serde_json::{Value, json};
 
-fn run(args: &[&str]) -> Output {
-    tokio::task::block_in_place(|| Command::new(args[0]).args(&args[1..]).output().unwrap())
-}
-
-fn said(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
-
-fn apply(object: &Value) {
-    let mut child = Command::new("kubectl")
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child.stdin.take().unwrap().write_all(object.to_string().as_bytes()).unwrap();
-    let done = tokio::task::block_in_place(|| child.wait_with_output().unwrap());
-    assert!(done.status.success(), "kubectl apply: {}", said(&done));
-}
-
 /// The tenant's and the platform admin's rights: `admin` in the namespace, and updates of
 /// namespaces (labels included) cluster-wide.
 fn grant(namespace: &str, users: &[&str]) {
-    apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": format!("{namespace}-namespace-editor")},
         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "update", "patch"]}]}));
     for user in users {
-        apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": format!("{user}-admin"), "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}));
-        apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": format!("{namespace}-{user}-namespace-editor")},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("{namespace}-namespace-editor")},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}));
@@ -74,7 +52,7 @@ async fn only_an_opt_out_holder_can_switch_the_guard_off_for_a_namespace() {
     let ns = namespace.clone();
     let mut running = Some(running);
     let checks = std::panic::AssertUnwindSafe(async {
-        apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}));
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}));
         common::cluster::register_webhooks(&client, &ns, &url, &ca_pem).await;
         grant(&ns, &["tenant", "platform-admin"]);
         let chart = dir.path().join("demo");

@@ -18,17 +18,10 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::cluster::{run, said};
 use futures::FutureExt;
-
-fn run(args: &[&str]) -> Output {
-    tokio::task::block_in_place(|| Command::new(args[0]).args(&args[1..]).output().unwrap())
-}
-
-fn said(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
 
 fn history(release: &str, namespace: &str) -> Vec<(u64, String)> {
     let done = run(&["helm", "history", release, "-n", namespace, "-o", "json"]);

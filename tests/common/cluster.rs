@@ -137,3 +137,42 @@ pub async fn register_webhooks(client: &Client, namespace: &str, url: &str, ca_p
         }
     }
 }
+
+/// Waits for a child process: inside a multi-threaded Tokio runtime (where the guard under test
+/// is served) the wait leaves the other workers running.
+fn waiting<T>(wait: impl FnOnce() -> T) -> T {
+    let in_runtime = tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if in_runtime { tokio::task::block_in_place(wait) } else { wait() }
+}
+
+/// Runs a command-line tool (`kubectl`, `helm`, `git`) to its end.
+pub fn output(command: &mut std::process::Command) -> std::process::Output {
+    waiting(|| command.output().unwrap())
+}
+
+/// [`output`] of `args[0]` with the rest as its arguments.
+pub fn run(args: &[&str]) -> std::process::Output {
+    output(std::process::Command::new(args[0]).args(&args[1..]))
+}
+
+/// What a command printed, stdout then stderr, for assertion messages.
+pub fn said(output: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// `kubectl apply` of one object; fails the test with kubectl's words when it is refused.
+pub fn kubectl_apply(object: &Value) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("kubectl")
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(object.to_string().as_bytes()).unwrap();
+    let done = waiting(|| child.wait_with_output().unwrap());
+    assert!(done.status.success(), "kubectl apply of a {}: {}", object["kind"], said(&done));
+}
