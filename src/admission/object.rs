@@ -32,6 +32,8 @@ pub struct ReviewObject {
     pub secret_type: Option<String>,
     /// `data.release` when it is a string: the payload Helm reads (for a Secret, the API's base64).
     pub release_data: Option<Vec<u8>>,
+    /// The other string keys of `data` (Helm writes none; kept for the recycle bin).
+    pub other_data: std::collections::BTreeMap<String, String>,
     /// A pod's `spec`, as far as the helm-install pod rules read it.
     pub spec: Option<PodSpec>,
 }
@@ -60,7 +62,10 @@ impl<'de> Visitor<'de> for ObjectVisitor {
                 "kind" => kind = map.next_value::<Text>()?.0,
                 "metadata" => object.metadata = map.next_value::<Option<Meta>>()?.unwrap_or_default().into(),
                 "type" => object.secret_type = map.next_value::<Text>()?.0,
-                "data" => object.release_data = map.next_value::<ReleaseData>()?.0,
+                "data" => {
+                    let data = map.next_value::<ReleaseData>()?;
+                    (object.release_data, object.other_data) = (data.release, data.other);
+                }
                 "spec" => object.spec = map.next_value::<Option<PodSpec>>()?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -125,6 +130,7 @@ mod tests {
         assert_eq!(object.metadata.name.as_deref(), Some("sh.helm.release.v1.web.v1"));
         assert_eq!(object.secret_type.as_deref(), Some("helm.sh/release.v1"));
         assert_eq!(object.release_data.as_deref(), Some(&b"SDRzSQ=="[..]));
+        assert_eq!(object.other_data, [("other".to_owned(), "eA==".to_owned())].into());
         assert_eq!(object.spec, None);
     }
 

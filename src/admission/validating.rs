@@ -35,7 +35,13 @@ pub fn validate(
     // Each side read as a record of this driver, and whether Helm's labels make it one.
     let read = |object: Option<ReviewObject>| {
         object.map(|object| {
-            Record::from_parts(object.metadata, object.secret_type, object.release_data, driver)
+            Record::from_parts(
+                object.metadata,
+                object.secret_type,
+                object.release_data,
+                object.other_data,
+                driver,
+            )
         })
     };
     let old = read(request.old_object.take());

@@ -27,11 +27,34 @@ pub struct DeleteFacts<'a> {
 /// Decides a deletion. `others`: the release as Helm sees it now, without the record being
 /// deleted (another record may hold the same revision).
 pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> Verdict {
-    let verdict = decide_delete_rules(facts, others, config);
+    let verdict = decide_delete_rules(facts, others, config, Overrides::Count);
     config.explain_break_glass(verdict, facts.break_glass, facts.requester)
 }
 
-fn decide_delete_rules(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> Verdict {
+/// Whether an approved deletion keeps a copy in the recycle bin first (POLICY.md, "The recycle
+/// bin"): unless the rules, without the break-glass annotation and the exemptions, approve it as
+/// one of Helm's own flows (an uninstall and its purge, history pruning, stuck-revision
+/// recovery) or as namespace teardown. So a deletion let through by the annotation, an
+/// exemption or a weaker mode keeps one, and so does that of a record Helm cannot read (Helm
+/// never deletes those: its drivers skip what does not decode).
+pub fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> bool {
+    let rules = decide_delete_rules(facts, others, config, Overrides::Ignore);
+    !(rules.allowed && rules.reason.is_helm_deletion())
+}
+
+/// Whether D2 (the break-glass annotation, the exemptions) counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Overrides {
+    Count,
+    Ignore,
+}
+
+fn decide_delete_rules(
+    facts: &DeleteFacts<'_>,
+    others: &History,
+    config: &PolicyConfig,
+    overrides: Overrides,
+) -> Verdict {
     let DeleteFacts { namespace, release, revision, .. } = *facts;
     // D1: only a namespace going away is teardown; the garbage collector elsewhere (an owner
     // reference someone added) is decided like anyone.
@@ -41,11 +64,12 @@ fn decide_delete_rules(facts: &DeleteFacts<'_>, others: &History, config: &Polic
     // D2: the annotation counts for `--break-glass-group` members only, when it names any; for
     // others the rules decide (Helm deleting a record someone annotated is still Helm).
     if let Some(reason) = facts.break_glass
+        && overrides == Overrides::Count
         && config.may_break_glass(facts.requester)
     {
         return Verdict::allow(Reason::BreakGlass).with_detail(reason);
     }
-    if let Some(who) = config.exemption(facts.requester) {
+    if let Some(who) = config.exemption(facts.requester).filter(|_| overrides == Overrides::Count) {
         return Verdict::allow(Reason::Exempt).with_detail(who);
     }
     // D3
@@ -434,6 +458,91 @@ mod tests {
         let allowed = decide_delete(&pruned, &history(&[(2, Deployed)]), &config);
         assert_eq!((allowed.allowed, allowed.reason), (true, Reason::HistoryPruning));
         assert!(allowed.message.is_none());
+    }
+
+    /// (why the deletion is let go, revision deleted, its status, the history, a copy kept)
+    type BinRow = (&'static str, u32, Option<Status>, &'static [(u32, Status)], bool);
+
+    /// POLICY.md, "The recycle bin": which approved deletions keep a copy first.
+    #[test]
+    fn the_recycle_bin_keeps_what_only_an_override_lets_go() {
+        let exempt = ["platform-admins".to_owned()];
+        let table: [BinRow; 10] = [
+            (
+                "break-glass, latest deployed (D8 otherwise)",
+                3,
+                Some(Deployed),
+                &[(2, Superseded), (3, Deployed)],
+                true,
+            ),
+            (
+                "break-glass, only deployed (D4 otherwise)",
+                3,
+                Some(Deployed),
+                &[(3, Deployed), (4, Failed)],
+                true,
+            ),
+            (
+                "break-glass, superseded latest (D9 otherwise)",
+                2,
+                Some(Superseded),
+                &[(1, Superseded), (2, Superseded)],
+                true,
+            ),
+            (
+                "break-glass, an old revision Helm would prune (D5)",
+                1,
+                Some(Superseded),
+                &[(1, Superseded), (2, Deployed)],
+                false,
+            ),
+            (
+                "break-glass, Helm's uninstall (D6)",
+                2,
+                Some(Uninstalling),
+                &[(1, Superseded), (2, Uninstalling)],
+                false,
+            ),
+            (
+                "break-glass, the purge of an uninstall (D4a)",
+                1,
+                Some(Deployed),
+                &[(1, Deployed), (2, Uninstalled)],
+                false,
+            ),
+            (
+                "break-glass, a stuck revision (D7)",
+                2,
+                Some(PendingUpgrade),
+                &[(1, Deployed), (2, PendingUpgrade)],
+                false,
+            ),
+            ("break-glass, a record Helm cannot read (D3)", 3, None, &[(2, Deployed)], true),
+            ("exempt, latest deployed", 3, Some(Deployed), &[(2, Superseded), (3, Deployed)], true),
+            ("exempt, an old revision", 1, Some(Superseded), &[(1, Superseded), (2, Deployed)], false),
+        ];
+        let config = PolicyConfig { exempt_groups: exempt.to_vec(), ..PolicyConfig::default() };
+        for (why, revision, status, revisions, kept) in table {
+            let mut others = revisions.to_vec();
+            if let Some(at) = others.iter().position(|&(r, s)| r == revision && Some(s) == status) {
+                others.remove(at);
+            }
+            let mut deletion = facts(revision, status);
+            if why.starts_with("exempt") {
+                deletion.requester = Requester { username: "alice", groups: &exempt };
+            } else {
+                deletion.break_glass = Some("INC-1");
+            }
+            let verdict = decide_delete(&deletion, &history(&others), &config);
+            assert!(verdict.allowed, "{why}: let go");
+            assert_eq!(keeps_copy(&deletion, &history(&others), &config), kept, "{why}");
+        }
+        // Without an override: whatever the rules refuse (and a mode lets through) keeps one;
+        // teardown keeps none.
+        assert!(keeps_copy(&facts(3, Some(Deployed)), &history(&[(2, Superseded)]), &config));
+        let mut teardown = facts(3, Some(Deployed));
+        teardown.namespace_terminating = true;
+        assert!(!keeps_copy(&teardown, &history(&[(2, Superseded)]), &config));
     }
 
     #[test]

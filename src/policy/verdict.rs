@@ -61,6 +61,9 @@ pub enum Reason {
     NoOldObject,
     /// An approval of a DELETE that could not be agreed with the other replicas in time.
     CoordinationUnavailable,
+    /// A DELETE that keeps a copy in the recycle bin first, refused because the copy could not
+    /// be written within the decision deadline.
+    RecycleBinUnavailable,
     /// U8: Helm's own update.
     HelmUpdate,
     /// A CREATE of a record: Helm's business, logged.
@@ -98,6 +101,19 @@ impl Reason {
     /// uninstall) hold whatever else is deleted.
     pub fn approval_needs_coordination(self) -> bool {
         matches!(self, Reason::HistoryPruning | Reason::StuckRevisionRecovery)
+    }
+
+    /// An approval of one of Helm's own deletions (D1 teardown, D4a, D5, D6, D7): the only
+    /// approvals that keep no copy in the recycle bin.
+    pub fn is_helm_deletion(self) -> bool {
+        matches!(
+            self,
+            Reason::NamespaceTeardown
+                | Reason::UninstallPurge
+                | Reason::HistoryPruning
+                | Reason::Uninstall
+                | Reason::StuckRevisionRecovery
+        )
     }
 
     /// A DELETE verdict read off the rest of the release's history (D4, D4a, D5, D7, D8, D9):

@@ -236,7 +236,8 @@ impl RawObject {
                 .collect(),
             finalizers: self.metadata.finalizers.unwrap_or_default(),
             secret_type: self.type_.0,
-            payload: self.data.0,
+            payload: self.data.release,
+            other_data: self.data.other,
         }
     }
 }
@@ -270,6 +271,8 @@ pub struct Record {
     pub identity_agrees: bool,
     /// `data.release` exactly as stored in the object (for a Secret: the API's base64).
     pub payload: Option<Vec<u8>>,
+    /// The other string keys of `data`, as stored (Helm writes none).
+    pub other_data: BTreeMap<String, String>,
 }
 
 impl Record {
@@ -293,10 +296,11 @@ impl Record {
         metadata: ObjectMeta,
         secret_type: Option<String>,
         payload: Option<Vec<u8>>,
+        other_data: BTreeMap<String, String>,
         driver: Driver,
     ) -> (Record, bool) {
-        let raw =
-            RawObject { kind: Text(None), metadata, type_: Text(secret_type), data: ReleaseData(payload) };
+        let data = ReleaseData { release: payload, other: other_data };
+        let raw = RawObject { kind: Text(None), metadata, type_: Text(secret_type), data };
         let is_record = raw.is_record(driver);
         (raw.into_record(driver), is_record)
     }

@@ -134,47 +134,52 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 }
 
-/// Reads `data` for its `release` key (Helm reads nothing else), keeping that string's bytes as
+/// Reads `data`: its `release` key (Helm reads nothing else) keeping that string's bytes as
 /// they stand in the JSON: Helm only ever base64-decodes them, which refuses anything but base64
 /// text, so they are neither checked as UTF-8 nor scanned for control characters here (serde_json
 /// then finds the string's end with a vectorised search: most of a review's bytes are this string).
 /// `data` of another shape, a `null` or an array `release` is no payload; a `release` that is a
 /// number, a boolean or an object is a malformed object (the API server stores none of these).
-#[derive(Default)]
-pub(crate) struct ReleaseData(pub(crate) Option<Vec<u8>>);
+/// Any other string key is kept as it stands (Helm writes none; the recycle bin keeps what
+/// someone added); a value of another shape there is left out.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct ReleaseData {
+    pub(crate) release: Option<Vec<u8>>,
+    pub(crate) other: BTreeMap<String, String>,
+}
 
 impl<'de> Deserialize<'de> for ReleaseData {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseData, D::Error> {
-        deserializer.deserialize_any(DataVisitor).map(ReleaseData)
+        deserializer.deserialize_any(DataVisitor).map(Option::unwrap_or_default)
     }
 }
 
 struct DataVisitor;
 
 impl<'de> Visitor<'de> for DataVisitor {
-    type Value = Option<Vec<u8>>;
+    type Value = Option<ReleaseData>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("an object's data")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Vec<u8>>, A::Error> {
-        let mut release = None;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<ReleaseData>, A::Error> {
+        let mut data = ReleaseData::default();
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if key == "release" {
-                release = map.next_value::<Option<ReleaseBytes>>()?.and_then(|bytes| bytes.0);
-            } else {
-                map.next_value::<IgnoredAny>()?;
+                data.release = map.next_value::<Option<ReleaseBytes>>()?.and_then(|bytes| bytes.0);
+            } else if let Text(Some(value)) = map.next_value::<Text>()? {
+                data.other.insert(key.into_owned(), value);
             }
         }
-        Ok(release)
+        Ok(Some(data))
     }
 
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<Vec<u8>>, E> {
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<ReleaseData>, E> {
         Ok(None)
     }
 
-    none_for_other_shapes!(Option<Vec<u8>>);
+    none_for_other_shapes!(Option<ReleaseData>);
 }
 
 /// The `release` string's bytes ([`ReleaseData`]); an array is skipped.

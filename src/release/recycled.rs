@@ -1,0 +1,582 @@
+//! The recycle bin's copies of records the guard let go (POLICY.md, "The recycle bin"): how a
+//! copy is written (a Secret in the guard's namespace), read back, and which copies the bounds
+//! evict. No I/O: `cluster::recycle_bin` writes and sweeps, `helm-guard restore` reads.
+//!
+//! A copy holds the record as the DELETE review carried it: its `data` keys under `data.<key>`
+//! (a Secret's values as the API's base64, unchanged; a ConfigMap's as text), and in `object`
+//! the rest of what recreating it takes (kind, namespace, name, type, labels, annotations) and
+//! what identified it (uid, resourceVersion). Labels say whose copy it is, so that the bin is
+//! listed and bounded without reading a payload; the size is an annotation.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+
+use super::record::{Driver, Record};
+
+/// Every copy carries these labels (the bin is listed by them).
+pub const BIN_SELECTOR: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/recycle-bin=copy";
+/// The label with the release's namespace.
+pub const LABEL_NAMESPACE: &str = "helm-guard.io/release-namespace";
+/// The label with the release's name.
+pub const LABEL_RELEASE: &str = "helm-guard.io/release";
+/// The label with the revision.
+pub const LABEL_REVISION: &str = "helm-guard.io/revision";
+/// The label with the driver (`secret`, `configmap`).
+pub const LABEL_DRIVER: &str = "helm-guard.io/driver";
+/// The label with the reason code of the verdict that let the record go.
+pub const LABEL_REASON: &str = "helm-guard.io/reason";
+/// The label with when the copy was made (Unix seconds): the bounds evict the oldest first.
+pub const LABEL_KEPT_AT: &str = "helm-guard.io/kept-at";
+/// The annotation naming who deleted the record (user names are no label values).
+pub const ANNOTATION_REQUESTER: &str = "helm-guard.io/requester";
+/// The annotation with the copy's size in bytes (what the byte bounds count).
+pub const ANNOTATION_BYTES: &str = "helm-guard.io/bytes";
+/// The annotation naming the original, for people reading the bin.
+pub const ANNOTATION_ORIGINAL: &str = "helm-guard.io/original";
+/// The copies' Secret type.
+pub const COPY_TYPE: &str = "helm-guard.io/recycled-record";
+/// The data key holding [`KeptObject`].
+const OBJECT_KEY: &str = "object";
+/// The prefix of the data keys holding the original's data.
+const DATA_PREFIX: &str = "data.";
+
+/// Why and by whom a record was let go, as the copy records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Keeping<'a> {
+    /// The reason code of the verdict (`break-glass`, `exempt`, or the refusal a mode let pass).
+    pub reason: &'a str,
+    /// Who deleted it.
+    pub requester: &'a str,
+    /// When (Unix seconds).
+    pub at: i64,
+}
+
+/// What recreating the record takes besides its data, and what identified it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptObject {
+    /// `Secret` or `ConfigMap`.
+    pub kind: String,
+    /// The record's namespace.
+    pub namespace: String,
+    /// The record's name.
+    pub name: String,
+    /// The uid it had.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// The resourceVersion it was deleted at.
+    #[serde(default)]
+    pub resource_version: Option<String>,
+    /// A Secret's type.
+    #[serde(default, rename = "type")]
+    pub secret_type: Option<String>,
+    /// Its labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Its annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl KeptObject {
+    fn of(record: &Record) -> KeptObject {
+        KeptObject {
+            kind: record.id.key.driver.kind().to_owned(),
+            namespace: record.id.key.namespace.clone(),
+            name: record.object_name.clone(),
+            uid: record.uid.clone(),
+            resource_version: record.resource_version.clone(),
+            secret_type: record.secret_type.clone(),
+            labels: record.labels.clone(),
+            annotations: record.annotations.clone(),
+        }
+    }
+
+    /// The driver the original was kept by.
+    pub fn driver(&self) -> Option<Driver> {
+        match self.kind.as_str() {
+            "Secret" => Some(Driver::Secret),
+            "ConfigMap" => Some(Driver::ConfigMap),
+            _ => None,
+        }
+    }
+}
+
+/// The copy's name: fixed length, the same for the same object at the same version (a deletion
+/// retried finds its copy made), never that of another.
+pub fn copy_name(record: &Record) -> String {
+    let identity = format!(
+        "{}/{}/{}/{}/{}",
+        record.id.key.driver,
+        record.id.key.namespace,
+        record.object_name,
+        record.uid.as_deref().unwrap_or_default(),
+        record.resource_version.as_deref().unwrap_or_default()
+    );
+    let digest = sha2::Sha256::digest(identity);
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("helm-guard-recycled-{hex}")
+}
+
+#[derive(Serialize)]
+struct CopyBody<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: CopyMeta,
+    #[serde(rename = "type")]
+    type_: &'static str,
+    data: BTreeMap<String, &'a str>,
+    #[serde(rename = "stringData")]
+    string_data: BTreeMap<String, &'a str>,
+}
+
+#[derive(Serialize)]
+struct CopyMeta {
+    name: String,
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+}
+
+/// Why a record cannot be copied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyError {
+    /// The payload is not text (no API server sends such a record).
+    #[error("its data.release is not text")]
+    NotText,
+}
+
+/// The copy of `record`, kept in `bin_namespace`, as the body of a create: the payload is
+/// written from the record's own bytes, not decoded or built again. With its size in bytes.
+pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) -> Result<Vec<u8>, CopyError> {
+    let object = serde_json::to_string(&KeptObject::of(record)).unwrap_or_default();
+    let payload =
+        record.payload.as_deref().map(std::str::from_utf8).transpose().map_err(|_| CopyError::NotText)?;
+    let values = payload.map(|p| ("release", p)).into_iter();
+    let values = values.chain(record.other_data.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let (mut data, mut string_data) = (BTreeMap::new(), BTreeMap::new());
+    let mut bytes = object.len();
+    for (key, value) in values {
+        bytes += value.len();
+        let key = format!("{DATA_PREFIX}{key}");
+        // A Secret's values are base64 already, as its copy's must be; a ConfigMap's are text.
+        match record.id.key.driver {
+            Driver::Secret => data.insert(key, value),
+            Driver::ConfigMap => string_data.insert(key, value),
+        };
+    }
+    string_data.insert(OBJECT_KEY.to_owned(), object.as_str());
+    let key = &record.id.key;
+    let labels = [
+        ("app.kubernetes.io/managed-by", "helm-guard".to_owned()),
+        ("helm-guard.io/recycle-bin", "copy".to_owned()),
+        (LABEL_NAMESPACE, key.namespace.clone()),
+        (LABEL_RELEASE, key.release.clone()),
+        (LABEL_REVISION, record.id.revision.to_string()),
+        (LABEL_DRIVER, key.driver.to_string()),
+        (LABEL_REASON, keeping.reason.to_owned()),
+        (LABEL_KEPT_AT, keeping.at.to_string()),
+    ];
+    let annotations = [
+        (ANNOTATION_REQUESTER, keeping.requester.to_owned()),
+        (ANNOTATION_BYTES, bytes.to_string()),
+        (ANNOTATION_ORIGINAL, record.describe()),
+    ];
+    let body = CopyBody {
+        api_version: "v1",
+        kind: "Secret",
+        metadata: CopyMeta {
+            name: copy_name(record),
+            namespace: bin_namespace.to_owned(),
+            labels: labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            annotations: annotations.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        },
+        type_: COPY_TYPE,
+        data,
+        string_data,
+    };
+    Ok(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// One copy in the bin, as its metadata tells (what the bounds and listings need).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BinEntry {
+    /// The copy's Secret name.
+    pub name: String,
+    /// The release's namespace.
+    pub namespace: String,
+    /// The release.
+    pub release: String,
+    /// The driver.
+    pub driver: String,
+    /// The revision.
+    pub revision: u32,
+    /// The reason code that let it go.
+    pub reason: String,
+    /// Who deleted it.
+    pub requester: String,
+    /// When it was kept (Unix seconds).
+    pub kept_at: i64,
+    /// Its size.
+    pub bytes: u64,
+}
+
+impl BinEntry {
+    /// Reads a copy's metadata; `None` for a Secret that is not one.
+    pub fn from_meta(meta: &ObjectMeta) -> Option<BinEntry> {
+        let labels = meta.labels.as_ref()?;
+        let label = |key: &str| labels.get(key).cloned();
+        let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).cloned();
+        Some(BinEntry {
+            name: meta.name.clone()?,
+            namespace: label(LABEL_NAMESPACE)?,
+            release: label(LABEL_RELEASE)?,
+            driver: label(LABEL_DRIVER).unwrap_or_default(),
+            revision: label(LABEL_REVISION)?.parse().ok()?,
+            reason: label(LABEL_REASON).unwrap_or_default(),
+            requester: annotation(ANNOTATION_REQUESTER).unwrap_or_default(),
+            // A copy whose time does not read is the oldest: it goes first.
+            kept_at: label(LABEL_KEPT_AT).and_then(|t| t.parse().ok()).unwrap_or(0),
+            bytes: annotation(ANNOTATION_BYTES).and_then(|b| b.parse().ok()).unwrap_or(0),
+        })
+    }
+
+    fn release_of(&self) -> (&str, &str, &str) {
+        (&self.namespace, &self.release, &self.driver)
+    }
+}
+
+/// What the bin holds at most; the oldest copies go first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BinBounds {
+    /// Copies in all.
+    pub copies: usize,
+    /// Bytes in all.
+    pub bytes: u64,
+    /// Copies of one release.
+    pub release_copies: usize,
+    /// Bytes of one release.
+    pub release_bytes: u64,
+    /// How long a copy is kept (seconds).
+    pub ttl_secs: i64,
+}
+
+impl Default for BinBounds {
+    fn default() -> Self {
+        BinBounds {
+            copies: 1000,
+            bytes: 256 << 20,
+            release_copies: 20,
+            release_bytes: 32 << 20,
+            ttl_secs: 7 * 24 * 3600,
+        }
+    }
+}
+
+/// Why a copy was evicted (the metric's `reason`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display, strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Eviction {
+    /// Older than the TTL.
+    Expired,
+    /// Its release holds more copies than it may.
+    ReleaseCopies,
+    /// Its release holds more bytes than it may.
+    ReleaseBytes,
+    /// The bin holds more copies than it may.
+    Copies,
+    /// The bin holds more bytes than it may.
+    Bytes,
+}
+
+/// The copies `bounds` evict from `entries` at `now`, oldest first: the expired, then per
+/// release, then overall.
+pub fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> Vec<(String, Eviction)> {
+    let mut kept: Vec<&BinEntry> = entries.iter().collect();
+    kept.sort_by(|a, b| (a.kept_at, &a.name).cmp(&(b.kept_at, &b.name)));
+    let mut evicted = Vec::new();
+    kept.retain(|entry| {
+        let expired = entry.kept_at.saturating_add(bounds.ttl_secs) <= now;
+        if expired {
+            evicted.push((entry.name.clone(), Eviction::Expired));
+        }
+        !expired
+    });
+    let mut per_release: BTreeMap<(&str, &str, &str), (usize, u64)> = BTreeMap::new();
+    for entry in &kept {
+        let held = per_release.entry(entry.release_of()).or_default();
+        *held = (held.0 + 1, held.1 + entry.bytes);
+    }
+    kept.retain(|entry| {
+        let Some(held) = per_release.get_mut(&entry.release_of()) else { return true };
+        let why = if held.0 > bounds.release_copies {
+            Eviction::ReleaseCopies
+        } else if held.1 > bounds.release_bytes {
+            Eviction::ReleaseBytes
+        } else {
+            return true;
+        };
+        *held = (held.0 - 1, held.1.saturating_sub(entry.bytes));
+        evicted.push((entry.name.clone(), why));
+        false
+    });
+    let (mut copies, mut bytes) = (kept.len(), kept.iter().map(|e| e.bytes).sum::<u64>());
+    for entry in kept {
+        let why = if copies > bounds.copies {
+            Eviction::Copies
+        } else if bytes > bounds.bytes {
+            Eviction::Bytes
+        } else {
+            break;
+        };
+        (copies, bytes) = (copies - 1, bytes.saturating_sub(entry.bytes));
+        evicted.push((entry.name.clone(), why));
+    }
+    evicted
+}
+
+/// A copy read back from the bin: what it is, and the object to recreate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecycledCopy {
+    /// Its metadata.
+    pub entry: BinEntry,
+    /// The original's identity and metadata.
+    pub object: KeptObject,
+    /// The original's data, as bytes.
+    pub data: BTreeMap<String, Vec<u8>>,
+}
+
+/// Why a Secret of the bin is no copy that can be restored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// The labels are not a copy's.
+    #[error("not a helm-guard copy (labels missing)")]
+    NotACopy,
+    /// The `object` key is missing or does not parse.
+    #[error("its `object` key does not describe the original: {0}")]
+    Object(String),
+    /// A ConfigMap's value is not text.
+    #[error("the value of {0} is not text, as a ConfigMap's must be")]
+    NotText(String),
+}
+
+impl RecycledCopy {
+    /// Reads a copy Secret's metadata and (decoded) data.
+    pub fn read(meta: &ObjectMeta, data: &BTreeMap<String, Vec<u8>>) -> Result<RecycledCopy, RestoreError> {
+        let entry = BinEntry::from_meta(meta).ok_or(RestoreError::NotACopy)?;
+        let object = data.get(OBJECT_KEY).ok_or_else(|| RestoreError::Object("missing".into()))?;
+        let object: KeptObject =
+            serde_json::from_slice(object).map_err(|e| RestoreError::Object(e.to_string()))?;
+        if object.driver().is_none() {
+            return Err(RestoreError::Object(format!("kind {} is no record's", object.kind)));
+        }
+        let data = data
+            .iter()
+            .filter_map(|(key, value)| Some((key.strip_prefix(DATA_PREFIX)?.to_owned(), value.clone())))
+            .collect();
+        Ok(RecycledCopy { entry, object, data })
+    }
+
+    /// The record as it was, to be created again: name, namespace, labels, type and data as
+    /// they were; its annotations but the break-glass one (which would let the next deletion
+    /// through unasked).
+    pub fn original(&self) -> Result<serde_json::Value, RestoreError> {
+        let mut annotations = self.object.annotations.clone();
+        annotations.remove(crate::policy::BREAK_GLASS_ANNOTATION);
+        let mut metadata = serde_json::json!({
+            "name": self.object.name,
+            "namespace": self.object.namespace,
+            "labels": self.object.labels,
+        });
+        if !annotations.is_empty() {
+            metadata["annotations"] = serde_json::json!(annotations);
+        }
+        let data: serde_json::Map<String, serde_json::Value> = match self.object.driver() {
+            Some(Driver::Secret) => self
+                .data
+                .iter()
+                .map(|(k, v)| (k.clone(), base64::engine::general_purpose::STANDARD.encode(v).into()))
+                .collect(),
+            _ => self
+                .data
+                .iter()
+                .map(|(k, v)| {
+                    let text = String::from_utf8(v.clone()).map_err(|_| RestoreError::NotText(k.clone()))?;
+                    Ok((k.clone(), text.into()))
+                })
+                .collect::<Result<_, RestoreError>>()?,
+        };
+        let mut original = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": self.object.kind,
+            "metadata": metadata,
+            "data": data,
+        });
+        if let Some(secret_type) = &self.object.secret_type {
+            original["type"] = secret_type.clone().into();
+        }
+        Ok(original)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::record::{RecordId, ReleaseKey};
+
+    fn record(driver: Driver, payload: &str) -> Record {
+        let key = ReleaseKey { driver, namespace: "demo".into(), release: "web".into() };
+        Record {
+            id: RecordId { key, revision: 3 },
+            object_name: "sh.helm.release.v1.web.v3".into(),
+            uid: Some("u-3".into()),
+            resource_version: Some("42".into()),
+            created_at: None,
+            labels: [("owner", "helm"), ("name", "web"), ("version", "3"), ("status", "deployed")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            annotations: [(crate::policy::BREAK_GLASS_ANNOTATION.to_owned(), "INC-1".to_owned())].into(),
+            owner_references: Vec::new(),
+            finalizers: Vec::new(),
+            secret_type: (driver == Driver::Secret).then(|| "helm.sh/release.v1".to_owned()),
+            identity_agrees: true,
+            payload: Some(payload.as_bytes().to_vec()),
+            other_data: [("note".to_owned(), "aGk=".to_owned())].into(),
+        }
+    }
+
+    const KEEPING: Keeping<'static> =
+        Keeping { reason: "break-glass", requester: "alice", at: 1_700_000_000 };
+
+    /// What the API server makes of a create body: `stringData` becomes `data`, every value bytes.
+    fn stored(body: &[u8]) -> (ObjectMeta, BTreeMap<String, Vec<u8>>) {
+        let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let meta: ObjectMeta = serde_json::from_value(body["metadata"].clone()).unwrap();
+        let mut data = BTreeMap::new();
+        for (key, value) in body["data"].as_object().unwrap() {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(value.as_str().unwrap()).unwrap();
+            data.insert(key.clone(), bytes);
+        }
+        for (key, value) in body["stringData"].as_object().unwrap() {
+            data.insert(key.clone(), value.as_str().unwrap().as_bytes().to_vec());
+        }
+        (meta, data)
+    }
+
+    #[test]
+    fn a_copy_gives_back_the_record_as_it_was_for_either_driver() {
+        for (driver, payload) in [(Driver::Secret, "SDRzSUFBQUE="), (Driver::ConfigMap, "H4sIAAAA")] {
+            let record = record(driver, payload);
+            let body = copy_body(&record, &KEEPING, "helm-guard").unwrap();
+            let (meta, data) = stored(&body);
+            assert_eq!(meta.namespace.as_deref(), Some("helm-guard"));
+            let copy = RecycledCopy::read(&meta, &data).unwrap();
+            assert_eq!(
+                (copy.entry.namespace.as_str(), copy.entry.release.as_str(), copy.entry.revision),
+                ("demo", "web", 3)
+            );
+            assert_eq!((copy.entry.reason.as_str(), copy.entry.requester.as_str()), ("break-glass", "alice"));
+            assert_eq!(copy.entry.kept_at, 1_700_000_000);
+            assert_eq!(copy.object.uid.as_deref(), Some("u-3"));
+            assert_eq!(copy.object.resource_version.as_deref(), Some("42"));
+            let original = copy.original().unwrap();
+            // Read back as a record: the same payload bytes, labels, type and name.
+            let back = Record::from_object(&original, None).unwrap().unwrap();
+            assert_eq!(back.payload, record.payload, "{driver}");
+            assert_eq!(back.other_data, record.other_data, "{driver}");
+            assert_eq!(
+                (back.labels, back.secret_type, back.object_name),
+                (record.labels.clone(), record.secret_type.clone(), record.object_name.clone())
+            );
+            assert_eq!(original["kind"], driver.kind());
+            assert!(back.annotations.is_empty(), "the break-glass annotation is not restored");
+        }
+    }
+
+    #[test]
+    fn a_copy_is_named_for_the_object_and_version_it_keeps() {
+        let a = record(Driver::Secret, "eA==");
+        assert_eq!(copy_name(&a), copy_name(&a.clone()));
+        let later = Record { resource_version: Some("43".into()), ..a.clone() };
+        let reinstalled = Record { uid: Some("u-other".into()), ..a.clone() };
+        assert_ne!(copy_name(&a), copy_name(&later));
+        assert_ne!(copy_name(&a), copy_name(&reinstalled));
+        assert!(copy_name(&a).len() <= 63);
+    }
+
+    #[test]
+    fn a_payload_that_is_not_text_is_not_copied() {
+        let mut bad = record(Driver::Secret, "");
+        bad.payload = Some(vec![0xff, 0xfe]);
+        assert_eq!(copy_body(&bad, &KEEPING, "helm-guard"), Err(CopyError::NotText));
+    }
+
+    #[test]
+    fn a_secret_of_the_bin_that_is_no_copy_is_said_so() {
+        let meta = ObjectMeta { name: Some("x".into()), ..ObjectMeta::default() };
+        assert_eq!(RecycledCopy::read(&meta, &BTreeMap::new()), Err(RestoreError::NotACopy));
+        let (meta, mut data) = stored(&copy_body(&record(Driver::Secret, "eA=="), &KEEPING, "b").unwrap());
+        data.insert("object".into(), b"{".to_vec());
+        assert!(matches!(RecycledCopy::read(&meta, &data), Err(RestoreError::Object(_))));
+    }
+
+    fn entry(name: &str, release: &str, kept_at: i64, bytes: u64) -> BinEntry {
+        BinEntry {
+            name: name.into(),
+            namespace: "demo".into(),
+            release: release.into(),
+            driver: "secret".into(),
+            revision: 1,
+            reason: "break-glass".into(),
+            requester: "alice".into(),
+            kept_at,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn the_bounds_evict_the_oldest_first() {
+        let bounds =
+            BinBounds { copies: 3, bytes: 1000, release_copies: 2, release_bytes: 500, ttl_secs: 100 };
+        let entries = [
+            entry("expired", "a", 0, 10),
+            entry("a1", "a", 10, 10),
+            entry("a2", "a", 20, 10),
+            entry("a3", "a", 30, 10),
+            entry("b1", "b", 15, 10),
+            entry("c1", "c", 40, 10),
+            entry("c2", "c", 50, 10),
+        ];
+        let evicted = evictions(&entries, &bounds, 105);
+        assert_eq!(
+            evicted,
+            vec![
+                ("expired".to_owned(), Eviction::Expired),
+                ("a1".to_owned(), Eviction::ReleaseCopies),
+                // a2, a3, b1, c1, c2 left: two too many for the bin, the oldest go.
+                ("b1".to_owned(), Eviction::Copies),
+                ("a2".to_owned(), Eviction::Copies),
+            ]
+        );
+        assert!(evictions(&entries[1..3], &bounds, 105).is_empty(), "within every bound");
+        let big = [entry("old", "a", 10, 400), entry("new", "a", 20, 400), entry("b", "b", 30, 400)];
+        assert_eq!(
+            evictions(&big, &bounds, 50),
+            vec![("old".to_owned(), Eviction::ReleaseBytes)],
+            "the newest copy of a release stays; 800 bytes left fit the bin"
+        );
+        let bounds = BinBounds { bytes: 500, ..bounds };
+        assert_eq!(
+            evictions(&big, &bounds, 50),
+            vec![("old".to_owned(), Eviction::ReleaseBytes), ("new".to_owned(), Eviction::Bytes)]
+        );
+    }
+}
