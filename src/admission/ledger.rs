@@ -57,6 +57,8 @@ pub struct LedgerEntry {
     pub action: Option<String>,
     /// Mutations only: the HelmChart that made the pod, `namespace/name`.
     pub helm_chart: Option<(String, String)>,
+    /// A deletion let go: its copy in the recycle bin, `namespace/name`.
+    pub recycled: Option<String>,
 }
 
 impl LedgerEntry {
@@ -91,6 +93,7 @@ impl LedgerEntry {
             release_state: None,
             action: None,
             helm_chart: None,
+            recycled: None,
         }
     }
 
@@ -112,6 +115,7 @@ impl LedgerEntry {
         put("mode", (self.mode != Mode::Enforce).then(|| self.mode.to_string()));
         put("release-state", self.release_state.clone());
         put("action", self.action.clone());
+        put("recycle-bin-copy", self.recycled.clone());
         match self.reason {
             Reason::BreakGlass => put("break-glass-reason", self.detail.clone()),
             Reason::Exempt => put("exempt-identity", self.detail.clone()),
@@ -221,6 +225,7 @@ impl LedgerEntry {
                     detail = self.detail.as_deref(),
                     release_state = self.release_state.as_deref(),
                     action = self.action.as_deref(),
+                    recycled = self.recycled.as_deref(),
                     // The event's message: the verdict's when it has one, so that a line has one
                     // `message` key (a format string beside a `message` field wrote two).
                     message = self.message.as_deref().unwrap_or("admission decision"),
@@ -288,6 +293,7 @@ mod tests {
             release_state: None,
             action: None,
             helm_chart: None,
+            recycled: None,
         }
     }
 

@@ -62,6 +62,10 @@ pub struct Admission {
     pub coordination_refused: crate::tally::Tally,
     /// Live source: Events about refusals and warnings go here (never waited for).
     pub events: Option<crate::cluster::events::EventQueue>,
+    /// Live source: a deletion let go keeps a copy here first (`cluster::recycle_bin`).
+    pub recycle_bin: Option<Arc<dyn crate::cluster::recycle_bin::RecycleBin>>,
+    /// Approve a deletion whose copy could not be stored (with a warning) instead of refusing it.
+    pub recycle_best_effort: bool,
 }
 
 impl Admission {
@@ -80,6 +84,8 @@ impl Admission {
             coordinator: None,
             coordination_refused: Default::default(),
             events: None,
+            recycle_bin: None,
+            recycle_best_effort: false,
         }
     }
 }

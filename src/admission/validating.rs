@@ -8,12 +8,14 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
+use crate::cluster::recycle_bin::RecycleBin;
 use crate::cluster::{DeleteCoordinator, IndexChange};
-use crate::policy::delete::{DeleteFacts, decide_delete};
+use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Mode, Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::release::record::DecodedRecord;
+use crate::release::recycled::{Keeping, copy_name};
 use crate::release::{Driver, History, Record, ReleaseKey, ReleasePayload, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
@@ -222,29 +224,42 @@ fn delete(
     };
     // `settled`: every check is done. Only an approval that stands hides the record in the index
     // (a tombstone); the rest are recorded as they are decided, in one pass under the index lock.
-    let decide = |settled: bool| {
+    // An approval that keeps a copy in the recycle bin stands once the copy is stored.
+    let bin = admission.recycle_bin.as_deref().filter(|_| !request.dry_run);
+    let decide_keeping = |settled: bool| {
         admission.index.decide(&id.key, Some(object), |others| {
-            let verdict = decide_delete(&facts, &History::new(others), &admission.config);
+            let history = History::new(others);
+            let verdict = decide_delete(&facts, &history, &admission.config);
             let outcome = apply_mode(&verdict, mode);
-            let stands = settled || !checks_left(verdict.reason);
+            let keep = bin.is_some() && outcome.allowed && keeps_copy(&facts, &history, &admission.config);
+            let stands = (settled || !checks_left(verdict.reason)) && !keep;
             let change = (stands && outcome.allowed && !request.dry_run).then(|| IndexChange::Delete {
                 object: object.to_owned(),
                 uid: claimed.uid.map(str::to_owned),
             });
-            (Decided { verdict, outcome }, change)
+            ((Decided { verdict, outcome }, keep), change)
         })
     };
-    let mut decided = decide(false);
+    let decide = |settled: bool| decide_keeping(settled).0;
+    let (mut decided, mut keep) = decide_keeping(false);
     let reason = decided.verdict.reason;
     if confirms && (reason == Reason::UnreadHistory || reason.rests_on_history()) {
         // Decided again on what is stored now: the release listed (the watch may lag), and every
         // record known only by its labels read as Helm reads it.
         let listed = admission.confirm_history(&id.key, Some(object), started, io)?;
-        decided = decide(listed && coordinator.is_none());
+        (decided, keep) = decide_keeping(listed && coordinator.is_none());
         if !listed && decided.verdict.allowed {
             // Without the listing a refusal still stands (it fails closed); an approval cannot.
             return Ok(unconfirmed(&id.key, object, mode));
         }
+    }
+    if let Some(bin) = bin.filter(|_| keep) {
+        // No approval that needs the replicas' agreement keeps a copy: those are Helm's own.
+        debug_assert!(!decided.verdict.reason.approval_needs_coordination());
+        if io == Io::Forbidden {
+            return Err(NeedsIo);
+        }
+        return Ok(keep_copy(admission, bin, request, &record.record, decided, started, entry));
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
     if !decided.outcome.allowed || !decided.verdict.reason.approval_needs_coordination() {
@@ -263,6 +278,66 @@ fn delete(
         mode,
         decide,
     ))
+}
+
+/// Stores a copy of the record in the recycle bin before its deletion is approved; then the
+/// approval stands (the record hidden in the index) and the client is told where the copy is.
+/// A copy that cannot be stored in time refuses the deletion, "retry", whatever the mode (the
+/// mode softens the rules, not the loss of the record), unless `--recycle-best-effort`.
+fn keep_copy(
+    admission: &Admission,
+    bin: &dyn RecycleBin,
+    request: &AdmissionRequest<ReviewObject>,
+    record: &Record,
+    mut decided: Decided,
+    started: Instant,
+    entry: &mut LedgerEntry,
+) -> Decided {
+    let key = &record.id.key;
+    let keeping = Keeping {
+        reason: decided.verdict.reason.as_str(),
+        requester: requester(request).username,
+        at: jiff::Timestamp::now().as_second(),
+    };
+    let kept = bin.keep(record, &keeping, started + admission.decision_deadline);
+    if let Err(error) = &kept
+        && !admission.recycle_best_effort
+    {
+        let verdict = Verdict::deny(
+            Reason::RecycleBinUnavailable,
+            format!(
+                "helm-guard: deleting {} (release {key}) keeps a copy in helm-guard's recycle bin first, and the copy \
+                 could not be stored ({error}), so the deletion is refused; retry in a moment",
+                record.describe()
+            ),
+        );
+        let outcome = apply_mode(&verdict, Mode::Enforce);
+        return Decided { verdict, outcome };
+    }
+    let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
+    admission.index.apply(key, gone);
+    let note = match kept {
+        Ok(()) => {
+            let copy = format!("{}/{}", bin.namespace(), copy_name(record));
+            let note = format!(
+                "helm-guard: a copy of {} is kept in the recycle bin as Secret {copy}; \
+                 `helm-guard restore {} -n {} --revision {}` brings it back",
+                record.describe(),
+                key.release,
+                key.namespace,
+                record.id.revision
+            );
+            entry.recycled = Some(copy);
+            note
+        }
+        Err(error) => format!(
+            "helm-guard: no copy of {} could be kept in the recycle bin ({error}); deleted without one \
+             (--recycle-best-effort)",
+            record.describe()
+        ),
+    };
+    decided.outcome.warnings.push(note);
+    decided
 }
 
 /// An approval that rests on the history, refused because the release could not be listed in

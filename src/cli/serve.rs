@@ -14,6 +14,7 @@ use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::Admission;
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
+use crate::release::recycled::BinBounds;
 use crate::server::limits::ConnectionLimits;
 use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format};
 
@@ -93,10 +94,35 @@ pub struct ServeArgs {
     /// only for a single replica.
     #[arg(long, env = "HELM_GUARD_COORDINATION", value_enum, default_value_t)]
     pub coordination: Coordination,
-    /// The namespace of the deletion Leases: the guard's own (default: the service account's
-    /// namespace in a pod, else the kubeconfig context's).
+    /// The guard's own namespace, where its deletion Leases and its recycle bin are (default: the
+    /// service account's namespace in a pod, else the kubeconfig context's).
     #[arg(long, env = "HELM_GUARD_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// Keep a copy of each record whose deletion only an override lets through (the break-glass
+    /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
+    /// --lease-namespace before approving it (README, "The recycle bin");
+    /// `--recycle-bin=false` turns it off.
+    #[arg(long, env = "HELM_GUARD_RECYCLE_BIN", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub recycle_bin: bool,
+    /// How long a copy is kept.
+    #[arg(long, env = "HELM_GUARD_RECYCLE_TTL", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub recycle_ttl: Duration,
+    /// Copies the bin holds at most; the oldest go first.
+    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_COPIES", default_value_t = BinBounds::default().copies)]
+    pub recycle_max_copies: usize,
+    /// Bytes the bin holds at most.
+    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_BYTES", value_name = "SIZE", default_value_t = ByteSize::b(BinBounds::default().bytes))]
+    pub recycle_max_bytes: ByteSize,
+    /// Copies of one release the bin holds at most.
+    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_RELEASE_COPIES", default_value_t = BinBounds::default().release_copies)]
+    pub recycle_max_release_copies: usize,
+    /// Bytes of one release the bin holds at most.
+    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_RELEASE_BYTES", value_name = "SIZE", default_value_t = ByteSize::b(BinBounds::default().release_bytes))]
+    pub recycle_max_release_bytes: ByteSize,
+    /// When a copy cannot be stored within the decision deadline, approve the deletion anyway
+    /// (with a warning) instead of refusing it with "retry".
+    #[arg(long, env = "HELM_GUARD_RECYCLE_BEST_EFFORT")]
+    pub recycle_best_effort: bool,
     /// This replica's name in the Leases (default: $HOSTNAME, the pod name).
     #[arg(long, env = "HELM_GUARD_REPLICA_ID")]
     pub replica_id: Option<String>,
@@ -289,18 +315,30 @@ async fn watch_cluster(
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
+    let guard_namespace =
+        args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
     let lease_namespace = match args.coordination {
         Coordination::None => None,
-        Coordination::Lease => {
-            Some(args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned()))
-        }
+        Coordination::Lease => Some(guard_namespace.clone()),
     };
+    let recycle_bin = args.recycle_bin.then(|| server::assemble::RecycleOptions {
+        namespace: guard_namespace,
+        bounds: BinBounds {
+            copies: args.recycle_max_copies,
+            bytes: args.recycle_max_bytes.as_u64(),
+            release_copies: args.recycle_max_release_copies,
+            release_bytes: args.recycle_max_release_bytes.as_u64(),
+            ttl_secs: i64::try_from(args.recycle_ttl.as_secs()).unwrap_or(i64::MAX),
+        },
+        best_effort: args.recycle_best_effort,
+    });
     let options = server::assemble::LiveOptions {
         tombstone_ttl: args.tombstone_ttl,
         limits: args.decode.limits(),
         lease_namespace,
         identity,
         emit_events: args.emit_events,
+        recycle_bin,
     };
     Ok(server::assemble::admission(client, config, options, metrics))
 }

@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod helmcharts;
 pub mod index;
 pub mod listing;
+pub mod recycle_bin;
 pub mod snapshot;
 pub mod watch;
 

@@ -388,17 +388,17 @@ impl RecycledCopy {
     /// they were; its annotations but the break-glass one (which would let the next deletion
     /// through unasked).
     pub fn original(&self) -> Result<serde_json::Value, RestoreError> {
+        use serde_json::{Map, Value};
         let mut annotations = self.object.annotations.clone();
         annotations.remove(crate::policy::BREAK_GLASS_ANNOTATION);
-        let mut metadata = serde_json::json!({
-            "name": self.object.name,
-            "namespace": self.object.namespace,
-            "labels": self.object.labels,
-        });
+        let mut metadata = Map::new();
+        metadata.insert("name".into(), self.object.name.clone().into());
+        metadata.insert("namespace".into(), self.object.namespace.clone().into());
+        metadata.insert("labels".into(), serde_json::json!(self.object.labels));
         if !annotations.is_empty() {
-            metadata["annotations"] = serde_json::json!(annotations);
+            metadata.insert("annotations".into(), serde_json::json!(annotations));
         }
-        let data: serde_json::Map<String, serde_json::Value> = match self.object.driver() {
+        let data: Map<String, Value> = match self.object.driver() {
             Some(Driver::Secret) => self
                 .data
                 .iter()
@@ -413,16 +413,15 @@ impl RecycledCopy {
                 })
                 .collect::<Result<_, RestoreError>>()?,
         };
-        let mut original = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": self.object.kind,
-            "metadata": metadata,
-            "data": data,
-        });
+        let mut original = Map::new();
+        original.insert("apiVersion".into(), "v1".into());
+        original.insert("kind".into(), self.object.kind.clone().into());
+        original.insert("metadata".into(), metadata.into());
         if let Some(secret_type) = &self.object.secret_type {
-            original["type"] = secret_type.clone().into();
+            original.insert("type".into(), secret_type.clone().into());
         }
-        Ok(original)
+        original.insert("data".into(), data.into());
+        Ok(original.into())
     }
 }
 

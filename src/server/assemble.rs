@@ -1,5 +1,6 @@
 //! The live guard's decision context, assembled once for `serve` and the tests: the index fed
-//! by the watchers, payload reads, agreement between replicas through Leases, refusal Events.
+//! by the watchers, payload reads, agreement between replicas through Leases, refusal Events,
+//! the recycle bin.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use super::Metrics;
 use crate::admission::Admission;
 use crate::cluster::coordination::{self, LeaseCoordinator};
 use crate::cluster::events::{self, EventQueue};
+use crate::cluster::recycle_bin::{self, ApiRecycleBin, RecycleBin};
 use crate::cluster::{DeleteCoordinator, watch};
 use crate::policy::PolicyConfig;
 use crate::release::DecodeLimits;
@@ -28,7 +30,23 @@ pub struct LiveOptions {
     pub identity: String,
     /// Whether refusals and warnings are also written as Kubernetes Events.
     pub emit_events: bool,
+    /// The recycle bin; `None`: no copies kept.
+    pub recycle_bin: Option<RecycleOptions>,
 }
+
+/// Where the recycle bin is and what it holds.
+#[derive(Debug, Clone)]
+pub struct RecycleOptions {
+    /// The guard's namespace.
+    pub namespace: String,
+    /// What it holds at most.
+    pub bounds: crate::release::recycled::BinBounds,
+    /// Approve a deletion whose copy could not be stored, with a warning.
+    pub best_effort: bool,
+}
+
+/// How often the bin is swept besides after each copy (for the TTL).
+const RECYCLE_SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 /// Starts the watchers (the index is ready once their first lists are done), the Event writer
 /// and the Lease sweep, and returns the decision context they feed. Must be called within a
@@ -59,6 +77,22 @@ pub fn admission(
         };
         Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
     });
+    let recycle_best_effort = options.recycle_bin.as_ref().is_some_and(|bin| bin.best_effort);
+    let recycle_bin = options.recycle_bin.map(|bin| {
+        tracing::info!(namespace = %bin.namespace, ?bin.bounds, "copies of let-go records kept in the recycle bin");
+        let secrets = kube::Api::namespaced(client.clone(), &bin.namespace);
+        let stored = Arc::new(tokio::sync::Notify::new());
+        let stats = metrics.recycle_bin.clone();
+        tokio::spawn(recycle_bin::sweep(secrets, bin.bounds, stats.clone(), stored.clone(), RECYCLE_SWEEP_EVERY));
+        let bin = ApiRecycleBin {
+            client: client.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            namespace: bin.namespace,
+            stats,
+            stored,
+        };
+        Arc::new(bin) as Arc<dyn RecycleBin>
+    });
     let (index, fetcher) =
         watch::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone());
     Admission {
@@ -68,6 +102,8 @@ pub fn admission(
         coordinator,
         coordination_refused: metrics.delete_coordination_refused.clone(),
         events,
+        recycle_bin,
+        recycle_best_effort,
         ..Admission::new(index, config)
     }
 }

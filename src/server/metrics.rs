@@ -81,6 +81,43 @@ pub struct OptedOutLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of the recycle bin's evictions.
+pub struct EvictionLabels {
+    /// Why (a bound's name, or `expired`).
+    pub reason: &'static str,
+}
+
+/// The recycle bin's eviction counts, one series per reason.
+#[derive(Debug)]
+struct RecycleEvictions(crate::cluster::recycle_bin::BinStats);
+
+impl EncodeMetric for RecycleEvictions {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for &why in <crate::release::recycled::Eviction as strum::VariantArray>::VARIANTS {
+            let labels = EvictionLabels { reason: why.into() };
+            let count = self.0.evicted(why).get();
+            encoder.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&count, None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// The core's levels are Prometheus gauges here.
+impl EncodeMetric for crate::tally::Level {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&i64::try_from(self.get()).unwrap_or(i64::MAX))
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the releases gauge.
 pub struct StateLabels {
     /// Which state.
@@ -119,6 +156,8 @@ pub struct Metrics {
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
     pub tls_certificate_expiry: Gauge,
+    /// The recycle bin's counts.
+    pub recycle_bin: crate::cluster::recycle_bin::BinStats,
 }
 
 impl Metrics {
@@ -222,13 +261,28 @@ impl Metrics {
             "When the serving certificate expires, in Unix seconds (alert on it minus time())",
             tls_certificate_expiry.clone(),
         );
-        // Known label values start at zero, so that rate() and increase() see the first event.
-        for result in ["success", "error"] {
-            drop(tls_reloads.get_or_create(&ResultLabels { result }));
-        }
-        for cause in ["queue-full", "api-error"] {
-            drop(events_dropped.get_or_create(&CauseLabels { cause }));
-        }
+        let recycle_bin = crate::cluster::recycle_bin::BinStats::default();
+        registry.register(
+            "recycle_bin_copies",
+            "Copies of let-go records held in the recycle bin, as last listed",
+            recycle_bin.copies.clone(),
+        );
+        registry.register("recycle_bin_bytes", "Bytes of those copies", recycle_bin.bytes.clone());
+        registry.register(
+            "recycle_bin_kept",
+            "Copies stored before a deletion was approved",
+            recycle_bin.kept.clone(),
+        );
+        registry.register(
+            "recycle_bin_failures",
+            "Copies that could not be stored (each a deletion refused, or with --recycle-best-effort let go without one)",
+            recycle_bin.failed.clone(),
+        );
+        registry.register(
+            "recycle_bin_evicted",
+            "Copies evicted from the recycle bin, by reason (expired, release-copies, release-bytes, copies, bytes)",
+            RecycleEvictions(recycle_bin.clone()),
+        );
         Arc::new(Metrics {
             registry,
             decisions,
@@ -246,6 +300,7 @@ impl Metrics {
             events_dropped,
             seconds_since_sync,
             tls_certificate_expiry,
+            recycle_bin,
         })
     }
 

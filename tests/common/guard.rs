@@ -184,7 +184,7 @@ pub fn snapshot_admission(records: &[serde_json::Value]) -> Admission {
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
 /// `names` written into `certs`, agreeing deletions through Leases in `lease_namespace` when
-/// given, under `config`. Returns the server, its index and the CA to trust.
+/// given (and keeping its recycle bin there), under `config`. Returns the server, its index and the CA to trust.
 pub async fn start_live(
     client: kube::Client,
     config: PolicyConfig,
@@ -204,6 +204,12 @@ pub async fn start_live(
         lease_namespace: lease_namespace.map(str::to_owned),
         identity: "e2e".to_owned(),
         emit_events: true,
+        // The bin lives in the guard's namespace: where the Leases are.
+        recycle_bin: lease_namespace.map(|namespace| helm_guard::server::assemble::RecycleOptions {
+            namespace: namespace.to_owned(),
+            bounds: Default::default(),
+            best_effort: false,
+        }),
     };
     let admission = helm_guard::server::assemble::admission(client, config, options, &metrics);
     let index = admission.index.clone();

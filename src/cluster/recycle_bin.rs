@@ -1,0 +1,180 @@
+//! The recycle bin: before approving a deletion that only an override lets through
+//! ([`crate::policy::delete::keeps_copy`]), the guard writes a copy of the record, taken from the
+//! review, as a Secret in its own namespace ([`crate::release::recycled`] says how). The bin is
+//! bounded: after each copy, and every few minutes, the copies are listed (metadata only) and
+//! the bounds evict the oldest. `helm-guard restore` reads it back.
+//!
+//! The copy is written with the decision waiting on it, within the decision deadline: a
+//! deletion is approved only once its copy is stored (or, with `--recycle-best-effort`, once
+//! the attempt failed, said in a warning). A copy made for a deletion that a later admission
+//! step then refused is harmless: it names the object and version it is of, and expires.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+use crate::release::Record;
+use crate::release::recycled::{BIN_SELECTOR, BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body};
+use crate::tally::{Level, Tally};
+
+/// Why a copy was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum BinError {
+    /// The API did not answer in time.
+    #[error("the Kubernetes API did not store the copy within the decision deadline")]
+    Deadline,
+    /// The API refused the copy (RBAC, a quota, the namespace missing).
+    #[error("the Kubernetes API refused the copy: {0}")]
+    Api(String),
+    /// The record cannot be copied.
+    #[error("the record cannot be copied: {0}")]
+    Copy(#[from] CopyError),
+}
+
+/// Keeps copies of records before their deletion is approved. Called from a blocking thread.
+pub trait RecycleBin: Send + Sync + std::fmt::Debug {
+    /// Stores a copy of `record` by `deadline`.
+    fn keep(&self, record: &Record, keeping: &Keeping<'_>, deadline: Instant) -> Result<(), BinError>;
+    /// The namespace the copies are in.
+    fn namespace(&self) -> &str;
+}
+
+/// What the bin counts, for the metrics.
+#[derive(Debug, Clone, Default)]
+pub struct BinStats {
+    /// Copies held, as last listed.
+    pub copies: Level,
+    /// Their bytes.
+    pub bytes: Level,
+    /// Copies stored.
+    pub kept: Tally,
+    /// Copies that could not be stored.
+    pub failed: Tally,
+    /// Copies evicted, by why (in [`Eviction`]'s order).
+    pub evicted: [Tally; 5],
+}
+
+impl BinStats {
+    /// The eviction counter for `why`.
+    pub fn evicted(&self, why: Eviction) -> Tally {
+        self.evicted.get(why as usize).cloned().unwrap_or_default()
+    }
+}
+
+/// The bin as Secrets in one namespace.
+pub struct ApiRecycleBin {
+    /// The cluster.
+    pub client: kube::Client,
+    /// Where the decisions' calls run (they wait on them from a blocking thread).
+    pub runtime: tokio::runtime::Handle,
+    /// The guard's namespace, where the copies are.
+    pub namespace: String,
+    /// What it counts.
+    pub stats: BinStats,
+    /// Wakes the sweep after a copy is stored, so that the bounds hold.
+    pub stored: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for ApiRecycleBin {
+    // kube::Client has no Debug of its own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiRecycleBin").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
+}
+
+impl RecycleBin for ApiRecycleBin {
+    fn keep(&self, record: &Record, keeping: &Keeping<'_>, deadline: Instant) -> Result<(), BinError> {
+        let stored = self.store(record, keeping, deadline);
+        match &stored {
+            Ok(()) => {
+                self.stats.kept.inc();
+                self.stored.notify_one();
+            }
+            Err(error) => {
+                self.stats.failed.inc();
+                tracing::warn!(record = %record.describe(), %error, "could not keep a copy in the recycle bin");
+            }
+        }
+        stored
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+}
+
+impl ApiRecycleBin {
+    fn store(&self, record: &Record, keeping: &Keeping<'_>, deadline: Instant) -> Result<(), BinError> {
+        let body = copy_body(record, keeping, &self.namespace)?;
+        let url = format!("/api/v1/namespaces/{}/secrets", self.namespace);
+        let request = kube::core::Request::new(url)
+            .create(&PostParams::default(), body)
+            .map_err(|e| BinError::Api(e.to_string()))?;
+        // The answer echoes the copy: not read, so that a decision holds the payload once.
+        let call = self.client.request_stream(request);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout_at(deadline, call).await.map(|r| r.map(drop)) })
+        {
+            Err(_) => Err(BinError::Deadline),
+            Ok(Ok(())) => Ok(()),
+            // The name is the object's and version's: the copy was stored by an earlier try.
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => Ok(()),
+            Ok(Err(error)) => Err(BinError::Api(error.to_string())),
+        }
+    }
+}
+
+/// Every copy in the bin, by its metadata.
+pub async fn list_entries(secrets: &Api<Secret>) -> Result<Vec<BinEntry>, kube::Error> {
+    let listed = secrets.list_metadata(&ListParams::default().labels(BIN_SELECTOR)).await?;
+    Ok(listed.items.iter().filter_map(|item| BinEntry::from_meta(&item.metadata)).collect())
+}
+
+/// Holds the bin to its bounds: after each stored copy and every `every`, lists the copies and
+/// deletes what the bounds evict, oldest first.
+pub async fn sweep(
+    secrets: Api<Secret>,
+    bounds: BinBounds,
+    stats: BinStats,
+    stored: Arc<tokio::sync::Notify>,
+    every: Duration,
+) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stored.notified() => {}
+        }
+        let entries = match list_entries(&secrets).await {
+            Ok(entries) => entries,
+            Err(error) => {
+                tracing::warn!(%error, "could not list the recycle bin to hold it to its bounds");
+                continue;
+            }
+        };
+        let now = jiff::Timestamp::now().as_second();
+        let mut gone = std::collections::BTreeSet::new();
+        for (name, why) in crate::release::recycled::evictions(&entries, &bounds, now) {
+            match secrets.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                // Another replica evicted it first.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => {
+                    tracing::warn!(copy = %name, %error, "could not evict a copy from the recycle bin");
+                    continue;
+                }
+            }
+            tracing::info!(copy = %name, reason = %why, "evicted from the recycle bin");
+            stats.evicted(why).inc();
+            gone.insert(name);
+        }
+        let held: Vec<&BinEntry> = entries.iter().filter(|e| !gone.contains(&e.name)).collect();
+        stats.copies.set(held.len() as u64);
+        stats.bytes.set(held.iter().map(|e| e.bytes).sum());
+    }
+}

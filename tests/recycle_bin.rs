@@ -1,0 +1,200 @@
+//! The recycle bin as the validating webhook uses it: which deletions of real Helm records keep
+//! a copy first, what the copy gives back, and what a copy that cannot be stored does to the
+//! deletion. The bin here is an in-memory stand-in that keeps the create bodies the guard would
+//! send; tests/e2e_recycle.rs stores them in a real API server and restores them with Helm.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use common::*;
+use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::cluster::recycle_bin::{BinError, RecycleBin};
+use helm_guard::policy::{Mode, PolicyConfig};
+use helm_guard::release::Record;
+use helm_guard::release::recycled::{Keeping, copy_body};
+use serde_json::{Value, json};
+
+/// Keeps the bodies the guard would create, or refuses them as a quota would.
+#[derive(Debug, Default)]
+struct MemoryBin {
+    bodies: Mutex<Vec<Value>>,
+    refuse: bool,
+}
+
+impl RecycleBin for MemoryBin {
+    fn keep(&self, record: &Record, keeping: &Keeping<'_>, _deadline: Instant) -> Result<(), BinError> {
+        if self.refuse {
+            return Err(BinError::Api(
+                "secrets \"x\" is forbidden: exceeded quota: bin, requested: count/secrets=1".into(),
+            ));
+        }
+        let body = copy_body(record, keeping, "helm-guard")?;
+        self.bodies.lock().unwrap().push(serde_json::from_slice(&body).unwrap());
+        Ok(())
+    }
+
+    fn namespace(&self) -> &str {
+        "helm-guard"
+    }
+}
+
+struct Guard {
+    admission: Admission,
+    bin: Arc<MemoryBin>,
+}
+
+fn guard(records: &[Value], config: PolicyConfig, bin: MemoryBin, best_effort: bool) -> Guard {
+    let bin = Arc::new(bin);
+    let base = common::guard::snapshot_admission(records);
+    let admission = Admission {
+        config,
+        recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>),
+        recycle_best_effort: best_effort,
+        ..base
+    };
+    Guard { admission, bin }
+}
+
+/// The response to a review.
+fn decide(guard: &Guard, review: &Value) -> Value {
+    let body = serde_json::to_vec(review).unwrap();
+    let request = admission_review::parse(&body).unwrap();
+    let reviewed = guard.admission.review(Webhook::Validate, request, Io::Allowed).unwrap();
+    serde_json::to_value(&reviewed.response).unwrap()
+}
+
+fn annotated(mut record: Value) -> Value {
+    record["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "INC-42 restore from backup"});
+    record
+}
+
+/// The record a copy gives back, as the API server would store the body.
+fn restored(body: &Value) -> Record {
+    use base64::Engine as _;
+    let meta = serde_json::from_value(body["metadata"].clone()).unwrap();
+    let mut data = std::collections::BTreeMap::new();
+    for (key, value) in body["data"].as_object().unwrap() {
+        data.insert(
+            key.clone(),
+            base64::engine::general_purpose::STANDARD.decode(value.as_str().unwrap()).unwrap(),
+        );
+    }
+    for (key, value) in body["stringData"].as_object().unwrap() {
+        data.insert(key.clone(), value.as_str().unwrap().as_bytes().to_vec());
+    }
+    let copy = helm_guard::release::recycled::RecycledCopy::read(&meta, &data).unwrap();
+    Record::from_object(&copy.original().unwrap(), None).unwrap().unwrap()
+}
+
+#[test]
+fn a_break_glass_deletion_of_the_deployed_latest_keeps_a_copy_that_gives_the_record_back() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let latest = annotated(records[1].clone());
+    let guard =
+        guard(&[records[0].clone(), latest.clone()], PolicyConfig::default(), MemoryBin::default(), false);
+    let response = decide(&guard, &as_user(delete_review(&latest), "alice", &["ops"]));
+    assert_eq!(response["allowed"], true);
+    let bodies = guard.bin.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1, "one copy");
+    let labels = &bodies[0]["metadata"]["labels"];
+    assert_eq!(
+        (
+            &labels["helm-guard.io/release"],
+            &labels["helm-guard.io/revision"],
+            &labels["helm-guard.io/reason"]
+        ),
+        (&json!("web"), &json!("2"), &json!("break-glass"))
+    );
+    assert_eq!(bodies[0]["metadata"]["annotations"]["helm-guard.io/requester"], "alice");
+    let name = bodies[0]["metadata"]["name"].as_str().unwrap();
+    let warnings = response["warnings"].to_string();
+    assert!(warnings.contains(&format!("Secret helm-guard/{name}")), "{warnings}");
+    assert!(warnings.contains("helm-guard restore web -n demo --revision 2"), "{warnings}");
+    assert_eq!(response["auditAnnotations"]["recycle-bin-copy"], format!("helm-guard/{name}"));
+
+    // The copy gives back the record: its payload, labels, type and name, byte for byte.
+    let original = Record::from_object(&latest, None).unwrap().unwrap();
+    let back = restored(&bodies[0]);
+    assert_eq!(back.payload, original.payload);
+    assert_eq!(
+        (&back.labels, &back.secret_type, &back.object_name),
+        (&original.labels, &original.secret_type, &original.object_name)
+    );
+    assert!(
+        !back.annotations.contains_key("helm-guard.io/allow-delete"),
+        "restored without the license to delete it again"
+    );
+}
+
+#[test]
+fn what_an_exemption_or_a_weaker_mode_lets_go_keeps_a_copy_and_helms_own_deletions_keep_none() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let exempt = PolicyConfig { exempt_users: vec!["ops-bot".into()], ..PolicyConfig::default() };
+    let g = guard(&records, exempt, MemoryBin::default(), false);
+    assert_eq!(decide(&g, &as_user(delete_review(&records[1]), "ops-bot", &[]))["allowed"], true);
+    assert_eq!(g.bin.bodies.lock().unwrap()[0]["metadata"]["labels"]["helm-guard.io/reason"], "exempt");
+
+    let warn = PolicyConfig { default_mode: Mode::Warn, ..PolicyConfig::default() };
+    let g = guard(&records, warn, MemoryBin::default(), false);
+    assert_eq!(decide(&g, &delete_review(&records[1]))["allowed"], true);
+    assert_eq!(
+        g.bin.bodies.lock().unwrap()[0]["metadata"]["labels"]["helm-guard.io/reason"],
+        "latest-deployed-revision",
+        "the refusal the mode softened"
+    );
+
+    // Helm's own: pruning an old revision, an uninstall's purge and its last record; a refusal;
+    // a dry run. None keeps a copy.
+    let g = guard(&records, PolicyConfig::default(), MemoryBin::default(), false);
+    assert_eq!(decide(&g, &delete_review(&records[0]))["allowed"], true, "pruning");
+    assert_eq!(decide(&g, &delete_review(&records[1]))["allowed"], false, "refused");
+    let uninstalling = web(&[(1, "deployed"), (2, "uninstalling")]);
+    let g2 = guard(&uninstalling, PolicyConfig::default(), MemoryBin::default(), false);
+    for record in &uninstalling {
+        assert_eq!(decide(&g2, &delete_review(record))["allowed"], true, "uninstall");
+    }
+    let glass = annotated(records[1].clone());
+    let g3 =
+        guard(&[records[0].clone(), glass.clone()], PolicyConfig::default(), MemoryBin::default(), false);
+    assert_eq!(decide(&g3, &dry_run(delete_review(&glass)))["allowed"], true, "dry run");
+    for g in [&g, &g2, &g3] {
+        assert!(g.bin.bodies.lock().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn a_copy_that_cannot_be_stored_refuses_the_deletion_with_retry_unless_best_effort() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let latest = annotated(records[1].clone());
+    let history = [records[0].clone(), latest.clone()];
+    let refusing = || MemoryBin { refuse: true, ..MemoryBin::default() };
+    // Warn mode too: the mode softens the rules, not the loss of the record.
+    for mode in [Mode::Enforce, Mode::Warn] {
+        let config = PolicyConfig { default_mode: mode, ..PolicyConfig::default() };
+        let g = guard(&history, config, refusing(), false);
+        let response = decide(&g, &delete_review(&latest));
+        assert_eq!(response["allowed"], false, "{mode}");
+        assert_eq!(response["auditAnnotations"]["reason"], "recycle-bin-unavailable");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("exceeded quota") && message.contains("retry"), "{message}");
+        // Nothing was hidden: the record still counts, so deleting the old one is still pruning
+        // of a release whose latest is deployed, not the loss of the last deployed revision.
+        let old = decide(&g, &delete_review(&records[0]));
+        assert_eq!(old["auditAnnotations"]["reason"], "history-pruning");
+    }
+    let g = guard(&history, PolicyConfig::default(), refusing(), true);
+    let response = decide(&g, &delete_review(&latest));
+    assert_eq!(response["allowed"], true);
+    let warnings = response["warnings"].to_string();
+    assert!(warnings.contains("no copy") && warnings.contains("--recycle-best-effort"), "{warnings}");
+}
