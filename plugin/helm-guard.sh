@@ -6,12 +6,13 @@ set -eu
 
 usage() {
   cat <<'USAGE'
-Scan, inspect and repair Helm releases with helm-guard.
+Scan, inspect, repair and restore Helm releases with helm-guard.
 
 Usage:
   helm guard scan [-A] [--release NAME] [--broken] [-o text|json|yaml]
   helm guard inspect RELEASE [--revision N] [--manifest] [--values]
   helm guard repair RELEASE [--apply] [--stuck-after 15m]
+  helm guard restore RELEASE [--revision N] [--apply] [--guard-namespace helm-guard]
 
 Helm's -n/--namespace and --kube-context apply (-A: every namespace, for scan).
 `helm-guard COMMAND --help` tells more.
@@ -20,13 +21,13 @@ USAGE
 
 command=${1:-}
 case "$command" in
-  scan | inspect | repair) shift ;;
+  scan | inspect | repair | restore) shift ;;
   "" | -h | --help | help)
     usage
     exit 0
     ;;
   *)
-    echo "Error: unknown command \"$command\" for \"helm guard\" (scan, inspect, repair)" >&2
+    echo "Error: unknown command \"$command\" for \"helm guard\" (scan, inspect, repair, restore)" >&2
     exit 1
     ;;
 esac

@@ -102,3 +102,17 @@ fn a_missing_binary_or_command_is_said_clearly() {
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("helm guard repair RELEASE [--apply]"));
 }
+
+#[test]
+fn helm_guard_restore_reaches_the_restore_command_with_helms_namespace() {
+    let help = launcher(&[], &[], true);
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("helm guard restore RELEASE [--revision N] [--apply]")
+    );
+    // The launcher passes `restore` on to helm-guard (its help, with Helm's namespace added).
+    let output = launcher(&["restore", "web", "--help"], &[("HELM_NAMESPACE", "demo")], true);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("Bring back records of a release from the guard's recycle bin"), "{text}");
+    assert!(text.contains("--guard-namespace"), "{text}");
+}

@@ -78,8 +78,8 @@ fn annotated(mut record: Value) -> Value {
     record
 }
 
-/// The record a copy gives back, as the API server would store the body.
-fn restored(body: &Value) -> Record {
+/// The copy as the API server would store the body and `restore` read it back.
+fn stored(body: &Value) -> helm_guard::release::recycled::RecycledCopy {
     use base64::Engine as _;
     let meta = serde_json::from_value(body["metadata"].clone()).unwrap();
     let mut data = std::collections::BTreeMap::new();
@@ -92,8 +92,12 @@ fn restored(body: &Value) -> Record {
     for (key, value) in body["stringData"].as_object().unwrap() {
         data.insert(key.clone(), value.as_str().unwrap().as_bytes().to_vec());
     }
-    let copy = helm_guard::release::recycled::RecycledCopy::read(&meta, &data).unwrap();
-    Record::from_object(&copy.original().unwrap(), None).unwrap().unwrap()
+    helm_guard::release::recycled::RecycledCopy::read(&meta, &data).unwrap()
+}
+
+/// The record a copy gives back.
+fn restored(body: &Value) -> Record {
+    Record::from_object(&stored(body).original().unwrap(), None).unwrap().unwrap()
 }
 
 #[test]
@@ -197,4 +201,61 @@ fn a_copy_that_cannot_be_stored_refuses_the_deletion_with_retry_unless_best_effo
     assert_eq!(response["allowed"], true);
     let warnings = response["warnings"].to_string();
     assert!(warnings.contains("no copy") && warnings.contains("--recycle-best-effort"), "{warnings}");
+}
+
+fn decoded(records: &[Value]) -> Vec<helm_guard::release::DecodedRecord> {
+    helm_guard::release::scan::collect_records(records, Default::default()).0
+}
+
+#[test]
+fn restore_plans_the_newest_copy_of_each_missing_record_and_the_history_helm_will_show() {
+    use helm_guard::release::restore::{StepAction, plan};
+    let records = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    let glass: Vec<Value> = records.iter().cloned().map(annotated).collect();
+    let g = guard(&glass, PolicyConfig::default(), MemoryBin::default(), false);
+    // Someone forces the whole history away, newest first; each deletion keeps a copy.
+    for record in glass.iter().rev() {
+        assert_eq!(decide(&g, &as_user(delete_review(record), "alice", &[]))["allowed"], true);
+    }
+    let copies: Vec<_> = g.bin.bodies.lock().unwrap().iter().map(stored).collect();
+    assert_eq!(copies.len(), 3);
+
+    // Nothing is left: all three come back, and Helm's history is what it was.
+    let plans = plan(&copies, &[], &[], Default::default(), 0, 900);
+    assert_eq!(plans.len(), 1);
+    let revisions: Vec<(u32, StepAction)> = plans[0].steps.iter().map(|s| (s.revision, s.action)).collect();
+    assert_eq!(revisions, [(1, StepAction::Restore), (2, StepAction::Restore), (3, StepAction::Restore)]);
+    let history: Vec<(u32, String, bool)> =
+        plans[0].history.iter().map(|r| (r.revision, r.status.to_string(), r.restored)).collect();
+    assert_eq!(
+        history,
+        [(1, "superseded".into(), true), (2, "superseded".into(), true), (3, "deployed".into(), true)]
+    );
+    assert_eq!(plans[0].state_after.as_deref(), Some("healthy"));
+
+    // Revision 1 exists again (say, restored before): never written over; --revision 3 alone.
+    let live = decoded(&records[..1]);
+    let plans = plan(&copies, &live, &[], Default::default(), 0, 900);
+    assert_eq!(plans[0].steps[0].action, StepAction::Exists);
+    assert!(plans[0].history.iter().any(|r| r.revision == 1 && !r.restored));
+    let only = plan(&copies, &[], &[3], Default::default(), 0, 900);
+    assert_eq!(only[0].steps.len(), 1);
+    assert_eq!(only[0].state_after.as_deref(), Some("healthy"));
+    let only_old = plan(&copies, &[], &[2], Default::default(), 0, 900);
+    assert_eq!(
+        only_old[0].state_after.as_deref(),
+        Some("orphaned-superseded"),
+        "what restoring only revision 2 leaves"
+    );
+
+    // Two copies of one object (it was deleted, refused later, edited and deleted again): the
+    // newer is restored.
+    let mut older = copies[0].clone();
+    older.entry.kept_at -= 60;
+    older.entry.name = "helm-guard-recycled-older".into();
+    let plans = plan(&[older, copies[0].clone()], &[], &[], Default::default(), 0, 900);
+    let actions: Vec<(&str, StepAction)> =
+        plans[0].steps.iter().map(|s| (s.copy.as_str(), s.action)).collect();
+    assert_eq!(actions[1], ("helm-guard-recycled-older", StepAction::Older));
+    assert_eq!(actions[0].1, StepAction::Restore);
 }

@@ -13,6 +13,7 @@ mod audit;
 mod certs;
 mod inspect;
 mod repair;
+mod restore;
 mod scan;
 mod serve;
 
@@ -50,6 +51,8 @@ pub enum Command {
     Scan(scan::ScanArgs),
     /// Put a broken release back into a state Helm can work with, by the edits Helm itself makes.
     Repair(repair::RepairArgs),
+    /// Bring back records of a release from the guard's recycle bin.
+    Restore(restore::RestoreArgs),
     /// Review the guard's decisions in a kube-apiserver audit log.
     Audit(audit::AuditArgs),
     /// Make a CA and a serving certificate for the webhook Service.
@@ -84,6 +87,31 @@ pub(crate) fn print_data<T: serde::Serialize>(items: &[T], output: Output) -> an
         Output::Yaml => outln!("{}", serde_saphyr::to_string(&items)?.trim_end())?,
     }
     Ok(true)
+}
+
+/// Columns padded to their widest cell; the last one is not padded.
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, width))| if i == last { (*cell).to_owned() } else { format!("{cell:<width$}") })
+            .collect();
+        outln!("{}", padded.join("  "))
+    };
+    line(headers.to_vec())?;
+    for row in rows {
+        line(row.iter().map(String::as_str).collect())?;
+    }
+    Ok(())
 }
 
 /// "1 release", "2 releases".
@@ -154,6 +182,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Certs(args) => certs::run(&args),
         Command::Audit(args) => audit::run(&args),
         Command::Repair(args) => repair::run(&args),
+        Command::Restore(args) => restore::run(&args),
         Command::Completion { shell } => completion(shell),
     };
     match code {

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::ClusterArgs;
+use super::{ClusterArgs, table};
 use super::{
     DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
 };
 use crate::cluster::connect::connect;
-use crate::cluster::listing::{list_namespaces, list_records};
+use crate::cluster::listing::{list_bin, list_namespaces, list_records};
 use crate::policy::namespace::OptedOut;
 use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;
@@ -42,6 +42,13 @@ pub struct ScanArgs {
     /// a `helm-guard.io/mode` other than enforce), and since when.
     #[arg(long, conflicts_with_all = ["broken", "repair_plan", "release"])]
     pub opted_out: bool,
+    /// Only the copies of records in the guard's recycle bin (`helm-guard restore` brings them
+    /// back): release, revision, when, why and by whom.
+    #[arg(long, conflicts_with_all = ["broken", "repair_plan", "opted_out", "from_file"])]
+    pub recycle_bin: bool,
+    /// Where the guard keeps its recycle bin: its own namespace.
+    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
+    pub guard_namespace: String,
     /// For each release that needs attention, the `helm-guard repair` command that fixes it
     /// (and what it would change), or what only an operator can do.
     #[arg(long)]
@@ -63,6 +70,9 @@ pub struct ScanArgs {
 }
 
 pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
+    if args.recycle_bin {
+        return scan_bin(args);
+    }
     let (source, objects) = match &args.from_file {
         Some(path) => (input_name(path), read_dump(path, args)),
         None => ("the cluster".to_owned(), list_cluster(args)),
@@ -106,6 +116,9 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     if !opted_out.is_empty() && args.output == Output::Text {
         outln!("\nNot (fully) guarded by their namespace's labels (`helm-guard scan --opted-out`):")?;
         print_opted_out(&opted_out, Output::Text)?;
+    }
+    if args.from_file.is_none() && args.output == Output::Text {
+        print_bin_summary(args)?;
     }
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
@@ -220,6 +233,80 @@ fn list_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<Value>, Vec<ObjectMeta>)
     })
 }
 
+/// `scan --recycle-bin`: the copies in the bin, as a table or a JSON or YAML array.
+fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
+    let entries = match list_bin_entries(args) {
+        Ok(entries) => entries,
+        Err(error) => {
+            eprintln!("error: reading the recycle bin in namespace {}: {error:#}", args.guard_namespace);
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
+    if super::print_data(&entries, args.output)? {
+        return Ok(EXIT_OK);
+    }
+    if entries.is_empty() {
+        outln!("The recycle bin in namespace {} holds no copies{}.", args.guard_namespace, scope(args))?;
+        return Ok(EXIT_OK);
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            let kept = jiff::Timestamp::from_second(e.kept_at).map_or_else(|_| "-".into(), |t| t.to_string());
+            vec![
+                e.namespace.clone(),
+                e.release.clone(),
+                e.revision.to_string(),
+                kept,
+                e.reason.clone(),
+                e.requester.clone(),
+                e.name.clone(),
+            ]
+        })
+        .collect();
+    table(&["NAMESPACE", "RELEASE", "REVISION", "DELETED", "REASON", "BY", "COPY"], &rows)?;
+    outln!(
+        "\n{} (`helm-guard restore RELEASE -n NAMESPACE` brings them back)",
+        count(entries.len(), "copy")
+    )?;
+    Ok(EXIT_OK)
+}
+
+/// The copies in the bin, newest first, as the filters select them.
+fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::release::recycled::BinEntry>> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut entries = runtime.block_on(async {
+        let client = connect(&args.cluster.access()).await?;
+        let listed =
+            list_bin(&client, &args.guard_namespace, args.namespace.as_deref(), args.release.as_deref())
+                .await?;
+        anyhow::Ok(listed)
+    })?;
+    entries.sort_by(|a, b| b.kept_at.cmp(&a.kept_at).then(a.name.cmp(&b.name)));
+    Ok(entries)
+}
+
+/// After the report: the releases with copies in the bin, when the user may read it (a tenant
+/// who may not is told nothing).
+fn print_bin_summary(args: &ScanArgs) -> anyhow::Result<()> {
+    let Ok(entries) = list_bin_entries(args) else { return Ok(()) };
+    let mut releases: std::collections::BTreeMap<(&str, &str), Vec<u32>> = Default::default();
+    for entry in &entries {
+        releases.entry((&entry.namespace, &entry.release)).or_default().push(entry.revision);
+    }
+    if releases.is_empty() {
+        return Ok(());
+    }
+    outln!("\nWith copies in the recycle bin (`helm-guard scan --recycle-bin`, `helm-guard restore`):")?;
+    for ((namespace, release), mut revisions) in releases {
+        revisions.sort_unstable();
+        revisions.dedup();
+        let revisions: Vec<String> = revisions.iter().map(u32::to_string).collect();
+        outln!("  {namespace}/{release}: revision {}", revisions.join(", "))?;
+    }
+    Ok(())
+}
+
 /// Prints opted-out namespaces as a table, or as a JSON or YAML array.
 fn print_opted_out(namespaces: &[OptedOut], output: Output) -> anyhow::Result<()> {
     if super::print_data(namespaces, output)? {
@@ -237,31 +324,6 @@ fn print_opted_out(namespaces: &[OptedOut], output: Output) -> anyhow::Result<()
         })
         .collect();
     table(&["NAMESPACE", "PROTECTION", "LABELS SET"], &rows)
-}
-
-/// Columns padded to their widest cell; the last one is not padded.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let last = cells.len().saturating_sub(1);
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (cell, width))| if i == last { (*cell).to_owned() } else { format!("{cell:<width$}") })
-            .collect();
-        outln!("{}", padded.join("  "))
-    };
-    line(headers.to_vec())?;
-    for row in rows {
-        line(row.iter().map(String::as_str).collect())?;
-    }
-    Ok(())
 }
 
 /// Prints reports as a table with a summary line, or as a JSON or YAML array.

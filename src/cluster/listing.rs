@@ -58,3 +58,54 @@ fn with_kind(mut object: serde_json::Value, kind: &str) -> serde_json::Value {
     }
     object
 }
+
+/// The recycle bin's filter: the copies of one namespace's releases, or of one release.
+fn bin_selector(namespace: Option<&str>, release: Option<&str>) -> String {
+    use crate::release::recycled::{BIN_SELECTOR, LABEL_NAMESPACE, LABEL_RELEASE};
+    let mut selector = BIN_SELECTOR.to_owned();
+    if let Some(namespace) = namespace {
+        selector += &format!(",{LABEL_NAMESPACE}={namespace}");
+    }
+    if let Some(release) = release {
+        selector += &format!(",{LABEL_RELEASE}={release}");
+    }
+    selector
+}
+
+/// The copies in the recycle bin in `bin_namespace` (metadata only), for `scan`.
+pub async fn list_bin(
+    client: &kube::Client,
+    bin_namespace: &str,
+    namespace: Option<&str>,
+    release: Option<&str>,
+) -> Result<Vec<crate::release::recycled::BinEntry>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), bin_namespace);
+    let params = ListParams::default().labels(&bin_selector(namespace, release));
+    let listed = secrets.list_metadata(&params).await?;
+    let entries =
+        listed.items.iter().filter_map(|item| crate::release::recycled::BinEntry::from_meta(&item.metadata));
+    Ok(entries.collect())
+}
+
+/// The copies of one release in the recycle bin, read whole, for `restore`; a Secret that is no
+/// copy is named with why.
+pub async fn read_bin(
+    client: &kube::Client,
+    bin_namespace: &str,
+    namespace: &str,
+    release: &str,
+) -> Result<Vec<Result<crate::release::recycled::RecycledCopy, String>>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), bin_namespace);
+    let params = ListParams::default().labels(&bin_selector(Some(namespace), Some(release)));
+    let listed = secrets.list(&params).await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .map(|secret| {
+            let data = secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            crate::release::recycled::RecycledCopy::read(&secret.metadata, &data)
+                .map_err(|error| format!("{bin_namespace}/{name}: {error}"))
+        })
+        .collect())
+}

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 
 use crate::release::Record;
-use crate::release::recycled::{BIN_SELECTOR, BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body};
+use crate::release::recycled::{BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body};
 use crate::tally::{Level, Tally};
 
 /// Why a copy was not stored.
@@ -128,21 +128,17 @@ impl ApiRecycleBin {
     }
 }
 
-/// Every copy in the bin, by its metadata.
-pub async fn list_entries(secrets: &Api<Secret>) -> Result<Vec<BinEntry>, kube::Error> {
-    let listed = secrets.list_metadata(&ListParams::default().labels(BIN_SELECTOR)).await?;
-    Ok(listed.items.iter().filter_map(|item| BinEntry::from_meta(&item.metadata)).collect())
-}
-
 /// Holds the bin to its bounds: after each stored copy and every `every`, lists the copies and
 /// deletes what the bounds evict, oldest first.
 pub async fn sweep(
-    secrets: Api<Secret>,
+    client: kube::Client,
+    namespace: String,
     bounds: BinBounds,
     stats: BinStats,
     stored: Arc<tokio::sync::Notify>,
     every: Duration,
 ) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -150,7 +146,7 @@ pub async fn sweep(
             _ = ticker.tick() => {}
             () = stored.notified() => {}
         }
-        let entries = match list_entries(&secrets).await {
+        let entries = match super::listing::list_bin(&client, &namespace, None, None).await {
             Ok(entries) => entries,
             Err(error) => {
                 tracing::warn!(%error, "could not list the recycle bin to hold it to its bounds");

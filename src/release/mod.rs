@@ -7,6 +7,7 @@ pub mod objects;
 pub mod record;
 pub mod recycled;
 pub mod repair;
+pub mod restore;
 pub mod status;
 pub mod summary;
 

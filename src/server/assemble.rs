@@ -80,10 +80,17 @@ pub fn admission(
     let recycle_best_effort = options.recycle_bin.as_ref().is_some_and(|bin| bin.best_effort);
     let recycle_bin = options.recycle_bin.map(|bin| {
         tracing::info!(namespace = %bin.namespace, ?bin.bounds, "copies of let-go records kept in the recycle bin");
-        let secrets = kube::Api::namespaced(client.clone(), &bin.namespace);
         let stored = Arc::new(tokio::sync::Notify::new());
         let stats = metrics.recycle_bin.clone();
-        tokio::spawn(recycle_bin::sweep(secrets, bin.bounds, stats.clone(), stored.clone(), RECYCLE_SWEEP_EVERY));
+        let sweep = recycle_bin::sweep(
+            client.clone(),
+            bin.namespace.clone(),
+            bin.bounds,
+            stats.clone(),
+            stored.clone(),
+            RECYCLE_SWEEP_EVERY,
+        );
+        tokio::spawn(sweep);
         let bin = ApiRecycleBin {
             client: client.clone(),
             runtime: tokio::runtime::Handle::current(),
