@@ -69,6 +69,7 @@ fn the_chart_lints_for_every_documented_option() {
             "monitoring.prometheusRule.enabled=true",
             "monitoring.dashboard.enabled=true",
         ],
+        vec!["recycleBin.enabled=false", "recycleBin.bestEffort=true", "recycleBin.maxBytes=1GiB"],
     ] {
         let mut command = Command::new("helm");
         command.args(["lint", "--strict", CHART]);
@@ -362,4 +363,39 @@ fn real_helm_installs_the_chart_into_a_real_api_server() {
     if let Err(panic) = checks {
         std::panic::resume_unwind(panic);
     }
+}
+
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
+    let args = |objects: &[Value]| -> Vec<String> {
+        let deployment = one(objects, "Deployment");
+        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+        args.iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+    };
+    let defaults = render(&[]);
+    let default_args = args(&defaults);
+    for flag in
+        ["--recycle-bin=true", "--recycle-ttl=7d", "--recycle-max-copies=1000", "--recycle-max-bytes=256MiB"]
+    {
+        assert!(default_args.iter().any(|a| a == flag), "{flag}: {default_args:?}");
+    }
+    assert!(!default_args.iter().any(|a| a == "--recycle-best-effort"));
+    let role = find(&defaults, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"].as_str().unwrap().ends_with("-recycle-bin"))
+        .expect("a Role for the bin");
+    assert_eq!(role["metadata"]["namespace"], one(&defaults, "Deployment")["metadata"]["namespace"]);
+    assert_eq!(role["rules"][0]["resources"], json!(["secrets"]));
+    assert_eq!(role["rules"][0]["verbs"], json!(["get", "list", "create", "delete"]));
+
+    let changed =
+        args(&render(&["recycleBin.enabled=false", "recycleBin.bestEffort=true", "recycleBin.ttl=36h"]));
+    for flag in ["--recycle-bin=false", "--recycle-best-effort", "--recycle-ttl=36h"] {
+        assert!(changed.iter().any(|a| a == flag), "{flag}: {changed:?}");
+    }
+    let mut argv = vec!["helm-guard".to_owned()];
+    argv.extend(changed);
+    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
 }

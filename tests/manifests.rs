@@ -212,7 +212,8 @@ fn leases_are_written_only_in_the_guards_own_namespace() {
     let rbac = documents("rbac.yaml");
     let account = rbac.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
     let namespace = account["metadata"]["namespace"].as_str().unwrap();
-    let role = rbac.iter().find(|d| d["kind"] == "Role").unwrap();
+    let role =
+        rbac.iter().find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "helm-guard-leases").unwrap();
     assert_eq!(
         role["metadata"]["namespace"], namespace,
         "a Role in the guard's namespace, not a ClusterRole"
@@ -222,9 +223,11 @@ fn leases_are_written_only_in_the_guards_own_namespace() {
     assert_eq!(rules[0]["apiGroups"], serde_json::json!(["coordination.k8s.io"]));
     assert_eq!(rules[0]["resources"], serde_json::json!(["leases"]));
     assert_eq!(rules[0]["verbs"], serde_json::json!(["get", "list", "create", "update", "delete"]));
-    let binding = rbac.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
+    let binding = rbac
+        .iter()
+        .find(|d| d["kind"] == "RoleBinding" && d["roleRef"]["name"] == "helm-guard-leases")
+        .unwrap();
     assert_eq!(binding["metadata"]["namespace"], namespace);
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
     assert!(
         !rbac.iter().any(|d| d["kind"] == "ClusterRole"
@@ -235,6 +238,38 @@ fn leases_are_written_only_in_the_guards_own_namespace() {
     let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap();
     let lease_namespace = env.iter().find(|e| e["name"] == "HELM_GUARD_LEASE_NAMESPACE").unwrap();
     assert_eq!(lease_namespace["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+}
+
+#[test]
+fn the_recycle_bin_is_written_only_in_the_guards_own_namespace() {
+    let rbac = documents("rbac.yaml");
+    let account = rbac.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
+    let role = rbac
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "helm-guard-recycle-bin")
+        .unwrap();
+    assert_eq!(role["metadata"]["namespace"], account["metadata"]["namespace"]);
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete"]}])
+    );
+    let binding = rbac
+        .iter()
+        .find(|d| d["kind"] == "RoleBinding" && d["roleRef"]["name"] == "helm-guard-recycle-bin")
+        .unwrap();
+    assert_eq!(binding["metadata"]["namespace"], account["metadata"]["namespace"]);
+    assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
+    let cluster_writes_secrets = rbac.iter().filter(|d| d["kind"] == "ClusterRole").any(|d| {
+        d["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"].to_string().contains("secrets")
+                && r["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| !["get", "list", "watch"].contains(&v.as_str().unwrap()))
+        })
+    });
+    assert!(!cluster_writes_secrets, "no Secret is written outside the guard's namespace");
 }
 
 #[test]
