@@ -202,6 +202,6 @@ fn print_plan(plan: &RestorePlan) -> anyhow::Result<()> {
         })
         .collect();
     table(&["REVISION", "STATUS", "CHART", "APP VERSION", "DESCRIPTION"], &rows)?;
-    outln!("  (* restored)  state after: {}", plan.state_after.as_deref().unwrap_or("-"))?;
+    outln!("(* restored; the release is then {})", plan.state_after.as_deref().unwrap_or("unknown"))?;
     Ok(())
 }

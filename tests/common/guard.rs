@@ -184,7 +184,8 @@ pub fn snapshot_admission(records: &[serde_json::Value]) -> Admission {
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
 /// `names` written into `certs`, agreeing deletions through Leases in `lease_namespace` when
-/// given (and keeping its recycle bin there), under `config`. Returns the server, its index and the CA to trust.
+/// given (and keeping its recycle bin there), under `config`. Returns the server, its index and
+/// the CA to trust.
 pub async fn start_live(
     client: kube::Client,
     config: PolicyConfig,
@@ -194,23 +195,34 @@ pub async fn start_live(
     tombstone_ttl: Duration,
     lease_namespace: Option<&str>,
 ) -> (Running, Arc<ReleaseIndex>, String) {
-    let bundle = generate(names, 1).unwrap();
-    write(&bundle, certs).unwrap();
-    let metrics = Metrics::new();
-    // Assembled as `serve` assembles it, Events and Leases included.
     let options = helm_guard::server::assemble::LiveOptions {
         tombstone_ttl,
         limits: DecodeLimits::default(),
         lease_namespace: lease_namespace.map(str::to_owned),
         identity: "e2e".to_owned(),
         emit_events: true,
-        // The bin lives in the guard's namespace: where the Leases are.
         recycle_bin: lease_namespace.map(|namespace| helm_guard::server::assemble::RecycleOptions {
             namespace: namespace.to_owned(),
             bounds: Default::default(),
             best_effort: false,
         }),
     };
+    start_live_with(client, config, listen, names, certs, options).await
+}
+
+/// [`start_live`] with the live parts as `options` say.
+pub async fn start_live_with(
+    client: kube::Client,
+    config: PolicyConfig,
+    listen: SocketAddr,
+    names: &[String],
+    certs: &std::path::Path,
+    options: helm_guard::server::assemble::LiveOptions,
+) -> (Running, Arc<ReleaseIndex>, String) {
+    let bundle = generate(names, 1).unwrap();
+    write(&bundle, certs).unwrap();
+    let metrics = Metrics::new();
+    // Assembled as `serve` assembles it, Events and Leases included.
     let admission = helm_guard::server::assemble::admission(client, config, options, &metrics);
     let index = admission.index.clone();
     let running = server::start(
