@@ -6,8 +6,10 @@
 //! SCENARIO: `bomb` (a 98 KiB CREATE whose config is ~30 MiB of tiny maps), `updates` (16
 //! concurrent UPDATEs of a release whose manifest is 6.5 MiB), `slow-bodies` (40 connections
 //! that send 8 MiB - 1 of a body and never finish it, while a well-behaved client keeps asking),
-//! `sigterm` (SIGTERM during a load run on 16 keep-alive connections). Each starts its own
-//! guard (snapshot mode, loopback ports 18443/19090), bounded in time; loopback only.
+//! `sigterm` (SIGTERM during a load run on 16 keep-alive connections), `recycle` (16 concurrent
+//! break-glass DELETEs of a large record, each keeping a copy in the recycle bin: needs a cluster
+//! in KUBECONFIG). Each starts its own guard (snapshot mode but for `recycle`, loopback ports
+//! 18443/19090), bounded in time; loopback only.
 
 #![allow(
     clippy::unwrap_used,
@@ -73,16 +75,23 @@ struct Guard {
 
 impl Guard {
     async fn start(binary: &str, extra: &[&str]) -> Guard {
-        let certs = "target/abuse-certs";
         let snapshot = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cluster-snapshot.json");
+        Guard::start_on(binary, &["--snapshot", snapshot], extra).await
+    }
+
+    /// A guard on `source` (a snapshot, or the cluster in KUBECONFIG).
+    async fn start_on(binary: &str, source: &[&str], extra: &[&str]) -> Guard {
+        let certs = "target/abuse-certs";
         let child = Command::new(binary)
-            .args(["serve", "--snapshot", snapshot, "--dev-certs", certs, "--listen", ADDR])
+            .arg("serve")
+            .args(source)
+            .args(["--dev-certs", certs, "--listen", ADDR])
             .args(["--metrics-listen", "127.0.0.1:19090", "--log-format", "text"])
             .args(extra)
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("the guard binary (cargo build --release)");
-        for _ in 0..100 {
+        for _ in 0..300 {
             if tokio::net::TcpStream::connect(ADDR).await.is_ok() {
                 break;
             }
@@ -166,14 +175,10 @@ async fn bomb(binary: &str) {
     guard.stop();
 }
 
-async fn updates(binary: &str) {
-    let guard = Guard::start(binary, &[]).await;
-    let template =
-        fixture("01-helm4-install-upgrade/006-validate-update-secret-sh.helm.release.v1.web.v3.json");
-    let mut release = release_of(&template["request"]["oldObject"]);
-    let base = release["manifest"].as_str().unwrap().to_owned();
-    // Copies of a real manifest, each with a line of noise, so that it compresses like real
-    // ones do and is stored near the 1 MiB Kubernetes allows a Secret.
+/// Copies of a real manifest, each with a line of noise (`NOISE` characters, default 110), so
+/// that it compresses like real ones do: 6.5 MiB, stored in 0.48 MiB (`NOISE=400`: near the
+/// 1 MiB Kubernetes allows a Secret).
+fn large_manifest(base: &str) -> String {
     let noise_per_copy: usize = std::env::var("NOISE").ok().and_then(|n| n.parse().ok()).unwrap_or(110);
     let mut manifest = String::new();
     let mut n: u64 = 0;
@@ -187,6 +192,15 @@ async fn updates(binary: &str) {
         manifest.push_str(&format!("# copy {n}: {}\n{base}", &noise[..noise_per_copy]));
         n += 1;
     }
+    manifest
+}
+
+async fn updates(binary: &str) {
+    let guard = Guard::start(binary, &[]).await;
+    let template =
+        fixture("01-helm4-install-upgrade/006-validate-update-secret-sh.helm.release.v1.web.v3.json");
+    let mut release = release_of(&template["request"]["oldObject"]);
+    let manifest = large_manifest(release["manifest"].as_str().unwrap());
     release["manifest"] = json!(manifest);
     let mut review = template.clone();
     for side in ["oldObject", "object"] {
@@ -230,6 +244,84 @@ async fn updates(binary: &str) {
     );
     println!("  RSS idle {idle:.1} MiB, whole-process peak {peak:.1} MiB");
     guard.stop();
+}
+
+/// 16 concurrent break-glass DELETEs of a large record, 5 rounds, against the cluster in
+/// KUBECONFIG: each keeps a copy in the recycle bin (namespace `helm-guard-abuse-bin`, made and
+/// removed here) before it is approved.
+async fn recycle(binary: &str) {
+    let bin = "helm-guard-abuse-bin";
+    let made = Command::new("kubectl").args(["create", "namespace", bin]).status().unwrap();
+    assert!(made.success(), "kubectl create namespace {bin} (a cluster in KUBECONFIG)");
+    // RECYCLE_BIN=false: the same DELETEs without the copies, to measure what they cost.
+    let keep = std::env::var("RECYCLE_BIN").unwrap_or_else(|_| "true".into());
+    let keep = format!("--recycle-bin={keep}");
+    let guard = Guard::start_on(binary, &["--lease-namespace", bin, "--coordination", "none", &keep], &[]).await;
+    // The watchers list the cluster before the guard is ready; decisions wait for it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let template =
+        fixture("03-delete-latest-deployed-seed/003-validate-delete-secret-sh.helm.release.v1.web.v3.json");
+    let mut release = release_of(&template["request"]["oldObject"]);
+    let manifest = large_manifest(release["manifest"].as_str().unwrap());
+    release["manifest"] = json!(manifest);
+    let mut old =
+        with_release(template["request"]["oldObject"].clone(), &serde_json::to_vec(&release).unwrap());
+    old["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "abuse run"});
+    let body = |n: usize| {
+        // Another object each time: another copy.
+        let mut review = template.clone();
+        review["request"]["uid"] = json!(format!("abuse-{n}"));
+        let mut old = old.clone();
+        old["metadata"]["uid"] = json!(format!("00000000-0000-0000-0000-{n:012}"));
+        review["request"]["oldObject"] = old;
+        Bytes::from(serde_json::to_vec(&review).unwrap())
+    };
+    let (idle, _) = guard.memory();
+    let (kept, approved) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for connection in 0..16 {
+        let mut sender = guard.connect().await.unwrap();
+        let bodies: Vec<Bytes> = (0..5).map(|round| body(connection * 5 + round)).collect();
+        let (kept, approved) = (kept.clone(), approved.clone());
+        tasks.push(tokio::spawn(async move {
+            for body in bodies {
+                let request = hyper::Request::builder()
+                    .method("POST")
+                    .uri("/validate?timeout=5s")
+                    .header("host", "localhost")
+                    .header("content-type", "application/json")
+                    .body(Full::new(body))
+                    .unwrap();
+                let Ok(response) = sender.send_request(request).await else { continue };
+                let answer = response.into_body().collect().await.unwrap().to_bytes();
+                let answer: Value = serde_json::from_slice(&answer).unwrap_or_default();
+                if answer["response"]["auditAnnotations"]["recycle-bin-copy"].is_string() {
+                    kept.fetch_add(1, Ordering::Relaxed);
+                }
+                if answer["response"]["allowed"] == true {
+                    approved.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let took = started.elapsed();
+    let (_, peak) = guard.memory();
+    let stored = old["data"]["release"].as_str().unwrap().len();
+    println!("16 concurrent break-glass DELETEs, each keeping a copy, 5 rounds:");
+    println!(
+        "  stored data.release {:.2} MiB (API base64), body {:.2} MiB each; {} of 80 approved, {} with a copy kept, in {took:?}",
+        stored as f64 / 1048576.0,
+        body(0).len() as f64 / 1048576.0,
+        approved.load(Ordering::Relaxed),
+        kept.load(Ordering::Relaxed)
+    );
+    println!("  RSS idle {idle:.1} MiB, whole-process peak {peak:.1} MiB");
+    guard.stop();
+    let _ = Command::new("kubectl").args(["delete", "namespace", bin, "--wait=false"]).status();
 }
 
 async fn slow_bodies(binary: &str) {
@@ -368,8 +460,9 @@ async fn main() {
         Some("updates") => updates(binary).await,
         Some("slow-bodies") => slow_bodies(binary).await,
         Some("sigterm") => sigterm(binary).await,
+        Some("recycle") => recycle(binary).await,
         _ => {
-            eprintln!("usage: abuse bomb|updates|slow-bodies|sigterm [GUARD_BINARY]");
+            eprintln!("usage: abuse bomb|updates|slow-bodies|sigterm|recycle [GUARD_BINARY]");
             std::process::exit(2);
         }
     }

@@ -28,6 +28,11 @@ use serde_json::{Value, json};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_helm-guard");
 
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// `helm history` as JSON, without what a restore cannot bring back the same (nothing: the
 /// whole line is compared).
 fn history(helm: &str, release: &str, namespace: &str) -> Vec<Value> {
@@ -240,6 +245,31 @@ async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
         })
         .await;
         assert!(retried, "the retry goes through once the copy can be stored");
+
+        // 6. A record Helm cannot read, at the size Kubernetes allows: kept whole, given back
+        // byte for byte.
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets = kube::Api::<Secret>::namespaced(client.clone(), &ns);
+        let mut seed: u64 = 7;
+        let noise: Vec<u8> = (0..1_040_000)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                (seed >> 33) as u8
+            })
+            .collect();
+        let big: Secret = serde_json::from_value(json!({"metadata": {"name": "sh.helm.release.v1.junk.v1",
+            "labels": {"owner": "helm", "name": "junk", "version": "1", "status": "deployed"}},
+            "type": "helm.sh/release.v1", "data": {"release": base64_of(&noise)}}))
+        .unwrap();
+        secrets.create(&Default::default(), &big).await.unwrap();
+        let done = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.junk.v1", "-n", &ns]);
+        assert!(done.status.success() && said(&done).contains("does not decode"), "{}", said(&done));
+        assert_eq!(copies(&guard_ns, "junk")[0]["reason"], "undecodable-record");
+        let applied = restore("junk", &ns, &guard_ns, true);
+        assert!(applied.status.success(), "{}", said(&applied));
+        let back = secrets.get("sh.helm.release.v1.junk.v1").await.unwrap();
+        assert!(back.data.unwrap()["release"].0 == noise, "the same bytes");
+        assert_eq!(back.type_.as_deref(), Some("helm.sh/release.v1"));
     })
     .catch_unwind()
     .await;

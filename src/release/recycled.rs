@@ -3,10 +3,11 @@
 //! evict. No I/O: `cluster::recycle_bin` writes and sweeps, `helm-guard restore` reads.
 //!
 //! A copy holds the record as the DELETE review carried it: its `data` keys under `data.<key>`
-//! (a Secret's values as the API's base64, unchanged; a ConfigMap's as text), and in `object`
-//! the rest of what recreating it takes (kind, namespace, name, type, labels, annotations) and
-//! what identified it (uid, resourceVersion). Labels say whose copy it is, so that the bin is
-//! listed and bounded without reading a payload; the size is an annotation.
+//! (a Secret's values as the API's base64, unchanged; a ConfigMap's as text), so that a record
+//! at the 1 MiB Kubernetes allows still fits; and in the annotation `helm-guard.io/object` the
+//! rest of what recreating it takes (kind, namespace, name, type, labels, annotations) and what
+//! identified it (uid, resourceVersion). Labels say whose copy it is, so that the bin is listed
+//! and bounded without reading a payload; the size is an annotation.
 
 use std::collections::BTreeMap;
 
@@ -39,8 +40,8 @@ pub const ANNOTATION_BYTES: &str = "helm-guard.io/bytes";
 pub const ANNOTATION_ORIGINAL: &str = "helm-guard.io/original";
 /// The copies' Secret type.
 pub const COPY_TYPE: &str = "helm-guard.io/recycled-record";
-/// The data key holding [`KeptObject`].
-const OBJECT_KEY: &str = "object";
+/// The annotation holding [`KeptObject`], as JSON.
+pub const ANNOTATION_OBJECT: &str = "helm-guard.io/object";
 /// The prefix of the data keys holding the original's data.
 const DATA_PREFIX: &str = "data.";
 
@@ -170,7 +171,6 @@ pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) ->
             Driver::ConfigMap => string_data.insert(key, value),
         };
     }
-    string_data.insert(OBJECT_KEY.to_owned(), object.as_str());
     let key = &record.id.key;
     let labels = [
         ("app.kubernetes.io/managed-by", "helm-guard".to_owned()),
@@ -186,6 +186,7 @@ pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) ->
         (ANNOTATION_REQUESTER, keeping.requester.to_owned()),
         (ANNOTATION_BYTES, bytes.to_string()),
         (ANNOTATION_ORIGINAL, record.describe()),
+        (ANNOTATION_OBJECT, object),
     ];
     let body = CopyBody {
         api_version: "v1",
@@ -359,8 +360,8 @@ pub enum RestoreError {
     /// The labels are not a copy's.
     #[error("not a helm-guard copy (labels missing)")]
     NotACopy,
-    /// The `object` key is missing or does not parse.
-    #[error("its `object` key does not describe the original: {0}")]
+    /// The `helm-guard.io/object` annotation is missing or does not parse.
+    #[error("its helm-guard.io/object annotation does not describe the original: {0}")]
     Object(String),
     /// A ConfigMap's value is not text.
     #[error("the value of {0} is not text, as a ConfigMap's must be")]
@@ -371,9 +372,10 @@ impl RecycledCopy {
     /// Reads a copy Secret's metadata and (decoded) data.
     pub fn read(meta: &ObjectMeta, data: &BTreeMap<String, Vec<u8>>) -> Result<RecycledCopy, RestoreError> {
         let entry = BinEntry::from_meta(meta).ok_or(RestoreError::NotACopy)?;
-        let object = data.get(OBJECT_KEY).ok_or_else(|| RestoreError::Object("missing".into()))?;
+        let object = meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_OBJECT));
+        let object = object.ok_or_else(|| RestoreError::Object("missing".into()))?;
         let object: KeptObject =
-            serde_json::from_slice(object).map_err(|e| RestoreError::Object(e.to_string()))?;
+            serde_json::from_str(object).map_err(|e| RestoreError::Object(e.to_string()))?;
         if object.driver().is_none() {
             return Err(RestoreError::Object(format!("kind {} is no record's", object.kind)));
         }
@@ -477,6 +479,16 @@ mod tests {
             let body = copy_body(&record, &KEEPING, "helm-guard").unwrap();
             let (meta, data) = stored(&body);
             assert_eq!(meta.namespace.as_deref(), Some("helm-guard"));
+            // The copy's data is the original's, key for key: a record Kubernetes took (at most
+            // 1 MiB of data) fits as a copy.
+            let original_bytes: Vec<usize> = match driver {
+                Driver::Secret => [payload, "aGk="]
+                    .iter()
+                    .map(|v| base64::engine::general_purpose::STANDARD.decode(v).unwrap().len())
+                    .collect(),
+                Driver::ConfigMap => vec![payload.len(), 4],
+            };
+            assert_eq!(data.values().map(Vec::len).sum::<usize>(), original_bytes.iter().sum::<usize>());
             let copy = RecycledCopy::read(&meta, &data).unwrap();
             assert_eq!(
                 (copy.entry.namespace.as_str(), copy.entry.release.as_str(), copy.entry.revision),
@@ -522,8 +534,8 @@ mod tests {
     fn a_secret_of_the_bin_that_is_no_copy_is_said_so() {
         let meta = ObjectMeta { name: Some("x".into()), ..ObjectMeta::default() };
         assert_eq!(RecycledCopy::read(&meta, &BTreeMap::new()), Err(RestoreError::NotACopy));
-        let (meta, mut data) = stored(&copy_body(&record(Driver::Secret, "eA=="), &KEEPING, "b").unwrap());
-        data.insert("object".into(), b"{".to_vec());
+        let (mut meta, data) = stored(&copy_body(&record(Driver::Secret, "eA=="), &KEEPING, "b").unwrap());
+        meta.annotations.as_mut().unwrap().insert(ANNOTATION_OBJECT.into(), "{".into());
         assert!(matches!(RecycledCopy::read(&meta, &data), Err(RestoreError::Object(_))));
     }
 
