@@ -89,6 +89,13 @@ fn force_delete(namespace: &str, object: &str, user: Option<&str>) -> String {
     said(&done)
 }
 
+/// The guard's /metrics.
+fn metrics_of(running: &helm_guard::server::Running) -> String {
+    let done = run(&["curl", "-sf", &format!("http://{}/metrics", running.metrics_addr)]);
+    assert!(done.status.success(), "{}", said(&done));
+    String::from_utf8(done.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real API server, helm, helm3 and kubectl: cargo test --test e2e_recycle -- --ignored"]
 async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
@@ -220,6 +227,10 @@ async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
         })
         .await;
         assert!(evicted, "the first copy (revision 4) evicted: {:?}", copies(&guard_ns, "many"));
+        let metrics = metrics_of(&running);
+        assert!(metrics.contains("helm_guard_recycle_bin_evicted_total{reason=\"release-copies\"} 1\n"), "{metrics}");
+        // app v2 (break-glass), app v4 (exempt), legacy v2 (warn), many v4..v1.
+        assert!(metrics.contains("helm_guard_recycle_bin_kept_total 7\n"), "{metrics}");
 
         // 5. A copy the API server will not store: the deletion is refused, "retry", nothing lost.
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "full", "namespace": guard_ns},
@@ -239,6 +250,7 @@ async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
         }
         let status = run(&["helm", "status", "app", "-n", &ns]);
         assert!(status.status.success() && said(&status).contains("REVISION: 5"), "{}", said(&status));
+        assert!(metrics_of(&running).contains("helm_guard_recycle_bin_failures_total 1\n"));
         assert!(run(&["kubectl", "delete", "resourcequota", "full", "-n", &guard_ns]).status.success());
         let retried = common::eventually(Duration::from_secs(20), || {
             std::future::ready(run(&["kubectl", "delete", "secret", "sh.helm.release.v1.app.v5", "-n", &ns]).status.success())
