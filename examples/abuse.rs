@@ -129,6 +129,14 @@ async fn post(
     sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     body: Bytes,
 ) -> Result<(u16, bool), String> {
+    exchange(sender, body).await.map(|(status, close, _)| (status, close))
+}
+
+/// Sends one request; `Ok((status, connection: close?, the answer's body))`.
+async fn exchange(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    body: Bytes,
+) -> Result<(u16, bool, Bytes), String> {
     let request = hyper::Request::builder()
         .method("POST")
         .uri("/validate?timeout=5s")
@@ -140,8 +148,8 @@ async fn post(
     let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     let close = response.headers().get("connection").is_some_and(|v| v == "close");
     let status = response.status().as_u16();
-    response.into_body().collect().await.map_err(|e| e.to_string())?;
-    Ok((status, close))
+    let answer = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((status, close, answer))
 }
 
 fn small_review() -> Bytes {
@@ -287,15 +295,7 @@ async fn recycle(binary: &str) {
         let (kept, approved) = (kept.clone(), approved.clone());
         tasks.push(tokio::spawn(async move {
             for body in bodies {
-                let request = hyper::Request::builder()
-                    .method("POST")
-                    .uri("/validate?timeout=5s")
-                    .header("host", "localhost")
-                    .header("content-type", "application/json")
-                    .body(Full::new(body))
-                    .unwrap();
-                let Ok(response) = sender.send_request(request).await else { continue };
-                let answer = response.into_body().collect().await.unwrap().to_bytes();
+                let Ok((_, _, answer)) = exchange(&mut sender, body).await else { continue };
                 let answer: Value = serde_json::from_slice(&answer).unwrap_or_default();
                 if answer["response"]["auditAnnotations"]["recycle-bin-copy"].is_string() {
                     kept.fetch_add(1, Ordering::Relaxed);

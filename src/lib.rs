@@ -21,7 +21,8 @@
 //!    [`server::log_format`], written out by a tracing-appender thread; and, for a
 //!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
 //!    approved deletion of history is first agreed with the other replicas
-//!    ([`cluster::coordination`]).
+//!    ([`cluster::coordination`]); one that only an override lets through first keeps a copy of
+//!    the record in the recycle bin ([`cluster::recycle_bin`], [`release::recycled`]).
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
 //! [`cluster::watch`] (kube-rs metadata watchers, and K3s's HelmCharts in

@@ -223,13 +223,22 @@ mod tests {
         }
     }
 
-    /// Decides on a table that lists the whole history, the deleted record included.
-    fn decide(revision: u32, status: Option<Status>, revisions: &[(u32, Status)]) -> Verdict {
+    /// A table's whole history, without the record deleted: what the verdict gets.
+    fn others(revision: u32, status: Option<Status>, revisions: &[(u32, Status)]) -> History {
         let mut others = revisions.to_vec();
         if let Some(at) = others.iter().position(|&(r, s)| r == revision && Some(s) == status) {
             others.remove(at);
         }
-        decide_delete(&facts(revision, status), &history(&others), &PolicyConfig::default())
+        history(&others)
+    }
+
+    /// Decides on a table that lists the whole history, the deleted record included.
+    fn decide(revision: u32, status: Option<Status>, revisions: &[(u32, Status)]) -> Verdict {
+        decide_delete(
+            &facts(revision, status),
+            &others(revision, status, revisions),
+            &PolicyConfig::default(),
+        )
     }
 
     /// (rule, revision deleted, its status, the history, allowed, reason)
@@ -523,19 +532,16 @@ mod tests {
         ];
         let config = PolicyConfig { exempt_groups: exempt.to_vec(), ..PolicyConfig::default() };
         for (why, revision, status, revisions, kept) in table {
-            let mut others = revisions.to_vec();
-            if let Some(at) = others.iter().position(|&(r, s)| r == revision && Some(s) == status) {
-                others.remove(at);
-            }
+            let others = others(revision, status, revisions);
             let mut deletion = facts(revision, status);
             if why.starts_with("exempt") {
                 deletion.requester = Requester { username: "alice", groups: &exempt };
             } else {
                 deletion.break_glass = Some("INC-1");
             }
-            let verdict = decide_delete(&deletion, &history(&others), &config);
+            let verdict = decide_delete(&deletion, &others, &config);
             assert!(verdict.allowed, "{why}: let go");
-            assert_eq!(keeps_copy(&deletion, &history(&others), &config), kept, "{why}");
+            assert_eq!(keeps_copy(&deletion, &others, &config), kept, "{why}");
         }
         // Without an override: whatever the rules refuse (and a mode lets through) keeps one;
         // teardown keeps none.
