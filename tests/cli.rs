@@ -669,6 +669,29 @@ fn serve_without_a_certificate_names_every_way_to_give_one() {
 }
 
 #[test]
+fn serve_refuses_recycle_bin_bounds_that_would_evict_a_copy_just_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().to_str().unwrap();
+    let output = helm_guard(&[
+        "serve",
+        "--snapshot",
+        SNAPSHOT,
+        "--dev-certs",
+        certs,
+        "--recycle-max-release-bytes",
+        "1MiB",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output)
+            .contains("--recycle-max-release-bytes must be at least 2 MiB, the largest copy a record makes"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "refused before anything was made");
+}
+
+#[test]
 fn audit_names_the_webhooks_it_saw_when_the_one_asked_for_is_absent() {
     let log = "tests/fixtures/audit/kube-apiserver-audit.jsonl";
     let output = helm_guard(&["audit", log, "--webhook", "nosuch", "-o", "json"]);

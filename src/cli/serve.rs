@@ -226,6 +226,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
         );
         return Ok(EXIT_BAD_INPUT);
     }
+    if let Err(error) = recycle_bounds(args).check() {
+        eprintln!("error: {error}");
+        return Ok(EXIT_BAD_INPUT);
+    }
     let _flush = init_logging(args.log_format)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // A failure from here on (binding, TLS, the cluster) is the runtime's: exit 1 (main).
@@ -323,13 +327,7 @@ async fn watch_cluster(
     };
     let recycle_bin = args.recycle_bin.then(|| server::assemble::RecycleOptions {
         namespace: guard_namespace,
-        bounds: BinBounds {
-            copies: args.recycle_max_copies,
-            bytes: args.recycle_max_bytes.as_u64(),
-            release_copies: args.recycle_max_release_copies,
-            release_bytes: args.recycle_max_release_bytes.as_u64(),
-            ttl_secs: i64::try_from(args.recycle_ttl.as_secs()).unwrap_or(i64::MAX),
-        },
+        bounds: recycle_bounds(args),
         best_effort: args.recycle_best_effort,
     });
     let options = server::assemble::LiveOptions {
@@ -341,6 +339,17 @@ async fn watch_cluster(
         recycle_bin,
     };
     Ok(server::assemble::admission(client, config, options, metrics))
+}
+
+/// The recycle bin's bounds, as the flags set them.
+fn recycle_bounds(args: &ServeArgs) -> BinBounds {
+    BinBounds {
+        copies: args.recycle_max_copies,
+        bytes: args.recycle_max_bytes.as_u64(),
+        release_copies: args.recycle_max_release_copies,
+        release_bytes: args.recycle_max_release_bytes.as_u64(),
+        ttl_secs: i64::try_from(args.recycle_ttl.as_secs()).unwrap_or(i64::MAX),
+    }
 }
 
 /// Reuses the certificates in `dir`, or makes them for localhost.

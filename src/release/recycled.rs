@@ -279,6 +279,36 @@ impl Default for BinBounds {
     }
 }
 
+/// The largest copy a record makes, counted as the bounds count it: a Secret's 1 MiB of data as
+/// base64 text, and its labels and annotations (at most 256 KiB).
+pub const LARGEST_COPY: u64 = 2 << 20;
+
+impl BinBounds {
+    /// Refuses bounds under which a copy just stored could be evicted at once: the client would
+    /// be told it is kept while it is gone.
+    pub fn check(&self) -> Result<(), String> {
+        if self.release_copies == 0 {
+            return Err("--recycle-max-release-copies must be at least 1".into());
+        }
+        if self.copies < self.release_copies {
+            return Err("--recycle-max-copies must be at least --recycle-max-release-copies".into());
+        }
+        if self.release_bytes < LARGEST_COPY {
+            return Err(format!(
+                "--recycle-max-release-bytes must be at least {} MiB, the largest copy a record makes",
+                LARGEST_COPY >> 20
+            ));
+        }
+        if self.bytes < self.release_bytes {
+            return Err("--recycle-max-bytes must be at least --recycle-max-release-bytes".into());
+        }
+        if self.ttl_secs < 60 {
+            return Err("--recycle-ttl must be at least 1m".into());
+        }
+        Ok(())
+    }
+}
+
 /// Why a copy was evicted (the metric's `reason`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display, strum::VariantArray,
@@ -551,6 +581,34 @@ mod tests {
             kept_at,
             bytes,
         }
+    }
+
+    #[test]
+    fn bounds_that_would_evict_a_copy_just_stored_are_refused() {
+        assert_eq!(BinBounds::default().check(), Ok(()));
+        let defaults = BinBounds::default();
+        for (bounds, flag) in [
+            (BinBounds { release_copies: 0, ..defaults }, "--recycle-max-release-copies"),
+            (BinBounds { copies: 5, release_copies: 6, ..defaults }, "--recycle-max-copies"),
+            (BinBounds { release_bytes: 1 << 20, ..defaults }, "--recycle-max-release-bytes"),
+            (BinBounds { bytes: 16 << 20, release_bytes: 32 << 20, ..defaults }, "--recycle-max-bytes"),
+            (BinBounds { ttl_secs: 1, ..defaults }, "--recycle-ttl"),
+        ] {
+            assert!(bounds.check().unwrap_err().starts_with(flag), "{flag}");
+        }
+        // At the smallest bounds allowed, the newest copy of a release, at the largest size,
+        // stays.
+        let tight = BinBounds {
+            copies: 1,
+            bytes: LARGEST_COPY,
+            release_copies: 1,
+            release_bytes: LARGEST_COPY,
+            ttl_secs: 60,
+        };
+        assert_eq!(tight.check(), Ok(()));
+        let entries = [entry("old", "a", 10, LARGEST_COPY), entry("new", "b", 20, LARGEST_COPY)];
+        let evicted = evictions(&entries, &tight, 30);
+        assert_eq!(evicted, vec![("old".to_owned(), Eviction::Copies)]);
     }
 
     #[test]
