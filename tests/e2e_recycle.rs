@@ -1,5 +1,5 @@
 //! Nothing lost, on a real API server with real Helm: a break-glass deletion of a release's only
-//! deployed revision, an exempt user's deletion and a warn-mode deletion each leave a copy in the
+//! deployed revision, an exempt user's deletion and a warn-mode deletion (Helm 3, configmap driver) each leave a copy in the
 //! guard's recycle bin; `helm-guard restore --apply` brings each back, and `helm history` is what
 //! it was while `helm status`, `helm upgrade` and `helm rollback` run; the bin's bounds evict the
 //! oldest copies; and a copy the API server refuses to store (a ResourceQuota in the guard's
@@ -33,10 +33,22 @@ fn base64_of(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// `helm history` as JSON, without what a restore cannot bring back the same (nothing: the
-/// whole line is compared).
-fn history(helm: &str, release: &str, namespace: &str) -> Vec<Value> {
-    let done = run(&[helm, "history", release, "-n", namespace, "-o", "json"]);
+/// Runs `helm` (Helm 4), `helm3`, or `helm3-configmap`: Helm 3 with `HELM_DRIVER=configmap`.
+fn helm(which: &str, args: &[&str]) -> std::process::Output {
+    let mut command = match which {
+        "helm3-configmap" => {
+            let mut command = std::process::Command::new("helm3");
+            command.env("HELM_DRIVER", "configmap");
+            command
+        }
+        binary => std::process::Command::new(binary),
+    };
+    common::cluster::output(command.args(args))
+}
+
+/// `helm history` as JSON, each line whole.
+fn history(which: &str, release: &str, namespace: &str) -> Vec<Value> {
+    let done = helm(which, &["history", release, "-n", namespace, "-o", "json"]);
     assert!(done.status.success(), "{}", said(&done));
     serde_json::from_slice(&done.stdout).unwrap()
 }
@@ -192,24 +204,29 @@ async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
         assert_eq!(history("helm", "app", &ns), before);
         assert!(run(&["helm", "upgrade", "app", chart, "-n", &ns]).status.success());
 
-        // 3. Warn mode, Helm 3: the deletion goes through with a warning, and a copy.
+        // 3. Warn mode, Helm 3 with the configmap driver: the deletion goes through with a
+        // warning, and a copy.
+        let helm3 = "helm3-configmap";
         for verb in ["install", "upgrade"] {
-            let done = run(&["helm3", verb, "legacy", chart, "-n", &warn_ns]);
+            let done = helm(helm3, &[verb, "legacy", chart, "-n", &warn_ns]);
             assert!(done.status.success(), "{}", said(&done));
         }
-        let before = history("helm3", "legacy", &warn_ns);
-        let done = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.legacy.v2", "-n", &warn_ns]);
+        let before = history(helm3, "legacy", &warn_ns);
+        let done = run(&["kubectl", "delete", "configmap", "sh.helm.release.v1.legacy.v2", "-n", &warn_ns]);
         assert!(done.status.success() && said(&done).contains("would deny"), "{}", said(&done));
         let kept = copies(&guard_ns, "legacy");
         assert_eq!(kept[0]["reason"], "latest-deployed-revision", "{kept:?}");
         let applied = run(&[GUARD, "restore", "legacy", "-n", &warn_ns, "--guard-namespace", &guard_ns, "--revision", "2", "--apply"]);
         assert!(applied.status.success(), "{}", said(&applied));
-        assert_eq!(history("helm3", "legacy", &warn_ns), before);
-        assert!(run(&["helm3", "upgrade", "legacy", chart, "-n", &warn_ns]).status.success());
+        assert_eq!(history(helm3, "legacy", &warn_ns), before);
+        assert!(helm(helm3, &["upgrade", "legacy", chart, "-n", &warn_ns]).status.success());
+        let restored = run(&["kubectl", "get", "configmap", "sh.helm.release.v1.legacy.v2", "-n", &warn_ns, "-o", "json"]);
+        let restored: Value = serde_json::from_slice(&restored.stdout).unwrap();
+        assert_eq!(restored["metadata"]["labels"]["owner"], "helm", "a ConfigMap again, Helm's labels on it");
 
         // Helm's own deletions keep nothing: an uninstall purges every record, no copy made.
         let held = copies(&guard_ns, "legacy").len();
-        assert!(run(&["helm3", "uninstall", "legacy", "-n", &warn_ns]).status.success());
+        assert!(helm(helm3, &["uninstall", "legacy", "-n", &warn_ns]).status.success());
         assert_eq!(copies(&guard_ns, "legacy").len(), held);
 
         // 4. The bounds: at most 3 copies of one release; the oldest go first.
