@@ -1,9 +1,10 @@
 //! Nothing lost, on a real API server with real Helm: a break-glass deletion of a release's only
 //! deployed revision, an exempt user's deletion and a warn-mode deletion (Helm 3, configmap
 //! driver) each leave a copy in the guard's recycle bin; `helm-guard restore --apply` brings each
-//! back, and `helm history` is what it was while `helm status`, `helm upgrade` and `helm rollback` run; the bin's bounds evict the
-//! oldest copies; and a copy the API server refuses to store (a ResourceQuota in the guard's
-//! namespace) refuses the deletion with "retry", the record kept.
+//! back, and `helm history` is what it was while `helm status`, `helm upgrade` and
+//! `helm rollback` run; the bin's bounds evict the oldest copies; and a copy the API server
+//! refuses to store (a ResourceQuota in the guard's namespace) refuses the deletion with "retry",
+//! the record kept.
 //!
 //! `cargo test --test e2e_recycle -- --ignored`, with `helm`, `helm3` and `kubectl` on PATH and
 //! the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
