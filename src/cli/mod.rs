@@ -138,6 +138,22 @@ impl ClusterArgs {
             context: self.context.clone(),
         }
     }
+
+    /// The cluster, and the namespace a command works in: `namespace`, else the kubeconfig
+    /// context's. A cluster that cannot be reached is said on stderr; `Err` is the exit code.
+    pub(crate) async fn connect_in(&self, namespace: Option<&str>) -> Result<(kube::Client, String), u8> {
+        match crate::cluster::connect::connect(&self.access()).await {
+            Ok(client) => {
+                let namespace =
+                    namespace.map_or_else(|| client.default_namespace().to_owned(), str::to_owned);
+                Ok((client, namespace))
+            }
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                Err(EXIT_BAD_INPUT)
+            }
+        }
+    }
 }
 
 /// Limits shared by every command that decodes payloads.

@@ -12,7 +12,6 @@ use serde_json::Value;
 
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data};
-use crate::cluster::connect::connect;
 use crate::cluster::listing::list_records;
 use crate::release::Driver;
 use crate::release::record::DecodedRecord;
@@ -57,14 +56,10 @@ pub fn run(args: &RepairArgs) -> anyhow::Result<u8> {
 }
 
 async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
-    let client = match connect(&args.cluster.access()).await {
-        Ok(client) => client,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            return Ok(EXIT_BAD_INPUT);
-        }
+    let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
+        Ok(connected) => connected,
+        Err(code) => return Ok(code),
     };
-    let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
     let objects = list_records(&client, Some(&namespace), Some(&args.release)).await?;
     let (records, problems) = collect_records(&objects, args.decode.limits());
     for problem in &problems {

@@ -15,7 +15,6 @@ use super::{
     ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data,
     table,
 };
-use crate::cluster::connect::connect;
 use crate::cluster::listing::{list_records, read_bin};
 use crate::release::restore::{RestorePlan, RestoreStep, StepAction, plan};
 use crate::release::scan::collect_records;
@@ -64,14 +63,10 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
 }
 
 async fn restore(args: &RestoreArgs) -> anyhow::Result<u8> {
-    let client = match connect(&args.cluster.access()).await {
-        Ok(client) => client,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            return Ok(EXIT_BAD_INPUT);
-        }
+    let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
+        Ok(connected) => connected,
+        Err(code) => return Ok(code),
     };
-    let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
     let bin =
         read_bin(&client, &args.guard_namespace, &namespace, &args.release).await.with_context(|| {
             format!(
