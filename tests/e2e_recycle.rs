@@ -176,6 +176,20 @@ async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!((kept[0]["revision"].as_u64(), kept[0]["reason"].as_str()), (Some(2), Some("break-glass")));
 
+        // An Event on the record says so too.
+        let event = common::eventually(Duration::from_secs(20), || {
+            let listed = run(&["kubectl", "get", "events.events.k8s.io", "-n", &ns, "-o", "json"]);
+            let events: Value = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+            let found = events["items"].as_array().into_iter().flatten().any(|e| {
+                e["regarding"]["name"] == "sh.helm.release.v1.app.v2"
+                    && e["reason"] == "BreakGlass"
+                    && e["note"].as_str().unwrap_or_default().contains("recycle bin")
+            });
+            std::future::ready(found)
+        })
+        .await;
+        assert!(event, "an Event on the deleted record names its copy");
+
         // The plan, then the restore: `helm history` is what it was.
         let plan = restore("app", &ns, &guard_ns, false);
         assert!(plan.status.success(), "{}", said(&plan));

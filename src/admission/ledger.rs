@@ -125,7 +125,8 @@ impl LedgerEntry {
     }
 
     /// The Event this decision calls for: a DELETE or UPDATE of a record (not a dry run) that was
-    /// refused, or let through with a warning or as a would-be refusal.
+    /// refused, or let through with a warning or as a would-be refusal, or whose record was kept
+    /// in the recycle bin.
     pub fn notice(&self) -> Option<Notice> {
         let refused_or_warned = self.decision != Decision::Allowed || self.message.is_some();
         let action = match self.operation {
@@ -138,7 +139,7 @@ impl LedgerEntry {
         let opted_out = self.reason == Reason::OptOut && self.transition.is_some();
         if self.webhook != super::Webhook::Validate.as_str()
             || self.dry_run
-            || !(refused_or_warned || opted_out)
+            || !(refused_or_warned || opted_out || self.recycled.is_some())
             || self.reason == Reason::NotAReleaseRecord
         {
             return None;
@@ -147,6 +148,13 @@ impl LedgerEntry {
         let message = message.strip_prefix("helm-guard: ").unwrap_or(message);
         let first_sentence =
             message.split_once(". ").map_or(message, |(first, _)| first).trim_end_matches('.');
+        let kept = self.recycled.as_deref().map(|copy| {
+            let (namespace, release) = self.release.as_deref().and_then(|r| r.split_once('/')).unwrap_or_default();
+            let revision = self.revision.map(|r| format!(" --revision {r}")).unwrap_or_default();
+            format!(
+                "; a copy is kept in helm-guard's recycle bin as Secret {copy} (`helm-guard restore {release} -n {namespace}{revision}`)"
+            )
+        });
         let note = match (opted_out, self.transition.as_deref()) {
             (true, Some(change)) => format!(
                 "allowed opt-out ({change}) by {} ({}): the guard's protection of this namespace's Helm releases is {}",
@@ -154,12 +162,21 @@ impl LedgerEntry {
                 self.detail.as_deref().unwrap_or_default(),
                 if change.ends_with("ignored") { "off" } else { "weaker" }
             ),
-            _ => format!(
-                "{} {} by {} ({}): {first_sentence}",
+            _ if first_sentence.is_empty() => format!(
+                "{} {} by {} ({}){}",
                 self.decision,
                 self.operation,
                 self.requester,
-                self.reason.as_str()
+                self.reason.as_str(),
+                kept.unwrap_or_default()
+            ),
+            _ => format!(
+                "{} {} by {} ({}): {first_sentence}{}",
+                self.decision,
+                self.operation,
+                self.requester,
+                self.reason.as_str(),
+                kept.unwrap_or_default()
             ),
         };
         Some(Notice {
@@ -319,6 +336,33 @@ mod tests {
         let line: serde_json::Value = serde_json::from_str(&allowed).unwrap();
         assert_eq!(line["message"], "admission decision");
         assert_eq!(line["level"], "INFO");
+    }
+
+    #[test]
+    fn a_deletion_whose_record_was_kept_is_an_event_that_says_where_and_how_to_restore() {
+        let mut glass = entry(Decision::Allowed, None);
+        glass.reason = Reason::BreakGlass;
+        assert_eq!(glass.notice(), None, "an allowance without a copy is no Event");
+        glass.recycled = Some("helm-guard/helm-guard-recycled-0123".into());
+        let notice = glass.notice().unwrap();
+        assert_eq!(
+            (notice.reason.as_str(), notice.name.as_str()),
+            ("BreakGlass", "sh.helm.release.v1.web.v3")
+        );
+        assert_eq!(
+            notice.note,
+            "allowed DELETE by admin (break-glass); a copy is kept in helm-guard's recycle bin as Secret \
+             helm-guard/helm-guard-recycled-0123 (`helm-guard restore web -n demo --revision 3`)"
+        );
+        let mut warned = entry(Decision::Warned, Some("helm-guard: revision 3 is the latest. Instead: x"));
+        warned.recycled = glass.recycled.clone();
+        let note = warned.notice().unwrap().note;
+        assert!(
+            note.starts_with(
+                "warned DELETE by admin (latest-deployed-revision): revision 3 is the latest; a copy is kept"
+            ),
+            "{note}"
+        );
     }
 
     #[test]
