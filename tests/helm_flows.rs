@@ -407,12 +407,12 @@ impl World {
         if last_status.is_pending() {
             return Ok(()); // "another operation is in progress"
         }
-        let current = if last_status == Status::Deployed {
-            last_name
-        } else if let Some((_, _, deployed)) = self.deployed(release) {
-            deployed
+        let (current, current_status) = if last_status == Status::Deployed {
+            (last_name, last_status)
+        } else if let Some((_, status, deployed)) = self.deployed(release) {
+            (deployed, status)
         } else if matches!(last_status, Status::Failed | Status::Superseded) {
-            last_name
+            (last_name, last_status)
         } else {
             return Ok(()); // "has no deployed releases"
         };
@@ -426,6 +426,9 @@ impl World {
                 self.update(&name, Status::Deployed)
             }
             UpgradeEnds::Failed { atomic } => {
+                // `--wait` gave up: `recordRelease(originalRelease)`, unchanged, then
+                // `failRelease`.
+                self.update(&current, current_status)?;
                 self.update(&name, Status::Failed)?;
                 if atomic {
                     return self.rollback(release, revision - 1, false, history_max);
@@ -444,7 +447,7 @@ impl World {
         fail: bool,
         history_max: Option<u32>,
     ) -> Result<(), Refused> {
-        let Some((last, _, current)) = self.latest(release) else { return Ok(()) };
+        let Some((last, current_status, current)) = self.latest(release) else { return Ok(()) };
         if !self.history(release).iter().any(|(revision, ..)| *revision == target) {
             return Ok(()); // "release has no N version"
         }
@@ -453,7 +456,8 @@ impl World {
         self.create(release, revision, Status::PendingRollback)?;
         let name = format!("sh.helm.release.v1.{}.v{revision}", RELEASES[release]);
         if fail {
-            self.update(&current, Status::Superseded)?;
+            // `--wait` gave up: the current release recorded unchanged, the target failed.
+            self.update(&current, current_status)?;
             return self.update(&name, Status::Failed);
         }
         for (_, status, deployed) in self.history(release) {
@@ -576,6 +580,96 @@ fn run(seed: u64, steps: usize) {
 fn every_helm_flow_passes_through_two_replicas_with_lagging_watches() {
     for seed in seeds(1, 48) {
         run(seed, 160);
+    }
+}
+
+/// Helm's writes as the model makes them and as real Helm made them (the AdmissionReviews of
+/// tests/fixtures/admission, recorded from a real API server): (operation, revision, status
+/// before, status after).
+type Write = (String, u32, String, String);
+
+fn recorded_writes(scenario: &str) -> Vec<Write> {
+    let mut files: Vec<_> = std::fs::read_dir(fixture_path(&format!("admission/{scenario}")))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let status = |object: &Value| {
+        if object.is_null() {
+            String::new()
+        } else {
+            release_json(object)["info"]["status"].as_str().unwrap().to_owned()
+        }
+    };
+    files
+        .iter()
+        .map(|path| {
+            let review: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+            let request = &review["request"];
+            let name = request["name"].as_str().unwrap();
+            let revision = name.rsplit_once(".v").unwrap().1.parse().unwrap();
+            let operation = request["operation"].as_str().unwrap().to_owned();
+            let (before, after) = match operation.as_str() {
+                "DELETE" => (String::new(), String::new()),
+                _ => (status(&request["oldObject"]), status(&request["object"])),
+            };
+            (operation, revision, before, after)
+        })
+        .collect()
+}
+
+/// The writes the model logged since `from`.
+fn model_writes(world: &World, from: usize) -> Vec<Write> {
+    world.log[from..]
+        .iter()
+        .filter_map(|line| line.strip_prefix("  "))
+        .map(|line| {
+            let words: Vec<&str> = line.split([' ', ':']).filter(|w| !w.is_empty()).collect();
+            let revision = words[1].rsplit_once(".v").unwrap().1.parse().unwrap();
+            let (before, after) = match words[0] {
+                "CREATE" => (String::new(), words[2].to_owned()),
+                "UPDATE" => (words[2].to_owned(), words[4].to_owned()),
+                _ => (String::new(), String::new()),
+            };
+            (words[0].to_owned(), revision, before, after)
+        })
+        .collect()
+}
+
+/// The model is held to what real Helm 3 and 4 sent: the same writes in the same order for an
+/// install, upgrades, an uninstall's purge and an upgrade whose `--wait` gave up (which records
+/// the deployed revision unchanged before failing the new one).
+#[test]
+fn the_model_writes_what_real_helm_wrote() {
+    let install = HelmOp::Install { release: 0, replace: false, fail: false };
+    let upgrade =
+        |fail| HelmOp::Upgrade { release: 0, install: false, fail, atomic: false, history_max: None };
+    let uninstall = HelmOp::Uninstall { release: 0, keep_history: false };
+    // (scenario, Helm 4, the steps before the recording began, the steps recorded)
+    let scenarios: [(&str, bool, Vec<HelmOp>, Vec<HelmOp>); 5] = [
+        ("05-helm3-install-upgrade", false, vec![], vec![install.clone(), upgrade(false)]),
+        ("07-configmap-driver-install-upgrade", false, vec![], vec![install.clone(), upgrade(false)]),
+        ("01-helm4-install-upgrade", true, vec![install.clone()], vec![upgrade(false), upgrade(false)]),
+        ("06-helm3-uninstall-purge", false, vec![install.clone(), upgrade(false)], vec![uninstall]),
+        (
+            "12-failed-upgrade",
+            false,
+            vec![install.clone(), upgrade(false), upgrade(false)],
+            vec![upgrade(true)],
+        ),
+    ];
+    for (scenario, helm4, before, recorded) in scenarios {
+        let mut world = World::new(1);
+        world.helm4 = helm4;
+        for op in &before {
+            world.step(op);
+        }
+        let from = world.log.len();
+        for op in &recorded {
+            world.step(op);
+        }
+        assert_eq!(model_writes(&world, from), recorded_writes(scenario), "{scenario}");
     }
 }
 
