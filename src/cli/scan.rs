@@ -77,8 +77,8 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         Some(path) => (input_name(path), read_dump(path, args)),
         None => ("the cluster".to_owned(), list_cluster(args)),
     };
-    let (objects, namespaces) = match objects {
-        Ok(objects) => objects,
+    let Listed { records: objects, namespaces, bin } = match objects {
+        Ok(listed) => listed,
         Err(error) => {
             eprintln!("error: {source}: {error:#}");
             return Ok(EXIT_BAD_INPUT);
@@ -117,8 +117,8 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         outln!("\nNot (fully) guarded by their namespace's labels (`helm-guard scan --opted-out`):")?;
         print_opted_out(&opted_out, Output::Text)?;
     }
-    if args.from_file.is_none() && args.output == Output::Text {
-        print_bin_summary(args)?;
+    if args.output == Output::Text {
+        print_bin_summary(&bin)?;
     }
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
@@ -189,7 +189,7 @@ fn scope(args: &ScanArgs) -> String {
 /// The dump's objects that the filters select, as the cluster's list selects them: by namespace
 /// and by the `name` label Helm queries. A file that is not a dump is bad input; a dump with no
 /// records in it is an empty answer.
-fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<(Vec<Value>, Vec<ObjectMeta>)> {
+fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Listed> {
     let objects = parse_objects(&read_input(path)?)?;
     let namespaces = objects
         .iter()
@@ -215,21 +215,31 @@ fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<(Vec<Value>, Vec<Ob
             args.release.as_ref().is_none_or(|r| text(o, "/metadata/labels/name").as_ref() == Some(r))
         })
         .collect();
-    Ok((records, namespaces))
+    Ok(Listed { records, namespaces, bin: Vec::new() })
 }
 
-/// Lists the records of the cluster (or one namespace, or one release), and its namespaces (none,
-/// with a warning, for a user who may not list them).
-fn list_cluster(args: &ScanArgs) -> anyhow::Result<(Vec<Value>, Vec<ObjectMeta>)> {
+/// What a scan reads: the records, the namespaces, the recycle bin's copies.
+struct Listed {
+    records: Vec<Value>,
+    namespaces: Vec<ObjectMeta>,
+    bin: Vec<crate::release::recycled::BinEntry>,
+}
+
+/// Lists the records of the cluster (or one namespace, or one release), its namespaces (none,
+/// with a warning, for a user who may not list them) and the copies in the recycle bin (none,
+/// quietly, for a user who may not read the guard's namespace, as most may not).
+fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let client = connect(&args.cluster.access()).await?;
-        let records = list_records(&client, args.namespace.as_deref(), args.release.as_deref()).await?;
-        let namespaces = list_namespaces(&client, args.namespace.as_deref()).await.unwrap_or_else(|error| {
+        let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
+        let records = list_records(&client, namespace, release).await?;
+        let namespaces = list_namespaces(&client, namespace).await.unwrap_or_else(|error| {
             eprintln!("warning: could not list namespaces ({error}): opted-out namespaces are not shown");
             Vec::new()
         });
-        Ok((records, namespaces))
+        let bin = list_bin(&client, &args.guard_namespace, namespace, release).await.unwrap_or_default();
+        Ok(Listed { records, namespaces, bin })
     })
 }
 
@@ -272,26 +282,20 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
-/// The copies in the bin, newest first, as the filters select them.
+/// The copies in the bin, as the filters select them.
 fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::release::recycled::BinEntry>> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut entries = runtime.block_on(async {
+    runtime.block_on(async {
         let client = connect(&args.cluster.access()).await?;
-        let listed =
-            list_bin(&client, &args.guard_namespace, args.namespace.as_deref(), args.release.as_deref())
-                .await?;
-        anyhow::Ok(listed)
-    })?;
-    entries.sort_by(|a, b| b.kept_at.cmp(&a.kept_at).then(a.name.cmp(&b.name)));
-    Ok(entries)
+        let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
+        anyhow::Ok(list_bin(&client, &args.guard_namespace, namespace, release).await?)
+    })
 }
 
-/// After the report: the releases with copies in the bin, when the user may read it (a tenant
-/// who may not is told nothing).
-fn print_bin_summary(args: &ScanArgs) -> anyhow::Result<()> {
-    let Ok(entries) = list_bin_entries(args) else { return Ok(()) };
+/// After the report: the releases with copies in the bin.
+fn print_bin_summary(entries: &[crate::release::recycled::BinEntry]) -> anyhow::Result<()> {
     let mut releases: std::collections::BTreeMap<(&str, &str), Vec<u32>> = Default::default();
-    for entry in &entries {
+    for entry in entries {
         releases.entry((&entry.namespace, &entry.release)).or_default().push(entry.revision);
     }
     if releases.is_empty() {

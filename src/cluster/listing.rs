@@ -72,7 +72,7 @@ fn bin_selector(namespace: Option<&str>, release: Option<&str>) -> String {
     selector
 }
 
-/// The copies in the recycle bin in `bin_namespace` (metadata only), for `scan`.
+/// The copies in the recycle bin in `bin_namespace` (metadata only), newest first.
 pub async fn list_bin(
     client: &kube::Client,
     bin_namespace: &str,
@@ -82,9 +82,13 @@ pub async fn list_bin(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), bin_namespace);
     let params = ListParams::default().labels(&bin_selector(namespace, release));
     let listed = secrets.list_metadata(&params).await?;
-    let entries =
-        listed.items.iter().filter_map(|item| crate::release::recycled::BinEntry::from_meta(&item.metadata));
-    Ok(entries.collect())
+    let mut entries: Vec<_> = listed
+        .items
+        .iter()
+        .filter_map(|item| crate::release::recycled::BinEntry::from_meta(&item.metadata))
+        .collect();
+    entries.sort_by(|a, b| b.kept_at.cmp(&a.kept_at).then(a.name.cmp(&b.name)));
+    Ok(entries)
 }
 
 /// The copies of one release in the recycle bin, read whole, for `restore`; a Secret that is no
