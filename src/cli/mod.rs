@@ -114,6 +114,45 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()
     Ok(())
 }
 
+/// A command's plan and whether its writes were made (`repair`, `restore`).
+#[derive(serde::Serialize)]
+pub(crate) struct Applied<P> {
+    #[serde(flatten)]
+    pub(crate) plan: P,
+    pub(crate) applied: bool,
+}
+
+/// How a command's writes are named in its errors: `updating`/`changed`, `creating`/`created`.
+pub(crate) struct Writes {
+    pub(crate) doing: &'static str,
+    pub(crate) done: &'static str,
+}
+
+/// Makes `items`' writes, each first as a server-side dry run: the API server (and the guard,
+/// if installed) judges every one before any is made. An error names the item and says what
+/// was (not) done.
+pub(crate) async fn dry_run_then_write<T>(
+    items: &[T],
+    writes: Writes,
+    name: impl Fn(&T) -> String,
+    write: impl AsyncFn(&T, bool) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for dry_run in [true, false] {
+        for item in items {
+            write(item, dry_run).await.with_context(|| {
+                format!(
+                    "{} {} (nothing {}{}; run again)",
+                    if dry_run { "checking" } else { writes.doing },
+                    name(item),
+                    if dry_run { "" } else { "more " },
+                    writes.done
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// "1 release", "2 releases".
 pub(crate) fn count(n: usize, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }

@@ -7,11 +7,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use serde::Serialize;
 use serde_json::Value;
 
 use super::ClusterArgs;
-use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data};
+use super::{
+    Applied, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, Writes, count, dry_run_then_write,
+    now_secs, print_data,
+};
 use crate::cluster::listing::list_records;
 use crate::release::Driver;
 use crate::release::record::DecodedRecord;
@@ -41,13 +43,6 @@ pub struct RepairArgs {
     pub output: Output,
     #[command(flatten)]
     pub decode: DecodeArgs,
-}
-
-#[derive(Serialize)]
-struct Outcome {
-    #[serde(flatten)]
-    plan: RepairPlan,
-    applied: bool,
 }
 
 pub fn run(args: &RepairArgs) -> anyhow::Result<u8> {
@@ -80,24 +75,19 @@ async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
     let mut applied = false;
     if args.apply && !refused && plans.iter().any(|p| !p.steps.is_empty()) {
         let edits = edits(&client, &plans, &records, &objects, args)?;
-        // The API server (and the guard, if installed) judges every edit before any is made.
-        for dry_run in [true, false] {
-            for (api, object) in &edits {
-                let name = object.metadata.name.as_deref().unwrap_or_default();
-                let params = PostParams { dry_run, ..PostParams::default() };
-                api.replace(name, &params, object).await.with_context(|| {
-                    format!(
-                        "{} {name} (nothing {}changed; run again)",
-                        if dry_run { "checking" } else { "updating" },
-                        if dry_run { "" } else { "more " }
-                    )
-                })?;
-            }
-        }
+        let name = |(_, object): &(Api<DynamicObject>, DynamicObject)| {
+            object.metadata.name.clone().unwrap_or_default()
+        };
+        let replace = async |(api, object): &(Api<DynamicObject>, DynamicObject), dry_run: bool| {
+            let params = PostParams { dry_run, ..PostParams::default() };
+            api.replace(object.metadata.name.as_deref().unwrap_or_default(), &params, object).await?;
+            anyhow::Ok(())
+        };
+        dry_run_then_write(&edits, Writes { doing: "updating", done: "changed" }, name, replace).await?;
         applied = true;
     }
-    let outcomes: Vec<Outcome> =
-        plans.into_iter().map(|plan| Outcome { applied: applied && !plan.steps.is_empty(), plan }).collect();
+    let outcomes: Vec<Applied<RepairPlan>> =
+        plans.into_iter().map(|plan| Applied { applied: applied && !plan.steps.is_empty(), plan }).collect();
     if !print_data(&outcomes, args.output)? {
         for outcome in &outcomes {
             print_plan(&outcome.plan)?;

@@ -6,18 +6,16 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, PostParams};
-use serde::Serialize;
-
 use super::{
-    ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, now_secs, print_data,
-    table,
+    Applied, ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, Writes, count,
+    dry_run_then_write, now_secs, print_data, table,
 };
 use crate::cluster::listing::{list_records, read_bin};
 use crate::release::restore::{RestorePlan, RestoreStep, StepAction, plan};
 use crate::release::scan::collect_records;
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PostParams};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -48,13 +46,6 @@ pub struct RestoreArgs {
     pub output: Output,
     #[command(flatten)]
     pub decode: DecodeArgs,
-}
-
-#[derive(Serialize)]
-struct Outcome {
-    #[serde(flatten)]
-    plan: RestorePlan,
-    applied: bool,
 }
 
 pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
@@ -103,23 +94,16 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<u8> {
     let steps: Vec<RestoreStep> = plans.iter().flat_map(RestorePlan::to_restore).cloned().collect();
     let mut applied = false;
     if args.apply && !steps.is_empty() {
-        // The API server (and the guard) judges every create before any is made.
-        for dry_run in [true, false] {
-            for step in &steps {
-                create(&client, &namespace, step, dry_run).await.with_context(|| {
-                    format!(
-                        "{} {} {namespace}/{} (nothing {}created; run again)",
-                        if dry_run { "checking" } else { "creating" },
-                        step.kind,
-                        step.name,
-                        if dry_run { "" } else { "more " }
-                    )
-                })?;
-            }
-        }
+        let name = |step: &RestoreStep| format!("{} {namespace}/{}", step.kind, step.name);
+        let write =
+            async |step: &RestoreStep, dry_run: bool| create(&client, &namespace, step, dry_run).await;
+        dry_run_then_write(&steps, Writes { doing: "creating", done: "created" }, name, write).await?;
         applied = true;
     }
-    let outcomes: Vec<Outcome> = plans.into_iter().map(|plan| Outcome { applied, plan }).collect();
+    let outcomes: Vec<Applied<RestorePlan>> = plans
+        .into_iter()
+        .map(|plan| Applied { applied: applied && plan.to_restore().next().is_some(), plan })
+        .collect();
     if !print_data(&outcomes, args.output)? {
         for outcome in &outcomes {
             print_plan(&outcome.plan)?;
