@@ -162,20 +162,13 @@ impl LedgerEntry {
                 self.detail.as_deref().unwrap_or_default(),
                 if change.ends_with("ignored") { "off" } else { "weaker" }
             ),
-            _ if first_sentence.is_empty() => format!(
-                "{} {} by {} ({}){}",
-                self.decision,
-                self.operation,
-                self.requester,
-                self.reason.as_str(),
-                kept.unwrap_or_default()
-            ),
             _ => format!(
-                "{} {} by {} ({}): {first_sentence}{}",
+                "{} {} by {} ({}){}{}",
                 self.decision,
                 self.operation,
                 self.requester,
                 self.reason.as_str(),
+                if first_sentence.is_empty() { String::new() } else { format!(": {first_sentence}") },
                 kept.unwrap_or_default()
             ),
         };
