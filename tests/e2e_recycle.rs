@@ -112,41 +112,15 @@ fn metrics_of(running: &helm_guard::server::Running) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real API server, helm, helm3 and kubectl: cargo test --test e2e_recycle -- --ignored"]
 async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
-    let client = kube::Client::try_default().await.expect("a cluster in KUBECONFIG");
-    let suffix =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
-    let ns = format!("helm-guard-e2e-bin-{suffix}");
-    let warn_ns = format!("{ns}-warn");
-    let guard_ns = format!("{ns}-guard");
-    let host = std::env::var("HELM_GUARD_E2E_HOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let port: u16 =
-        std::env::var("HELM_GUARD_E2E_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9443) + 51;
-    let dir = tempfile::tempdir().unwrap();
-    let bounds = BinBounds { release_copies: 3, ..BinBounds::default() };
-    let options = helm_guard::server::assemble::LiveOptions {
-        tombstone_ttl: Duration::from_secs(30),
-        limits: Default::default(),
-        lease_namespace: Some(guard_ns.clone()),
-        identity: "e2e".to_owned(),
-        emit_events: true,
-        recycle_bin: Some(helm_guard::server::assemble::RecycleOptions {
-            namespace: guard_ns.clone(),
-            bounds,
-            best_effort: false,
-        }),
-    };
     let config = PolicyConfig { exempt_users: vec!["ops-bot".into()], ..PolicyConfig::default() };
-    let (running, index, ca_pem) = common::guard::start_live_with(
-        client.clone(),
-        config,
-        format!("0.0.0.0:{port}").parse().unwrap(),
-        &[host.clone(), "localhost".to_owned()],
-        dir.path(),
-        options,
-    )
+    // The bin in a namespace of its own (a quota there must not touch the releases').
+    let bounds = BinBounds { release_copies: 3, ..BinBounds::default() };
+    let guard = common::cluster::start_guard_live("helm-guard-e2e-bin", 51, config, |ns| {
+        common::cluster::live_options(Some(&format!("{ns}-guard")), bounds)
+    })
     .await;
-    assert!(common::eventually(Duration::from_secs(30), || async { index.is_ready() }).await);
-    let url = format!("https://{host}:{port}");
+    let common::cluster::LiveGuard { client, namespace: ns, url, ca_pem, running, dir, .. } = guard;
+    let (warn_ns, guard_ns) = (format!("{ns}-warn"), format!("{ns}-guard"));
     let checks = std::panic::AssertUnwindSafe(async {
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": guard_ns}}));
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}));

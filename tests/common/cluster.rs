@@ -32,6 +32,41 @@ pub async fn start_guard_with(
     port_offset: u16,
     config: helm_guard::policy::PolicyConfig,
 ) -> LiveGuard {
+    // Deletions agreed through Leases in the test's namespace, as two replicas would.
+    start_guard_live(prefix, port_offset, config, |namespace| {
+        live_options(Some(namespace), Default::default())
+    })
+    .await
+}
+
+/// What [`start_guard`] runs: Leases (and the recycle bin, bounded by `bounds`) in
+/// `guard_namespace` when given, Events on.
+pub fn live_options(
+    guard_namespace: Option<&str>,
+    bounds: helm_guard::release::recycled::BinBounds,
+) -> helm_guard::server::assemble::LiveOptions {
+    helm_guard::server::assemble::LiveOptions {
+        tombstone_ttl: std::time::Duration::from_secs(30),
+        limits: Default::default(),
+        lease_namespace: guard_namespace.map(str::to_owned),
+        identity: "e2e".to_owned(),
+        emit_events: true,
+        recycle_bin: guard_namespace.map(|namespace| helm_guard::server::assemble::RecycleOptions {
+            namespace: namespace.to_owned(),
+            bounds,
+            best_effort: false,
+        }),
+    }
+}
+
+/// [`start_guard`] under `config`, its live parts as `options` makes them for the test's
+/// namespace.
+pub async fn start_guard_live(
+    prefix: &str,
+    port_offset: u16,
+    config: helm_guard::policy::PolicyConfig,
+    options: impl FnOnce(&str) -> helm_guard::server::assemble::LiveOptions,
+) -> LiveGuard {
     use std::time::Duration;
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
     let suffix =
@@ -43,15 +78,13 @@ pub async fn start_guard_with(
     let listen = format!("0.0.0.0:{port}").parse().unwrap();
     let names = [host.clone(), "localhost".to_owned()];
     let namespace = format!("{prefix}-{suffix}");
-    // Deletions agreed through Leases in the test's namespace, as two replicas would.
-    let (running, index, ca_pem) = super::guard::start_live(
+    let (running, index, ca_pem) = super::guard::start_live_with(
         client.clone(),
         config,
         listen,
         &names,
         dir.path(),
-        Duration::from_secs(30),
-        Some(&namespace),
+        options(&namespace),
     )
     .await;
     let ready = super::eventually(Duration::from_secs(30), || async { index.is_ready() }).await;

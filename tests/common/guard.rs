@@ -197,15 +197,7 @@ pub async fn start_live(
 ) -> (Running, Arc<ReleaseIndex>, String) {
     let options = helm_guard::server::assemble::LiveOptions {
         tombstone_ttl,
-        limits: DecodeLimits::default(),
-        lease_namespace: lease_namespace.map(str::to_owned),
-        identity: "e2e".to_owned(),
-        emit_events: true,
-        recycle_bin: lease_namespace.map(|namespace| helm_guard::server::assemble::RecycleOptions {
-            namespace: namespace.to_owned(),
-            bounds: Default::default(),
-            best_effort: false,
-        }),
+        ..super::cluster::live_options(lease_namespace, Default::default())
     };
     start_live_with(client, config, listen, names, certs, options).await
 }
