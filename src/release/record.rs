@@ -349,7 +349,7 @@ impl Record {
 }
 
 /// A record with its payload decoded, or the reason it does not decode.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DecodedRecord {
     /// The record.
     pub record: Record,

@@ -204,11 +204,7 @@ pub fn plan(
                 })
                 .collect();
             history.sort_by_key(|row| (row.revision, row.restored));
-            let after: Vec<DecodedRecord> = live
-                .iter()
-                .map(|r| DecodedRecord { record: r.record.clone(), payload: r.payload.clone() })
-                .chain(restored)
-                .collect();
+            let after: Vec<DecodedRecord> = live.iter().copied().cloned().chain(restored).collect();
             let state_after = report(&after, now, stuck_after_secs).first().map(|r| r.state.to_string());
             RestorePlan {
                 namespace: key.namespace,
