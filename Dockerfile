@@ -1,10 +1,13 @@
-# Build: docker build -t helm-guard:0.1.0 .
+# With a registry: docker build -t helm-guard:0.1.0 .   (offline, with podman: image/build.sh)
+# The same binary as image/build.sh, the same way (cargo build --release --locked, laid out by
+# image/rootfs.sh); the final stage is image/Containerfile's.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin helm-guard
+RUN cargo build --release --locked --bin helm-guard \
+ && mkdir -p /image && image/rootfs.sh target/release/helm-guard /image/rootfs
 
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /src/target/release/helm-guard /usr/local/bin/helm-guard
+FROM scratch
+COPY --from=build /image/rootfs/ /
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/helm-guard"]

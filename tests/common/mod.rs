@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod crafted;
 pub mod flows;
 pub mod guard;
+pub mod helm_twins;
 pub mod leases;
 
 use std::path::{Path, PathBuf};
