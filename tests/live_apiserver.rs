@@ -99,7 +99,10 @@ async fn secrets(
     State(stub): State<Stub>,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> axum::response::Response {
-    assert_eq!(query.get("labelSelector").map(String::as_str), Some("owner=helm"));
+    assert_eq!(
+        query.get("labelSelector").map(String::as_str),
+        Some(helm_guard::cluster::fence::WATCHED_LABELS)
+    );
     // Helm selects its records by label alone: a Secret of any type is one.
     assert_eq!(query.get("fieldSelector"), None);
     if is_watch(&query) {

@@ -54,6 +54,8 @@ pub struct Admission {
     pub decision_deadline: Duration,
     /// Decisions that ran out of `decision_deadline` before reading every record they needed.
     pub deadline_exceeded: crate::tally::Tally,
+    /// Decisions that listed their release because the watch could not be shown caught up.
+    pub confirmed_by_listing: crate::tally::Tally,
     /// Payload readings by the payload's bytes.
     pub memo: Arc<crate::release::decode::memo::PayloadMemo>,
     /// Live source with several replicas: agrees approvals of deletions with the others.
@@ -80,6 +82,7 @@ impl Admission {
             fetcher: None,
             decision_deadline: DEFAULT_DECISION_DEADLINE,
             deadline_exceeded: Default::default(),
+            confirmed_by_listing: Default::default(),
             memo: Default::default(),
             coordinator: None,
             coordination_refused: Default::default(),
@@ -175,9 +178,11 @@ impl Admission {
         (info, mode)
     }
 
-    /// Makes the index's view of one release what is stored now (a consistent listing: the
-    /// watch may lag a record just written), then reads what is still unread. Within the
-    /// decision deadline; whether the listing came (without it the index stays as it was).
+    /// Makes the index's view of one release at least as new as the request (the watch may lag
+    /// a record just written), then reads what is still unread. Within the decision deadline;
+    /// whether that was shown (without it the index stays as it was). Shown by the watch's fence
+    /// when a round completes within half the deadline (one write for every verdict waiting),
+    /// else by a consistent listing of the release.
     fn confirm_history(
         &self,
         key: &ReleaseKey,
@@ -189,6 +194,11 @@ impl Admission {
         if io == Io::Forbidden {
             return Err(NeedsIo);
         }
+        if fetcher.caught_up(key.driver, started + self.decision_deadline / 2) {
+            self.read_history(key, except, started, io)?;
+            return Ok(true);
+        }
+        self.confirmed_by_listing.inc();
         let listed = fetcher.list(key, started + self.decision_deadline);
         let confirmed = listed.is_some();
         match listed {

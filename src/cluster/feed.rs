@@ -53,6 +53,13 @@ pub trait IndexSink<M> {
     fn upsert(&self, index: &ReleaseIndex, item: Self::Item);
     /// One object gone.
     fn remove(&self, index: &ReleaseIndex, object: &M);
+    /// The resourceVersion of an event's object, where the index tracks how far this watch has
+    /// come ([`super::fence`]); `None` for the rest.
+    fn version(&self, _object: &M) -> Option<u64> {
+        None
+    }
+    /// The index now holds this watch's events up to `resource_version`.
+    fn progressed(&self, _index: &ReleaseIndex, _resource_version: u64) {}
 }
 
 /// A watcher's events applied to the index: single changes as they come, a (re-)list gathered
@@ -61,12 +68,14 @@ pub trait IndexSink<M> {
 pub struct Feed<S, T> {
     sink: S,
     relist: Option<Vec<T>>,
+    /// The highest resourceVersion of the (re-)list being gathered.
+    relist_version: u64,
 }
 
 impl<S, T> Feed<S, T> {
     /// A feed into `sink`.
     pub fn with_sink(sink: S) -> Feed<S, T> {
-        Feed { sink, relist: None }
+        Feed { sink, relist: None, relist_version: 0 }
     }
 
     /// Applies one event; true when it completed a list.
@@ -76,22 +85,35 @@ impl<S, T> Feed<S, T> {
     {
         index.mark_synced();
         match event {
-            Event::Init => self.relist = Some(Vec::new()),
+            Event::Init => {
+                self.relist = Some(Vec::new());
+                self.relist_version = 0;
+            }
             Event::InitApply(object) => {
+                self.relist_version = self.relist_version.max(self.sink.version(&object).unwrap_or(0));
                 if let (Some(relist), Some(item)) = (self.relist.as_mut(), self.sink.read(&object)) {
                     relist.push(item);
                 }
             }
             Event::InitDone => {
                 self.sink.replace(index, self.relist.take().unwrap_or_default());
+                self.sink.progressed(index, self.relist_version);
                 return true;
             }
             Event::Apply(object) => {
                 if let Some(item) = self.sink.read(&object) {
                     self.sink.upsert(index, item);
                 }
+                if let Some(version) = self.sink.version(&object) {
+                    self.sink.progressed(index, version);
+                }
             }
-            Event::Delete(object) => self.sink.remove(index, &object),
+            Event::Delete(object) => {
+                self.sink.remove(index, &object);
+                if let Some(version) = self.sink.version(&object) {
+                    self.sink.progressed(index, version);
+                }
+            }
         }
         false
     }
@@ -120,6 +142,15 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
         if let Some(record) = record_from_meta(self.0, &object.metadata) {
             index.remove(&record.key, &record.object, record.uid.as_deref());
         }
+    }
+
+    // Every object of the watch counts, records and fences alike: the stream is in order.
+    fn version(&self, object: &PartialObjectMeta<K>) -> Option<u64> {
+        super::fence::revision(object.metadata.resource_version.as_deref())
+    }
+
+    fn progressed(&self, index: &ReleaseIndex, resource_version: u64) {
+        index.progress.applied(self.0, resource_version);
     }
 }
 

@@ -22,6 +22,8 @@ pub struct ApiPayloadFetcher {
     pub runtime: tokio::runtime::Handle,
     /// Bounds on reading payloads.
     pub limits: DecodeLimits,
+    /// The watch's fence, where the guard has a namespace to write it in.
+    pub fence: Option<std::sync::Arc<super::fence::Fence>>,
 }
 
 /// How many GETs one verdict keeps in flight.
@@ -91,6 +93,12 @@ impl ApiPayloadFetcher {
 }
 
 impl PayloadFetcher for ApiPayloadFetcher {
+    fn caught_up(&self, driver: crate::release::Driver, deadline: std::time::Instant) -> bool {
+        let Some(fence) = &self.fence else { return false };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        self.runtime.block_on(fence.caught_up(driver, deadline))
+    }
+
     fn list(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
         let deadline = tokio::time::Instant::from_std(deadline);
         match self.runtime.block_on(async { tokio::time::timeout_at(deadline, self.list_release(key)).await })

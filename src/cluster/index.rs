@@ -227,6 +227,8 @@ pub struct IndexedRecord {
 pub struct ReleaseIndex {
     /// The K3s/RKE2 HelmCharts (live source with the CRD installed; else empty).
     pub charts: super::helmcharts::HelmCharts,
+    /// How far the record watches have been applied (live source; see [`super::fence`]).
+    pub progress: super::fence::WatchProgress,
     source: SourceKind,
     state: Mutex<IndexState>,
     ready: AtomicBool,
@@ -238,6 +240,7 @@ impl ReleaseIndex {
     pub fn new(source: SourceKind) -> ReleaseIndex {
         ReleaseIndex {
             charts: Default::default(),
+            progress: Default::default(),
             source,
             state: Mutex::default(),
             ready: AtomicBool::new(false),

@@ -3,13 +3,14 @@
 //! [`feed`], which turns watcher events into index updates). [`connect`] reaches the cluster,
 //! [`fetch`] reads what a verdict needs beyond the index, [`listing`] lists whole records for
 //! the CLI; [`coordination`] (Leases between replicas), [`events`] (Kubernetes Events),
-//! [`recycle_bin`] (copies of let-go records) and [`helmcharts`] (K3s's HelmCharts) are the rest
+//! [`fence`] (proof that the watch has caught up), [`recycle_bin`] (copies of let-go records) and [`helmcharts`] (K3s's HelmCharts) are the rest
 //! of what the guard keeps of the cluster.
 
 pub mod connect;
 pub mod coordination;
 pub mod events;
 pub mod feed;
+pub mod fence;
 pub mod fetch;
 pub mod helmcharts;
 pub mod index;
@@ -60,4 +61,11 @@ pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
     /// for a verdict that must not rest on a watch that may lag; `None` when the API did not
     /// answer by `deadline`.
     fn list(&self, key: &ReleaseKey, deadline: Instant) -> Option<Vec<IndexedRecord>>;
+
+    /// Whether the index holds every write to `driver`'s records completed before the call (a
+    /// fence round, [`fence`]), so that no listing is needed; false when that cannot be shown
+    /// by `deadline` (or there is no fence).
+    fn caught_up(&self, _driver: crate::release::Driver, _deadline: Instant) -> bool {
+        false
+    }
 }

@@ -15,23 +15,32 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::PayloadFetcher;
-use super::RECORD_LABELS;
 use super::feed::{ChartFeed, NamespaceFeed, RecordFeed};
+use super::fence::{Fence, WATCHED_LABELS};
 use super::fetch::ApiPayloadFetcher;
 use super::index::ReleaseIndex;
 use crate::release::{DecodeLimits, Driver};
 
-/// Starts the watchers on a new live index; returns the index and the fetcher verdicts use for a
-/// payload the index does not hold. Must be called within a Tokio runtime.
+/// Starts the watchers on a new live index (and, with `fence`, its rounds); returns the index and
+/// the fetcher verdicts use for a payload the index does not hold and for the freshness of the
+/// watch. Must be called within a Tokio runtime.
 pub fn watch(
     client: kube::Client,
     tombstone_ttl: Duration,
     limits: DecodeLimits,
     watch_restarts: Tally,
+    fence: Option<Fence>,
 ) -> (Arc<ReleaseIndex>, Arc<dyn PayloadFetcher>) {
     let index = Arc::new(ReleaseIndex::new(super::SourceKind::Live { tombstone_ttl }));
     tokio::spawn(run(client.clone(), index.clone(), watch_restarts));
-    let fetcher = ApiPayloadFetcher { client, runtime: tokio::runtime::Handle::current(), limits };
+    let fence = fence.map(Arc::new);
+    if let Some(fence) = &fence {
+        for driver in [Driver::Secret, Driver::ConfigMap] {
+            let (fence, index) = (fence.clone(), index.clone());
+            tokio::spawn(async move { fence.run(driver, &index.progress).await });
+        }
+    }
+    let fetcher = ApiPayloadFetcher { client, runtime: tokio::runtime::Handle::current(), limits, fence };
     (index, Arc::new(fetcher))
 }
 
@@ -39,8 +48,9 @@ pub fn watch(
 /// index keeps serving its last good state. The index is ready once each watcher has completed
 /// its first list.
 pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Tally) {
-    let secrets = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
-    let configmaps = watcher::Config::default().labels(RECORD_LABELS).any_semantic();
+    // Records and the fences (their events tell how far the watch has come).
+    let secrets = watcher::Config::default().labels(WATCHED_LABELS).any_semantic();
+    let configmaps = watcher::Config::default().labels(WATCHED_LABELS).any_semantic();
     let namespaces = watcher::Config::default().any_semantic();
     let (secrets_listed, secrets_ready) = oneshot::channel();
     let (configmaps_listed, configmaps_ready) = oneshot::channel();

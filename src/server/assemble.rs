@@ -100,12 +100,22 @@ pub fn admission(
         };
         Arc::new(bin) as Arc<dyn RecycleBin>
     });
+    // The fence lives where the Leases do: the guard's own namespace.
+    let fence = options.lease_namespace.as_ref().map(|namespace| {
+        crate::cluster::fence::Fence::new(
+            client.clone(),
+            namespace.clone(),
+            options.identity.clone(),
+            metrics.fence_rounds.clone(),
+        )
+    });
     let (index, fetcher) =
-        watch::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone());
+        watch::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone(), fence);
     Admission {
         limits: options.limits,
         fetcher: Some(fetcher),
         deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
+        confirmed_by_listing: metrics.confirmed_by_listing.clone(),
         coordinator,
         coordination_refused: metrics.delete_coordination_refused.clone(),
         events,

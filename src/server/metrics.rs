@@ -148,6 +148,10 @@ pub struct Metrics {
     opted_out: Family<OptedOutLabels, Gauge>,
     /// Watches restarted after an error.
     pub watch_restarts: Tally,
+    /// Fence rounds written ([`crate::cluster::fence`]).
+    pub fence_rounds: Tally,
+    /// Verdicts whose history was confirmed by a listing of the release (no fence round in time).
+    pub confirmed_by_listing: Tally,
     /// Decisions that ran out of `--decision-deadline`.
     pub decision_deadline_exceeded: Tally,
     /// Deletions refused because the replicas could not agree them in time.
@@ -208,6 +212,18 @@ impl Metrics {
         );
         let watch_restarts = Tally::default();
         registry.register("watch_restarts", "Times a watch failed and re-listed", watch_restarts.clone());
+        let fence_rounds = Tally::default();
+        registry.register(
+            "fence_rounds",
+            "Fence rounds written: one proves the watch caught up for every verdict waiting on it",
+            fence_rounds.clone(),
+        );
+        let confirmed_by_listing = Tally::default();
+        registry.register(
+            "confirmed_by_listing",
+            "Verdicts that listed their release because no fence round completed in time",
+            confirmed_by_listing.clone(),
+        );
         let decision_deadline_exceeded = Tally::default();
         registry.register(
             "decision_deadline_exceeded",
@@ -295,6 +311,8 @@ impl Metrics {
             revisions,
             opted_out,
             watch_restarts,
+            fence_rounds,
+            confirmed_by_listing,
             decision_deadline_exceeded,
             delete_coordination_refused,
             events_dropped,
