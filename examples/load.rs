@@ -2,6 +2,9 @@
 //!
 //!     cargo run --release --example load -- ADDR CA_PEM REVIEW_JSON [REQUESTS] [CONCURRENCY] [PATH]
 //!
+//! REVIEW_JSON is one AdmissionReview, or with `.jsonl` one per line, sent in turn (reviews spread
+//! over many releases: `examples/live_load.rs` writes them).
+//!
 //! e.g. `cargo run --release --example load -- 127.0.0.1:8443 certs/dev/ca.crt \
 //!   tests/fixtures/admission/03-delete-latest-deployed-seed/003-validate-delete-secret-sh.helm.release.v1.web.v3.json`
 //!
@@ -44,12 +47,17 @@ async fn main() {
     }
     let addr: std::net::SocketAddr = args[0].parse().expect("ADDR like 127.0.0.1:8443");
     let ca = std::fs::read(&args[1]).expect("CA file");
-    let body = Bytes::from(std::fs::read(&args[2]).expect("review file"));
+    let file = std::fs::read(&args[2]).expect("review file");
+    let bodies: Vec<Bytes> = if args[2].ends_with(".jsonl") {
+        file.split(|b| *b == b'\n').filter(|line| !line.is_empty()).map(Bytes::copy_from_slice).collect()
+    } else {
+        vec![Bytes::from(file)]
+    };
     let requests: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(20_000);
     let concurrency: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(16);
     let path = args.get(5).cloned().unwrap_or_else(|| "/validate?timeout=5s".into());
     let connector = tokio_rustls::TlsConnector::from(tls::client_config(&ca));
-    let load = Load { connector, body, path, requests, concurrency };
+    let load = Load { connector, bodies: Arc::new(bodies), path, requests, concurrency };
 
     let Some(floor) = std::env::var("LOAD_FLOOR").ok() else {
         load.run(addr).await.print();
@@ -86,7 +94,7 @@ async fn main() {
 
 struct Load {
     connector: tokio_rustls::TlsConnector,
-    body: Bytes,
+    bodies: Arc<Vec<Bytes>>,
     path: String,
     requests: usize,
     concurrency: usize,
@@ -95,6 +103,8 @@ struct Load {
 struct Measured {
     latencies: Vec<Duration>,
     errors: usize,
+    /// Answers that allowed the request (the rest of the latencies refused it).
+    allowed: usize,
     elapsed: Duration,
     concurrency: usize,
 }
@@ -111,8 +121,9 @@ impl Measured {
 
     fn print(&self) {
         println!(
-            "requests: {} ok, {} failed, in {:.2} s over {} connections",
+            "requests: {} answered ({} allowed), {} failed, in {:.2} s over {} connections",
             self.latencies.len(),
+            self.allowed,
             self.errors,
             self.elapsed.as_secs_f64(),
             self.concurrency
@@ -136,8 +147,8 @@ impl Load {
         let started = Instant::now();
         let mut workers = Vec::new();
         for _ in 0..self.concurrency {
-            let (connector, body, path, issued) =
-                (self.connector.clone(), self.body.clone(), self.path.clone(), issued.clone());
+            let (connector, bodies, path, issued) =
+                (self.connector.clone(), self.bodies.clone(), self.path.clone(), issued.clone());
             let requests = self.requests;
             workers.push(tokio::spawn(async move {
                 let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -147,12 +158,16 @@ impl Load {
                     hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
                 tokio::spawn(conn);
                 let mut latencies = Vec::new();
-                let mut errors = 0usize;
-                while issued.fetch_add(1, Ordering::Relaxed) < requests && Instant::now() < deadline {
+                let (mut errors, mut allowed) = (0usize, 0usize);
+                loop {
+                    let n = issued.fetch_add(1, Ordering::Relaxed);
+                    if n >= requests || Instant::now() >= deadline {
+                        break;
+                    }
                     let request = hyper::Request::post(path.as_str())
                         .header("host", "localhost")
                         .header("content-type", "application/json")
-                        .body(Full::new(body.clone()))
+                        .body(Full::new(bodies[n % bodies.len()].clone()))
                         .unwrap();
                     let sent = Instant::now();
                     if sender.ready().await.is_err() {
@@ -161,24 +176,27 @@ impl Load {
                     }
                     match sender.send_request(request).await {
                         Ok(response) if response.status() == 200 => {
-                            let _ = response.into_body().collect().await;
+                            let body = response.into_body().collect().await.map(|b| b.to_bytes());
                             latencies.push(sent.elapsed());
+                            let said = body.unwrap_or_default();
+                            allowed += usize::from(said.windows(14).any(|w| w == b"\"allowed\":true"));
                         }
                         _ => errors += 1,
                     }
                 }
-                (latencies, errors)
+                (latencies, errors, allowed)
             }));
         }
         let mut latencies = Vec::new();
-        let mut errors = 0;
+        let (mut errors, mut allowed) = (0, 0);
         for worker in workers {
-            let (l, e) = worker.await.unwrap();
+            let (l, e, a) = worker.await.unwrap();
             latencies.extend(l);
             errors += e;
+            allowed += a;
         }
         let elapsed = started.elapsed();
         latencies.sort();
-        Measured { latencies, errors, elapsed, concurrency: self.concurrency }
+        Measured { latencies, errors, allowed, elapsed, concurrency: self.concurrency }
     }
 }

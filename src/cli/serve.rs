@@ -98,6 +98,17 @@ pub struct ServeArgs {
     /// service account's namespace in a pod, else the kubeconfig context's).
     #[arg(long, env = "HELM_GUARD_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// Show that the watch has caught up before a verdict that rests on a release's history by a
+    /// fence round (one write of `helm-guard-fence` in --lease-namespace shared by every verdict
+    /// waiting), not by a listing of the release per verdict (README, "How it sees the cluster");
+    /// `--watch-fence=false` lists every time.
+    #[arg(long, env = "HELM_GUARD_WATCH_FENCE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub watch_fence: bool,
+    /// Read every record's payload once the index is ready, a page at a time, and each record the
+    /// watch brings a new version of, so that verdicts rarely wait on a GET;
+    /// `--read-ahead=false` reads only what a verdict needs, when it needs it.
+    #[arg(long, env = "HELM_GUARD_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub read_ahead: bool,
     /// Keep a copy of each record whose deletion only an override lets through (the break-glass
     /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
     /// --lease-namespace before approving it (README, "The recycle bin");
@@ -325,6 +336,7 @@ async fn watch_cluster(
         Coordination::None => None,
         Coordination::Lease => Some(guard_namespace.clone()),
     };
+    let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
     let recycle_bin = args.recycle_bin.then(|| server::assemble::RecycleOptions {
         namespace: guard_namespace,
         bounds: recycle_bounds(args),
@@ -334,6 +346,8 @@ async fn watch_cluster(
         tombstone_ttl: args.tombstone_ttl,
         limits: args.decode.limits(),
         lease_namespace,
+        fence_namespace,
+        read_ahead: args.read_ahead,
         identity,
         emit_events: args.emit_events,
         recycle_bin,

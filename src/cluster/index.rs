@@ -406,6 +406,26 @@ impl ReleaseIndex {
             .collect()
     }
 
+    /// Up to `limit` records anywhere whose payload the index has not read at their current
+    /// resourceVersion: what the read-ahead reads next.
+    pub fn unread(&self, limit: usize) -> Vec<(ReleaseKey, String, Option<String>)> {
+        let now = Instant::now();
+        let state = self.lock();
+        let mut unread = Vec::new();
+        for (key, records) in &state.releases {
+            for (object, entry) in records {
+                if unread.len() >= limit {
+                    return unread;
+                }
+                if entry.visible(now) && entry.facts.payload == PayloadStatus::NotLoaded {
+                    let version = entry.resource_version.as_deref().map(str::to_owned);
+                    unread.push((key.clone(), object.to_string(), version));
+                }
+            }
+        }
+        unread
+    }
+
     /// Records what a record's payload says, as read at `read.resource_version`. `seen`: the
     /// resourceVersion the index had when the read began. The read is taken when the index has
     /// not moved since (the watch may lag the read: the read is newer, and may even be of a new

@@ -21,7 +21,8 @@ use super::fetch::ApiPayloadFetcher;
 use super::index::ReleaseIndex;
 use crate::release::{DecodeLimits, Driver};
 
-/// Starts the watchers on a new live index (and, with `fence`, its rounds); returns the index and
+/// Starts the watchers on a new live index (with `fence`, its rounds; with `read_ahead`, the
+/// payloads read ahead, counted there); returns the index and
 /// the fetcher verdicts use for a payload the index does not hold and for the freshness of the
 /// watch. Must be called within a Tokio runtime.
 pub fn watch(
@@ -30,6 +31,7 @@ pub fn watch(
     limits: DecodeLimits,
     watch_restarts: Tally,
     fence: Option<Fence>,
+    read_ahead: Option<Tally>,
 ) -> (Arc<ReleaseIndex>, Arc<dyn PayloadFetcher>) {
     let index = Arc::new(ReleaseIndex::new(super::SourceKind::Live { tombstone_ttl }));
     tokio::spawn(run(client.clone(), index.clone(), watch_restarts));
@@ -41,6 +43,10 @@ pub fn watch(
         }
     }
     let fetcher = ApiPayloadFetcher { client, runtime: tokio::runtime::Handle::current(), limits, fence };
+    if let Some(reads) = read_ahead {
+        let (fetcher, index) = (fetcher.clone(), index.clone());
+        tokio::spawn(async move { fetcher.read_ahead(&index, reads).await });
+    }
     (index, Arc::new(fetcher))
 }
 

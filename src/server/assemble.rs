@@ -26,6 +26,11 @@ pub struct LiveOptions {
     pub limits: DecodeLimits,
     /// Where the deletion Leases live; `None`: no agreement (a single replica).
     pub lease_namespace: Option<String>,
+    /// Where the watch's fence is written (`cluster::fence`); `None`: every verdict that rests on
+    /// a history lists its release.
+    pub fence_namespace: Option<String>,
+    /// Read every record's payload ahead of the verdicts that need it (`cluster::fetch`).
+    pub read_ahead: bool,
     /// This replica, in Leases and Events.
     pub identity: String,
     /// Whether refusals and warnings are also written as Kubernetes Events.
@@ -100,8 +105,7 @@ pub fn admission(
         };
         Arc::new(bin) as Arc<dyn RecycleBin>
     });
-    // The fence lives where the Leases do: the guard's own namespace.
-    let fence = options.lease_namespace.as_ref().map(|namespace| {
+    let fence = options.fence_namespace.as_ref().map(|namespace| {
         crate::cluster::fence::Fence::new(
             client.clone(),
             namespace.clone(),
@@ -109,8 +113,15 @@ pub fn admission(
             metrics.fence_rounds.clone(),
         )
     });
-    let (index, fetcher) =
-        watch::watch(client, options.tombstone_ttl, options.limits, metrics.watch_restarts.clone(), fence);
+    let read_ahead = options.read_ahead.then(|| metrics.payloads_read_ahead.clone());
+    let (index, fetcher) = watch::watch(
+        client,
+        options.tombstone_ttl,
+        options.limits,
+        metrics.watch_restarts.clone(),
+        fence,
+        read_ahead,
+    );
     Admission {
         limits: options.limits,
         fetcher: Some(fetcher),

@@ -150,6 +150,8 @@ pub struct Metrics {
     pub watch_restarts: Tally,
     /// Fence rounds written ([`crate::cluster::fence`]).
     pub fence_rounds: Tally,
+    /// Payloads read ahead of the verdicts that need them.
+    pub payloads_read_ahead: Tally,
     /// Verdicts whose history was confirmed by a listing of the release (no fence round in time).
     pub confirmed_by_listing: Tally,
     /// Decisions that ran out of `--decision-deadline`.
@@ -217,6 +219,12 @@ impl Metrics {
             "fence_rounds",
             "Fence rounds written: one proves the watch caught up for every verdict waiting on it",
             fence_rounds.clone(),
+        );
+        let payloads_read_ahead = Tally::default();
+        registry.register(
+            "payloads_read_ahead",
+            "Record payloads read ahead of the verdicts that need them",
+            payloads_read_ahead.clone(),
         );
         let confirmed_by_listing = Tally::default();
         registry.register(
@@ -312,6 +320,7 @@ impl Metrics {
             opted_out,
             watch_restarts,
             fence_rounds,
+            payloads_read_ahead,
             confirmed_by_listing,
             decision_deadline_exceeded,
             delete_coordination_refused,

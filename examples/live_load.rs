@@ -1,0 +1,177 @@
+//! The live-mode load rig: release records in a real API server, the DELETE reviews the API
+//! server would send for them, and the API server's count of the requests it served.
+//!
+//!     cargo run --release --example live_load -- seed NAMESPACES RELEASES REVISIONS
+//!     cargo run --release --example live_load -- reviews refusal|approval SPREAD OUT.jsonl
+//!     cargo run --release --example live_load -- apicalls
+//!
+//! `seed` writes NAMESPACES x RELEASES releases of REVISIONS revisions each (namespaces
+//! `bench-NNN`, releases `rNNNN`; revisions 1.. superseded, the last deployed) into the cluster in
+//! KUBECONFIG, re-encoded from a real Helm 4 record of tests/fixtures, 32 writes at a time.
+//! `reviews` writes DELETE reviews (the real API server's DELETE request, carrying each record as
+//! stored: uid and resourceVersion) over SPREAD releases: `refusal` deletes each release's
+//! latest deployed revision, `approval` its revision 1 (history pruning). `apicalls` prints the
+//! API server's own count of the requests it served for secrets, configmaps and leases, other
+//! than watches (`apiserver_request_total`): run it before and after a load run, the difference
+//! is what the guard asked. The load itself is `examples/load.rs`; BENCHMARKS.md has the runs.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a measuring tool stops on a broken setup"
+)]
+
+use futures::StreamExt;
+use helm_guard::release::DecodeLimits;
+use helm_guard::release::decode::codec::{decode_secret_payload, encode_secret_payload};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+const RECORD: &str = "tests/fixtures/admission/01-helm4-install-upgrade/006-validate-update-secret-sh.helm.release.v1.web.v3.json";
+const DELETE: &str = "tests/fixtures/admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json";
+
+fn read(path: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn namespace(n: usize) -> String {
+    format!("bench-{n:03}")
+}
+
+fn release(r: usize) -> String {
+    format!("r{r:04}")
+}
+
+/// The fixture's record as revision `revision` of `name` in `namespace`, payload and labels alike.
+fn record(
+    base: &Value,
+    payload: &Value,
+    namespace: &str,
+    name: &str,
+    revision: usize,
+    status: &str,
+) -> Value {
+    let mut payload = payload.clone();
+    payload["name"] = json!(name);
+    payload["namespace"] = json!(namespace);
+    payload["version"] = json!(revision);
+    payload["info"]["status"] = json!(status);
+    let encoded = encode_secret_payload(&serde_json::to_vec(&payload).unwrap());
+    let mut record = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": base["type"],
+        "metadata": {
+            "name": format!("sh.helm.release.v1.{name}.v{revision}"),
+            "namespace": namespace,
+            "labels": base["metadata"]["labels"].clone(),
+        },
+        "data": {"release": String::from_utf8(encoded).unwrap()},
+    });
+    let labels = &mut record["metadata"]["labels"];
+    labels["name"] = json!(name);
+    labels["version"] = json!(revision.to_string());
+    labels["status"] = json!(status);
+    record
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let client = kube::Client::try_default().await.expect("a cluster in KUBECONFIG");
+    match args.first().map(String::as_str) {
+        Some("seed") => {
+            let [namespaces, releases, revisions] =
+                [1, 2, 3].map(|i| args.get(i).and_then(|a| a.parse::<usize>().ok()).expect("seed N R V"));
+            let base = read(RECORD)["request"]["object"].clone();
+            let stored = base["data"]["release"].as_str().unwrap().as_bytes();
+            let payload: Value =
+                serde_json::from_slice(&decode_secret_payload(stored, DecodeLimits::default()).unwrap())
+                    .unwrap();
+            for n in 0..namespaces {
+                let object: Namespace =
+                    serde_json::from_value(json!({"metadata": {"name": namespace(n)}})).unwrap();
+                let _ = Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &object).await;
+            }
+            let writes = (0..namespaces)
+                .flat_map(|n| (0..releases).flat_map(move |r| (1..=revisions).map(move |v| (n, r, v))));
+            let started = std::time::Instant::now();
+            let done = futures::stream::iter(writes)
+                .map(|(n, r, v)| {
+                    let status = if v == revisions { "deployed" } else { "superseded" };
+                    let object = record(&base, &payload, &namespace(n), &release(r), v, status);
+                    let client = client.clone();
+                    async move {
+                        let secret: Secret = serde_json::from_value(object).unwrap();
+                        let api = Api::<Secret>::namespaced(client, &namespace(n));
+                        match api.create(&PostParams::default(), &secret).await {
+                            Ok(_) => true,
+                            Err(kube::Error::Api(status)) if status.code == 409 => true,
+                            Err(error) => panic!("{error}"),
+                        }
+                    }
+                })
+                .buffer_unordered(32)
+                .count()
+                .await;
+            println!("{done} records in {:.1} s", started.elapsed().as_secs_f64());
+        }
+        Some("reviews") => {
+            let kind = args.get(1).expect("refusal|approval");
+            let spread: usize = args.get(2).and_then(|a| a.parse().ok()).expect("SPREAD");
+            let out = args.get(3).expect("OUT.jsonl");
+            let template = read(DELETE);
+            let mut lines = String::new();
+            for i in 0..spread {
+                // Spread over the namespaces first, then over the releases of each.
+                let (n, r) = (i % 100, i / 100);
+                let api = Api::<Secret>::namespaced(client.clone(), &namespace(n));
+                let revisions = api
+                    .list_metadata(
+                        &kube::api::ListParams::default().labels(&format!("owner=helm,name={}", release(r))),
+                    )
+                    .await
+                    .unwrap()
+                    .items
+                    .len();
+                if revisions == 0 {
+                    continue;
+                }
+                let revision = if kind == "refusal" { revisions } else { 1 };
+                let name = format!("sh.helm.release.v1.{}.v{revision}", release(r));
+                let stored = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
+                let mut review = template.clone();
+                review["request"]["uid"] = json!(format!("live-load-{kind}-{i}"));
+                review["request"]["name"] = json!(name);
+                review["request"]["namespace"] = json!(namespace(n));
+                review["request"]["oldObject"] = stored;
+                lines.push_str(&serde_json::to_string(&review).unwrap());
+                lines.push('\n');
+            }
+            std::fs::write(out, lines).unwrap();
+        }
+        Some("apicalls") => {
+            let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
+            let text = client.request_text(request).await.unwrap();
+            let total: f64 = text
+                .lines()
+                .filter(|line| line.starts_with("apiserver_request_total{"))
+                .filter(|line| {
+                    ["\"secrets\"", "\"configmaps\"", "\"leases\""]
+                        .iter()
+                        .any(|r| line.contains(&format!("resource={r}")))
+                })
+                .filter(|line| !line.contains("verb=\"WATCH\""))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            println!("{total}");
+        }
+        _ => {
+            eprintln!("usage: live_load seed N R V | reviews refusal|approval SPREAD OUT.jsonl | apicalls");
+            std::process::exit(2);
+        }
+    }
+}
