@@ -113,21 +113,27 @@ async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
     let suffix =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
-    let ns = format!("helm-guard-e2e-replicas-{suffix}");
-    let namespaces = Api::<Namespace>::all(client.clone());
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
-        .await
-        .unwrap();
-    let checks = std::panic::AssertUnwindSafe(checks(client.clone(), ns.clone()));
-    let outcome = futures::FutureExt::catch_unwind(checks).await;
-    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
+    // Both ways of agreeing: claim books read from a watch (the default) and a Lease per release.
+    for coordination in ["watch", "lease"] {
+        let ns = format!("helm-guard-e2e-replicas-{coordination}-{suffix}");
+        let namespaces = Api::<Namespace>::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let checks = std::panic::AssertUnwindSafe(checks(client.clone(), ns.clone(), coordination));
+        let outcome = futures::FutureExt::catch_unwind(checks).await;
+        let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+        if let Err(panic) = outcome {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
-async fn checks(client: Client, ns: String) {
+async fn checks(client: Client, ns: String, coordination: &str) {
     // The records exist before the guards start: their first lists hold them.
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
     let mut base = helm4_secret();
@@ -165,7 +171,7 @@ async fn checks(client: Client, ns: String) {
     }
 
     // Claims (and the sweep) on a short clock, so that the sweep is seen within the test.
-    let ttl = ["--tombstone-ttl", "3s"];
+    let ttl = ["--tombstone-ttl", "3s", "--coordination", coordination];
     let (a, b) = (start("replica-a", &ns, &ttl), start("replica-b", &ns, &ttl));
     let mut both = 0;
     for (i, [v1, v2]) in stored.iter().enumerate() {
@@ -197,19 +203,37 @@ async fn checks(client: Client, ns: String) {
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
     let written =
         leases.list(&ListParams::default().labels("app.kubernetes.io/managed-by=helm-guard")).await.unwrap();
-    assert_eq!(written.items.len(), RELEASES, "one Lease per release that had an approval agreed");
-    let lease = &written.items[0];
-    assert!(
-        lease.metadata.annotations.as_ref().unwrap()["helm-guard.io/release"]
-            .starts_with(&format!("secret {ns}/rel-"))
-    );
+    if coordination == "lease" {
+        assert_eq!(written.items.len(), RELEASES, "one Lease per release that had an approval agreed");
+        let lease = &written.items[0];
+        assert!(
+            lease.metadata.annotations.as_ref().unwrap()["helm-guard.io/release"]
+                .starts_with(&format!("secret {ns}/rel-"))
+        );
+    } else {
+        // One claim book per replica; each approval agreed left a claim on its release.
+        assert!(written.items.len() <= 2, "one book per replica: {}", written.items.len());
+        let claimed: std::collections::BTreeSet<String> = written
+            .items
+            .iter()
+            .flat_map(|book| {
+                let text = &book.metadata.annotations.as_ref().unwrap()["helm-guard.io/deletions"];
+                let claims: Vec<Value> = serde_json::from_str(text).unwrap();
+                claims.into_iter().map(|c| c["release"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+            })
+            .collect();
+        // The claims of the first races may have expired (3 s); the last one's holds.
+        let last = format!("secret {ns}/rel-{}", RELEASES - 1);
+        assert!(claimed.contains(&last), "the last agreed approval's claim is in a book: {claimed:?}");
+        assert!(claimed.iter().all(|release| release.starts_with(&format!("secret {ns}/rel-"))));
+    }
 
     // What agreeing costs an approved deletion: the same approved DELETE, sequentially, to a
     // coordinating replica and to one that does not coordinate.
     let single = start("single", &ns, &["--coordination", "none"]);
     let fresh = &bench[0];
     let mut report = String::new();
-    for (name, guard) in [("lease", &a), ("none", &single)] {
+    for (name, guard) in [(coordination, &a), ("none", &single)] {
         let mut sender = guard.https.connect().await;
         let mut took = Vec::new();
         for _ in 0..200 {

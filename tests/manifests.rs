@@ -222,7 +222,21 @@ fn leases_are_written_only_in_the_guards_own_namespace() {
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0]["apiGroups"], serde_json::json!(["coordination.k8s.io"]));
     assert_eq!(rules[0]["resources"], serde_json::json!(["leases"]));
-    assert_eq!(rules[0]["verbs"], serde_json::json!(["get", "list", "create", "update", "delete"]));
+    assert_eq!(
+        rules[0]["verbs"],
+        serde_json::json!(["get", "list", "watch", "create", "update", "patch", "delete"])
+    );
+    // The fence: created, then patched by name only; in the guard's namespace.
+    let fence =
+        rbac.iter().find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "helm-guard-fence").unwrap();
+    assert_eq!(fence["metadata"]["namespace"], namespace);
+    assert_eq!(
+        fence["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "resourceNames": ["helm-guard-fence"], "verbs": ["patch"]}
+        ])
+    );
     let binding = rbac
         .iter()
         .find(|d| d["kind"] == "RoleBinding" && d["roleRef"]["name"] == "helm-guard-leases")

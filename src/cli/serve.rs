@@ -30,8 +30,11 @@ pub enum LogFormat {
 /// How replicas agree approvals of deletions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum Coordination {
-    /// A claim in a `coordination.k8s.io` Lease per release.
+    /// Each replica's claims in a Lease of its own (its claim book), written in group-committed
+    /// rounds, the others' read from a watch.
     #[default]
+    Watch,
+    /// A claim in a `coordination.k8s.io` Lease per release, read and written by each approval.
     Lease,
     /// None: a single replica.
     None,
@@ -334,7 +337,7 @@ async fn watch_cluster(
         args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
     let lease_namespace = match args.coordination {
         Coordination::None => None,
-        Coordination::Lease => Some(guard_namespace.clone()),
+        Coordination::Lease | Coordination::Watch => Some(guard_namespace.clone()),
     };
     let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
     let recycle_bin = args.recycle_bin.then(|| server::assemble::RecycleOptions {
@@ -346,6 +349,7 @@ async fn watch_cluster(
         tombstone_ttl: args.tombstone_ttl,
         limits: args.decode.limits(),
         lease_namespace,
+        claim_books: args.coordination == Coordination::Watch,
         fence_namespace,
         read_ahead: args.read_ahead,
         identity,

@@ -281,15 +281,15 @@ impl DeleteCoordinator for LeaseCoordinator {
     }
 }
 
-/// Deletes the Leases whose claims have all expired, every `every`, so that one Lease per
-/// release ever pruned does not pile up. The delete is conditional on the version read: a Lease
-/// claimed meanwhile stays.
-pub async fn sweep(leases: Api<Lease>, every: Duration) {
+/// Deletes the Leases labelled `labels` whose claims have all expired, every `every`, so that
+/// one Lease per release ever pruned (or a claim book of a replica long gone) does not pile up.
+/// The delete is conditional on the version read: a Lease claimed meanwhile stays.
+pub async fn sweep(leases: Api<Lease>, labels: &'static str, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let listed = match leases.list(&ListParams::default().labels(LEASE_LABELS)).await {
+        let listed = match leases.list(&ListParams::default().labels(labels)).await {
             Ok(listed) => listed,
             Err(error) => {
                 tracing::warn!(%error, "could not list the deletion Leases to sweep them");

@@ -2,10 +2,11 @@
 //! sources that fill it: [`snapshot`] from a dump file, [`watch`] from kube-rs watchers (through
 //! [`feed`], which turns watcher events into index updates). [`connect`] reaches the cluster,
 //! [`fetch`] reads what a verdict needs beyond the index, [`listing`] lists whole records for
-//! the CLI; [`coordination`] (Leases between replicas), [`events`] (Kubernetes Events),
+//! the CLI; [`coordination`] (Leases between replicas; [`claim_books`], their claims read from a watch), [`events`] (Kubernetes Events),
 //! [`fence`] (proof that the watch has caught up), [`recycle_bin`] (copies of let-go records) and [`helmcharts`] (K3s's HelmCharts) are the rest
 //! of what the guard keeps of the cluster.
 
+pub mod claim_books;
 pub mod connect;
 pub mod coordination;
 pub mod events;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Metrics;
 use crate::admission::Admission;
+use crate::cluster::claim_books::{self, BookCoordinator};
 use crate::cluster::coordination::{self, LeaseCoordinator};
 use crate::cluster::events::{self, EventQueue};
 use crate::cluster::recycle_bin::{self, ApiRecycleBin, RecycleBin};
@@ -26,6 +27,9 @@ pub struct LiveOptions {
     pub limits: DecodeLimits,
     /// Where the deletion Leases live; `None`: no agreement (a single replica).
     pub lease_namespace: Option<String>,
+    /// Agree through per-replica claim books read from a watch (`cluster::claim_books`), not a
+    /// Lease per release read and written by each approval.
+    pub claim_books: bool,
     /// Where the watch's fence is written (`cluster::fence`); `None`: every verdict that rests on
     /// a history lists its release.
     pub fence_namespace: Option<String>,
@@ -69,11 +73,17 @@ pub fn admission(
         queue
     });
     let coordinator = options.lease_namespace.as_deref().map(|namespace| {
-        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through Leases");
         let leases = kube::Api::namespaced(client.clone(), namespace);
         // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
         let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
-        tokio::spawn(coordination::sweep(leases.clone(), every));
+        if options.claim_books {
+            tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
+            tokio::spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
+            let books = BookCoordinator::start(leases, options.identity.clone(), options.tombstone_ttl);
+            return Arc::new(books) as Arc<dyn DeleteCoordinator>;
+        }
+        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through Leases");
+        tokio::spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
         let coordinator = LeaseCoordinator {
             leases,
             runtime: tokio::runtime::Handle::current(),

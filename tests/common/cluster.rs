@@ -49,6 +49,7 @@ pub fn live_options(
         tombstone_ttl: std::time::Duration::from_secs(30),
         limits: Default::default(),
         lease_namespace: guard_namespace.map(str::to_owned),
+        claim_books: true,
         fence_namespace: guard_namespace.map(str::to_owned),
         read_ahead: true,
         identity: "e2e".to_owned(),

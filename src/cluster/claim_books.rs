@@ -1,0 +1,386 @@
+//! Replicas that agree at the speed of the watch (`--coordination watch`): each replica keeps its
+//! claims ([`super::coordination::Claim`]) in one Lease of its own, its *claim book*, and reads
+//! the others' books from a watch instead of reading a Lease per release.
+//!
+//! An approval that needs agreement adds its claim to this replica's book; a round writes the
+//! book (one write for every claim added since the last round: a group commit) and waits until
+//! the book watch brings the write back. The watch delivers the namespace's Lease events in
+//! resourceVersion order, so every claim written before this one is then known, each with the
+//! resourceVersion it first appeared at. A claim of another replica on the same release written
+//! before this one that the decision did not account for is a conflict (the verdict is decided
+//! again with it hidden, as with a Lease per release); one written after this one is the other
+//! replica's to account for (it will see this one). So two racing approvals are serialised in
+//! the order of their writes, and exactly one of two that conflict stands: the guarantee a Lease
+//! per release gives, for one write per round instead of a read and a write per approval. A
+//! claim first seen in a (re-)list counts as written before any (its order is unknown). Claims expire after `--tombstone-ttl`; a book
+//! whose claims have all expired is swept like a release's Lease.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+
+use super::coordination::{
+    CLAIMS_ANNOTATION, Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator, now_ms,
+};
+use crate::release::ReleaseKey;
+
+/// Labels of every claim book (the sweep lists by them).
+pub const BOOK_LABELS: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=claim-book";
+/// Claims one book holds at most (an annotation holds 256 KiB): past it, approvals wait ("retry").
+pub const MAX_BOOK_CLAIMS: usize = 1024;
+
+/// One claim in a book, with the release it is on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct BookClaim {
+    /// The release, as `driver namespace/release`.
+    release: String,
+    #[serde(flatten)]
+    claim: Claim,
+}
+
+fn release_of(key: &ReleaseKey) -> String {
+    format!("{} {}/{}", key.driver, key.namespace, key.release)
+}
+
+/// This replica's claim, and the resourceVersion of the first write that held it (none yet:
+/// not yet agreed).
+#[derive(Debug, Clone)]
+struct Mine {
+    claim: BookClaim,
+    written_at: Option<u64>,
+}
+
+/// Another replica's claim, and the resourceVersion it first appeared at (0: first seen in a
+/// list, order unknown).
+#[derive(Debug, Clone)]
+struct Theirs {
+    claim: BookClaim,
+    since: u64,
+}
+
+#[derive(Debug, Default)]
+struct Rounds {
+    begun: u64,
+    wanted: u64,
+}
+
+#[derive(Debug)]
+struct Books {
+    leases: Api<Lease>,
+    identity: String,
+    book: String,
+    /// The other replicas' claims, by book, as the watch last brought them.
+    others: Mutex<HashMap<String, Vec<Theirs>>>,
+    mine: Mutex<Vec<Mine>>,
+    rounds: Mutex<Rounds>,
+    done: watch::Sender<u64>,
+    wake: Notify,
+    /// The highest resourceVersion of a book event applied to `others`.
+    applied: watch::Sender<u64>,
+}
+
+/// Claims in per-replica books, read from a watch (see the module doc).
+pub struct BookCoordinator {
+    books: Arc<Books>,
+    runtime: tokio::runtime::Handle,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for BookCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BookCoordinator").field("book", &self.books.book).finish_non_exhaustive()
+    }
+}
+
+/// A book's name: the replica's identity, made a valid object name.
+pub fn book_name(identity: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(identity.as_bytes());
+    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
+    format!("helm-guard-claims-{hex}")
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl BookCoordinator {
+    /// Books in the namespace of `leases`; starts the book watch and the round writer on the
+    /// current runtime.
+    pub fn start(leases: Api<Lease>, identity: String, ttl: Duration) -> BookCoordinator {
+        let books = Arc::new(Books {
+            leases,
+            book: book_name(&identity),
+            identity,
+            others: Mutex::default(),
+            mine: Mutex::default(),
+            rounds: Mutex::default(),
+            done: watch::Sender::new(0),
+            wake: Notify::new(),
+            applied: watch::Sender::new(0),
+        });
+        tokio::spawn(watch_books(books.clone()));
+        tokio::spawn(write_rounds(books.clone()));
+        BookCoordinator { books, runtime: tokio::runtime::Handle::current(), ttl }
+    }
+
+    /// The other replicas' unexpired claims on `release` that first appeared before
+    /// `before` (a resourceVersion).
+    fn others_on(&self, release: &str, before: u64) -> Vec<Claim> {
+        let now = now_ms();
+        lock(&self.books.others)
+            .values()
+            .flatten()
+            .filter(|t| t.claim.release == release && t.claim.claim.until > now && t.since < before)
+            .map(|t| t.claim.claim.clone())
+            .collect()
+    }
+}
+
+impl DeleteCoordinator for BookCoordinator {
+    fn claims(&self, key: &ReleaseKey, _deadline: Instant) -> Result<Claims, CoordinationError> {
+        Ok(Claims { claims: self.others_on(&release_of(key), u64::MAX), version: None })
+    }
+
+    fn claim(
+        &self,
+        key: &ReleaseKey,
+        record: &ClaimedRecord<'_>,
+        seen: &Claims,
+        deadline: Instant,
+    ) -> Result<Claimed, CoordinationError> {
+        let release = release_of(key);
+        let now = now_ms();
+        let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
+        let books = &self.books;
+        let written_at = |mine: &[Mine]| {
+            mine.iter()
+                .find(|m| m.claim.release == release && m.claim.claim.is(record))
+                .and_then(|m| m.written_at)
+        };
+        let mut at = {
+            let mut mine = lock(&books.mine);
+            mine.retain(|m| m.claim.claim.until > now);
+            let held = mine.iter().any(|m| m.claim.release == release && m.claim.claim.is(record));
+            if !held {
+                if mine.len() >= MAX_BOOK_CLAIMS {
+                    return Err(CoordinationError::Full);
+                }
+                let claim = Claim {
+                    object: record.object.to_owned(),
+                    uid: record.uid.map(str::to_owned),
+                    until: now.saturating_add(ttl_ms),
+                    by: books.identity.clone(),
+                };
+                mine.push(Mine { claim: BookClaim { release: release.clone(), claim }, written_at: None });
+            }
+            written_at(&mine)
+        };
+        if at.is_none() {
+            let need = {
+                let mut rounds = lock(&books.rounds);
+                let need = rounds.begun + 1;
+                rounds.wanted = rounds.wanted.max(need);
+                need
+            };
+            books.wake.notify_one();
+            let mut done = books.done.subscribe();
+            let deadline = tokio::time::Instant::from_std(deadline);
+            let waited =
+                self.runtime.block_on(tokio::time::timeout_at(deadline, done.wait_for(|d| *d >= need)));
+            if !matches!(waited, Ok(Ok(_))) {
+                return Err(CoordinationError::Deadline);
+            }
+            at = written_at(&lock(&books.mine));
+        }
+        // Written, and the watch has come past the write: every claim written before it is known.
+        let Some(at) = at else { return Err(CoordinationError::Deadline) };
+        let unseen = self.others_on(&release, at).into_iter().any(|claim| !seen.claims.contains(&claim));
+        Ok(if unseen { Claimed::Conflict } else { Claimed::Yes })
+    }
+}
+
+/// Writes this replica's book, one round at a time, each begun when an approval waits for one;
+/// a round is done once the book watch has brought its write back.
+async fn write_rounds(books: Arc<Books>) {
+    loop {
+        let round = loop {
+            let notified = books.wake.notified();
+            {
+                let mut rounds = lock(&books.rounds);
+                if rounds.wanted > rounds.begun {
+                    rounds.begun += 1;
+                    break rounds.begun;
+                }
+            }
+            notified.await;
+        };
+        let now = now_ms();
+        let (written, claims): (Vec<(String, Claim)>, Vec<BookClaim>) = {
+            let mut mine = lock(&books.mine);
+            mine.retain(|m| m.claim.claim.until > now);
+            let claims: Vec<BookClaim> = mine.iter().map(|m| m.claim.clone()).collect();
+            (claims.iter().map(|c| (c.release.clone(), c.claim.clone())).collect(), claims)
+        };
+        let version = match write_book(&books, &claims).await {
+            Ok(version) => version,
+            Err(error) => {
+                tracing::warn!(%error, "could not write this replica's claim book; approvals that need agreement wait");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut applied = books.applied.subscribe();
+        let reached = tokio::time::timeout(Duration::from_secs(5), applied.wait_for(|a| *a >= version)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            tracing::warn!("the claim books' watch did not bring this replica's write back in time");
+            continue;
+        }
+        for m in lock(&books.mine).iter_mut() {
+            if m.written_at.is_none()
+                && written.iter().any(|(r, c)| *r == m.claim.release && *c == m.claim.claim)
+            {
+                m.written_at = Some(version);
+            }
+        }
+        books.done.send_if_modified(|done| {
+            let newer = round > *done;
+            *done = (*done).max(round);
+            newer
+        });
+    }
+}
+
+/// Writes the book (creating it the first time, or again after a sweep removed it); its new
+/// resourceVersion.
+async fn write_book(books: &Books, claims: &[BookClaim]) -> Result<u64, kube::Error> {
+    let text = serde_json::to_string(claims).map_err(kube::Error::SerdeError)?;
+    let labels: serde_json::Map<String, serde_json::Value> = BOOK_LABELS
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), serde_json::Value::from(v)))
+        .collect();
+    let object = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": books.book, "labels": labels, "annotations": {CLAIMS_ANNOTATION: text}},
+        "spec": {"holderIdentity": books.identity},
+    });
+    let patch = serde_json::json!({"metadata": {"annotations": {CLAIMS_ANNOTATION: text}}});
+    let written = match books.leases.patch(&books.book, &PatchParams::default(), &Patch::Merge(&patch)).await
+    {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            let lease: Lease = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+            books.leases.create(&PostParams::default(), &lease).await?
+        }
+        other => other?,
+    };
+    super::fence::revision(written.metadata.resource_version.as_deref())
+        .ok_or_else(|| kube::Error::Service("a claim book's resourceVersion is not a number".into()))
+}
+
+/// Keeps `others` as the books are, and how far the watch has come.
+async fn watch_books(books: Arc<Books>) {
+    let config = watcher::Config::default().labels(BOOK_LABELS).any_semantic();
+    let stream = watcher::watcher(books.leases.clone(), config).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut relist: Option<(HashMap<String, Vec<Theirs>>, u64)> = None;
+    let read = |lease: &Lease| -> (String, Vec<BookClaim>, u64) {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let text = lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION));
+        let claims = text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+        (name, claims, super::fence::revision(lease.metadata.resource_version.as_deref()).unwrap_or(0))
+    };
+    let applied = |version: u64| {
+        books.applied.send_if_modified(|a| {
+            let newer = version > *a;
+            *a = (*a).max(version);
+            newer
+        });
+    };
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => relist = Some((HashMap::new(), 0)),
+            Ok(Event::InitApply(lease)) => {
+                if let Some((gathered, max)) = relist.as_mut() {
+                    let (name, claims, version) = read(&lease);
+                    *max = (*max).max(version);
+                    if name != books.book {
+                        gathered.insert(
+                            name,
+                            claims.into_iter().map(|claim| Theirs { claim, since: 0 }).collect(),
+                        );
+                    }
+                }
+            }
+            Ok(Event::InitDone) => {
+                if let Some((gathered, max)) = relist.take() {
+                    *lock(&books.others) = gathered;
+                    applied(max);
+                }
+            }
+            Ok(Event::Apply(lease)) => {
+                let (name, claims, version) = read(&lease);
+                if name != books.book {
+                    let mut others = lock(&books.others);
+                    let before = others.remove(&name).unwrap_or_default();
+                    // A claim the book held before keeps the version it first appeared at.
+                    let now: Vec<Theirs> = claims
+                        .into_iter()
+                        .map(|claim| {
+                            let since = before.iter().find(|t| t.claim == claim).map_or(version, |t| t.since);
+                            Theirs { claim, since }
+                        })
+                        .collect();
+                    others.insert(name, now);
+                }
+                applied(version);
+            }
+            Ok(Event::Delete(lease)) => {
+                let (name, _, version) = read(&lease);
+                lock(&books.others).remove(&name);
+                applied(version);
+            }
+            Err(error) => tracing::warn!(%error, "the claim books' watch failed; retrying with backoff"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn book_names_are_valid_object_names_and_differ_by_replica() {
+        let name = book_name(&"x".repeat(300));
+        assert!(
+            name.len() <= 63
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+        assert_ne!(book_name("helm-guard-abc"), book_name("helm-guard-abd"));
+    }
+
+    #[test]
+    fn a_book_claim_reads_back_with_its_release() {
+        let claim = BookClaim {
+            release: "secret demo/web".into(),
+            claim: Claim {
+                object: "sh.helm.release.v1.web.v1".into(),
+                uid: Some("u".into()),
+                until: 5,
+                by: "a".into(),
+            },
+        };
+        let text = serde_json::to_string(std::slice::from_ref(&claim)).unwrap();
+        assert_eq!(serde_json::from_str::<Vec<BookClaim>>(&text).unwrap(), vec![claim]);
+    }
+}
