@@ -1,7 +1,8 @@
 #!/bin/bash
 # Live mode against the real API server, beside snapshot mode over the same records: DELETE
 # verdicts (a refusal, and an approval of history pruning) spread over SPREAD releases, at
-# concurrency 1 and 16, with the watch's fence and without it (a listing per verdict), and the
+# concurrency 1 and 16, with the defaults (the watch's fence, payloads read ahead, claim books)
+# and as the guard did before them (a listing, GETs and a Lease per release per verdict), and the
 # API server's count of the requests the guard made. Prints one table row per run.
 #   benches/live-mode.sh [REQUESTS] [SPREAD]     (the cluster in KUBECONFIG; BENCHMARKS.md)
 # Seeds 100 namespaces x 10 releases x 10 revisions first unless bench-000 exists.
@@ -16,6 +17,7 @@ certs=target/live-mode-certs
 $bin certs --out $certs --san localhost --san 127.0.0.1 --force >/dev/null
 for kind in refusal approval; do [ -s target/$kind.jsonl ] || $rig reviews $kind "$spread" target/$kind.jsonl; done
 kubectl get secrets -A -l owner=helm -o json > target/live-mode-dump.json
+records=$(jq '.items | length' target/live-mode-dump.json)
 
 run() {  # mode label, serve args...
   local label=$1; shift
@@ -23,6 +25,13 @@ run() {  # mode label, serve args...
     --tls-cert $certs/tls.crt --tls-key $certs/tls.key --shutdown-delay 0s "$@" >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 600); do curl -sf localhost:19090/readyz >/dev/null && break; sleep 0.1; done
+  # With the read-ahead, measure once it has read every record (as a guard that has been up).
+  if [[ "$*" != *--read-ahead=false* && "$*" != *--snapshot* ]]; then
+    for _ in $(seq 1 1200); do
+      read_ahead=$(curl -s localhost:19090/metrics | awk '/^helm_guard_payloads_read_ahead_total/ {print int($2)}')
+      [ "${read_ahead:-0}" -ge "$records" ] && break; sleep 0.1
+    done
+  fi
   for kind in refusal approval; do
     for c in 1 16; do
       local n=$requests; [ "$c" = 1 ] && n=$((requests / 4))
@@ -41,6 +50,6 @@ run() {  # mode label, serve args...
 
 echo "| mode | DELETE | c | throughput | latency | answers | API calls per verdict |"
 echo "|---|---|---|---|---|---|---|"
-run "live, fence" --lease-namespace hg-bench
-run "live, listing" --lease-namespace hg-bench --watch-fence=false
+run "live (defaults: fence, read-ahead, claim books)" --lease-namespace hg-bench
+run "live, as before (listing, GETs, Lease per release)" --lease-namespace hg-bench --watch-fence=false --read-ahead=false --coordination lease
 run "snapshot" --snapshot target/live-mode-dump.json

@@ -188,7 +188,7 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
     let bench = Bench::new();
     for seed in seeds(1, 2) {
         let coordination = std::env::var("HELM_FLOWS_COORDINATION")
-            .unwrap_or_else(|_| if (seed / 2) % 2 == 1 { "none" } else { "lease" }.into());
+            .unwrap_or_else(|_| ["lease", "watch", "none"][(seed % 3) as usize].into());
         let twins = bench.twins(&coordination);
         let mut rng = fastrand::Rng::with_seed(seed);
         let driver = std::env::var("HELM_DRIVER")

@@ -63,6 +63,11 @@ impl WatchProgress {
         });
     }
 
+    /// The highest resourceVersion of `driver`'s events the index holds.
+    pub fn through(&self, driver: Driver) -> u64 {
+        *self.applied.of(driver).borrow()
+    }
+
     /// Waits until the index holds `driver`'s events up to `resource_version`.
     async fn reached(&self, driver: Driver, resource_version: u64) {
         let mut seen = self.applied.of(driver).subscribe();
@@ -188,29 +193,12 @@ impl Fence {
                 "annotations": {"helm-guard.io/fence": token},
             },
         });
-        let params = PatchParams::default();
         let resource_version = match driver {
             Driver::Secret => {
-                let api = Api::<Secret>::namespaced(self.client.clone(), &self.namespace);
-                match api.patch(FENCE_NAME, &params, &Patch::Merge(&patch)).await {
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        let secret: Secret =
-                            serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
-                        api.create(&PostParams::default(), &secret).await?.metadata.resource_version
-                    }
-                    other => other?.metadata.resource_version,
-                }
+                patch_or_create::<Secret>(&self.client, &self.namespace, &patch, object).await?
             }
             Driver::ConfigMap => {
-                let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.namespace);
-                match api.patch(FENCE_NAME, &params, &Patch::Merge(&patch)).await {
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        let map: ConfigMap =
-                            serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
-                        api.create(&PostParams::default(), &map).await?.metadata.resource_version
-                    }
-                    other => other?.metadata.resource_version,
-                }
+                patch_or_create::<ConfigMap>(&self.client, &self.namespace, &patch, object).await?
             }
         };
         revision(resource_version.as_deref()).ok_or_else(|| {
@@ -219,6 +207,32 @@ impl Fence {
             )
         })
     }
+}
+
+/// Patches the fence object of kind `K`, or creates it (`object`) the first time; its new
+/// resourceVersion.
+async fn patch_or_create<K>(
+    client: &kube::Client,
+    namespace: &str,
+    patch: &serde_json::Value,
+    object: serde_json::Value,
+) -> Result<Option<String>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api = Api::<K>::namespaced(client.clone(), namespace);
+    let written = match api.patch(FENCE_NAME, &PatchParams::default(), &Patch::Merge(patch)).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            let object: K = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+            api.create(&PostParams::default(), &object).await?
+        }
+        other => other?,
+    };
+    Ok(written.meta().resource_version.clone())
 }
 
 #[cfg(test)]
