@@ -42,6 +42,12 @@ struct Stub {
     hangs: Hangs,
     /// Lists of one release answered so far.
     lists: Arc<std::sync::atomic::AtomicUsize>,
+    /// Watch events held back until the next fence write (a watch that lags what is stored),
+    /// and the resourceVersions handed out.
+    lagging: Arc<Mutex<Vec<Value>>>,
+    versions: Arc<std::sync::atomic::AtomicU64>,
+    /// Fence writes answered so far.
+    fences: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Which calls of the guard's a stub API server leaves unanswered.
@@ -110,7 +116,11 @@ async fn secrets(
         stub.secret_watches.lock().unwrap().push(sender);
         return watch_stream(Some(receiver)).into_response();
     }
-    axum::Json(list(stub.secrets.iter().map(metadata_only).collect())).into_response()
+    // What the watch holds back is not in its list either.
+    let lagging: Vec<Value> =
+        stub.lagging.lock().unwrap().iter().map(|o| o["metadata"]["name"].clone()).collect();
+    let listed = stub.secrets.iter().filter(|s| !lagging.contains(&s["metadata"]["name"]));
+    axum::Json(list(listed.map(metadata_only).collect())).into_response()
 }
 
 /// A list of one release's Secrets, metadata only (the guard confirming a history before a
@@ -156,6 +166,32 @@ async fn one_secret(
     }
 }
 
+/// The guard's fence write: answered with a new resourceVersion, and then, in order, the events
+/// held back and the fence's own event on every open watch (as a watch cache delivers them).
+async fn fence(
+    State(stub): State<Stub>,
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+) -> axum::response::Response {
+    assert_eq!(name, helm_guard::cluster::fence::FENCE_NAME);
+    stub.fences.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let version = stub.versions.fetch_add(1, std::sync::atomic::Ordering::SeqCst).to_string();
+    let (label, value) = helm_guard::cluster::fence::FENCE_LABEL;
+    let object = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace,
+        "labels": {label: value}, "resourceVersion": version}});
+    let held: Vec<Value> = std::mem::take(&mut *stub.lagging.lock().unwrap());
+    let events: Vec<Value> = held
+        .into_iter()
+        .map(|object| json!({"type": "ADDED", "object": metadata_only(&object)}))
+        .chain([json!({"type": "MODIFIED", "object": metadata_only(&object)})])
+        .collect();
+    for watch in stub.secret_watches.lock().unwrap().iter() {
+        for event in &events {
+            let _ = watch.send(event.clone());
+        }
+    }
+    axum::Json(object).into_response()
+}
+
 async fn empty(Query(query): Query<std::collections::HashMap<String, String>>) -> axum::response::Response {
     if is_watch(&query) {
         return watch_stream(None).into_response();
@@ -184,14 +220,22 @@ async fn start_stub_with(
         gets: gets.clone(),
         hangs,
         lists: Arc::default(),
+        lagging: Arc::default(),
+        versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
+        fences: Arc::default(),
     };
+    start_stub_app(stub).await
+}
+
+async fn start_stub_app(stub: Stub) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
+    let (watches, gets) = (stub.secret_watches.clone(), stub.gets.clone());
     let app = Router::new()
         .route("/version", get(version))
         .route("/api/v1/secrets", get(secrets))
         .route("/api/v1/configmaps", get(empty))
         .route("/api/v1/namespaces", get(empty))
         .route("/api/v1/namespaces/{namespace}/secrets", get(namespace_secrets))
-        .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(one_secret))
+        .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(one_secret).patch(fence))
         .with_state(stub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -480,5 +524,65 @@ async fn a_verdict_waiting_on_the_api_server_holds_up_no_other_request() {
     assert_eq!(status, 200);
     let answer: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["response"]["auditAnnotations"]["reason"], "unread-history");
+    running.shutdown().await;
+}
+
+/// A watch that lags a record stored before the request (revision 3, deployed, delivered only
+/// with the next fence round): the verdict on deleting revision 2 waits for the round, sees
+/// revision 3, and approves (revision 2 is then history); nothing is listed, and the round is
+/// counted. Without the wait, it would have refused revision 2 as the latest deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_waits_for_the_fence_round_and_sees_what_the_watch_lagged() {
+    let mut records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "deployed")]);
+    for (n, record) in records.iter_mut().enumerate() {
+        record["metadata"]["resourceVersion"] = json!(format!("{}", 70 + n));
+    }
+    let stub = Stub {
+        // Stored: all three (GETs read them); the watch lists the first two.
+        secrets: records.clone(),
+        secret_watches: Arc::default(),
+        gets: Arc::default(),
+        hangs: Hangs::Nothing,
+        lists: Arc::default(),
+        lagging: Arc::new(Mutex::new(vec![records[2].clone()])),
+        versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
+        fences: Arc::default(),
+    };
+    let (lists, fences) = (stub.lists.clone(), stub.fences.clone());
+    let (server, _watches, _gets) = start_stub_app(stub).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let client = connect(&args).await.unwrap();
+    let options = helm_guard::server::assemble::LiveOptions {
+        lease_namespace: None,
+        fence_namespace: Some("helm-guard".into()),
+        read_ahead: false,
+        recycle_bin: None,
+        ..common::cluster::live_options(None, Default::default())
+    };
+    let names = ["localhost".to_owned()];
+    let (running, index, ca_pem) = common::guard::start_live_with(
+        client,
+        helm_guard::policy::PolicyConfig::default(),
+        "127.0.0.1:0".parse().unwrap(),
+        &names,
+        &dir.path().join("certs"),
+        options,
+    )
+    .await;
+    assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
+    let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
+    let (status, body) =
+        https.post("/validate", serde_json::to_vec(&dry_run(delete_review(&records[1]))).unwrap()).await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(answer["response"]["auditAnnotations"]["reason"], "history-pruning");
+    assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 0, "no listing");
+    assert!(fences.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let (_, metrics) = https.get("/metrics").await;
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(metrics.contains("helm_guard_confirmed_by_listing_total 0"), "{metrics}");
+    assert!(!metrics.contains("helm_guard_fence_rounds_total 0"), "{metrics}");
     running.shutdown().await;
 }
