@@ -171,7 +171,14 @@ async fn checks(client: Client, ns: String, coordination: &str) {
     }
 
     // Claims (and the sweep) on a short clock, so that the sweep is seen within the test.
-    let ttl = ["--tombstone-ttl", "3s", "--coordination", coordination];
+    // Lease mode: long enough that no release's Lease is swept before the races end (a sweep
+    // runs every twice the TTL), short enough for the sweep to be seen below.
+    let ttl = [
+        "--tombstone-ttl",
+        if coordination == "lease" { "15s" } else { "3s" },
+        "--coordination",
+        coordination,
+    ];
     let (a, b) = (start("replica-a", &ns, &ttl), start("replica-b", &ns, &ttl));
     let mut both = 0;
     for (i, [v1, v2]) in stored.iter().enumerate() {
@@ -256,7 +263,7 @@ async fn checks(client: Client, ns: String, coordination: &str) {
     eprintln!("{report}");
 
     // Once every claim has expired, the sweep deletes the Leases.
-    let swept = eventually(Duration::from_secs(40), || async {
+    let swept = eventually(Duration::from_secs(60), || async {
         let ours = ListParams::default().labels("app.kubernetes.io/managed-by=helm-guard");
         leases.list(&ours).await.unwrap().items.is_empty()
     })

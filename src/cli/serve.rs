@@ -350,6 +350,8 @@ async fn watch_cluster(
         limits: args.decode.limits(),
         lease_namespace,
         claim_books: args.coordination == Coordination::Watch,
+        // Past any verdict's deadline that could still be waiting on the books, with room to spare.
+        claim_keep_after_deletion: args.decision_deadline + std::time::Duration::from_secs(5),
         fence_namespace,
         read_ahead: args.read_ahead,
         identity,

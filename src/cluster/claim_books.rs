@@ -12,7 +12,13 @@
 //! replica's to account for (it will see this one). So two racing approvals are serialised in
 //! the order of their writes, and exactly one of two that conflict stands: the guarantee a Lease
 //! per release gives, for one write per round instead of a read and a write per approval. A
-//! claim first seen in a (re-)list counts as written before any (its order is unknown). Claims expire after `--tombstone-ttl`; a book
+//! claim first seen in a (re-)list counts as written before any (its order is unknown).
+//!
+//! A claim leaves the book `keep_after_deletion` after this replica's watch has brought the
+//! deletion it claims (at the latest when it expires): a verdict of another replica that arrives
+//! after the deletion sees it in its own view (its fence round began after it arrived), and one
+//! that arrived before checks the books within its decision deadline, which
+//! `keep_after_deletion` outlasts. So books hold the claims of seconds, not of the whole TTL. Claims expire after `--tombstone-ttl`; a book
 //! whose claims have all expired is swept like a release's Lease.
 
 use std::collections::HashMap;
@@ -51,12 +57,14 @@ fn release_of(key: &ReleaseKey) -> String {
     format!("{} {}/{}", key.driver, key.namespace, key.release)
 }
 
-/// This replica's claim, and the resourceVersion of the first write that held it (none yet:
-/// not yet agreed).
+/// This replica's claim, the resourceVersion of the first write that held it (none yet: not yet
+/// agreed), and when this replica's watch was first seen to have brought the deletion.
 #[derive(Debug, Clone)]
 struct Mine {
     claim: BookClaim,
+    key: ReleaseKey,
     written_at: Option<u64>,
+    deletion_seen: Option<Instant>,
 }
 
 /// Another replica's claim, and the resourceVersion it first appeared at (0: first seen in a
@@ -76,6 +84,9 @@ struct Rounds {
 #[derive(Debug)]
 struct Books {
     leases: Api<Lease>,
+    /// This replica's view of the records: where it sees a claimed deletion done.
+    index: Arc<super::ReleaseIndex>,
+    keep_after_deletion: Duration,
     identity: String,
     book: String,
     /// The other replicas' claims, by book, as the watch last brought them.
@@ -114,11 +125,19 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl BookCoordinator {
-    /// Books in the namespace of `leases`; starts the book watch and the round writer on the
-    /// current runtime.
-    pub fn start(leases: Api<Lease>, identity: String, ttl: Duration) -> BookCoordinator {
+    /// Books in the namespace of `leases`, claims dropped `keep_after_deletion` after `index`
+    /// shows their deletion; starts the book watch and the round writer on the current runtime.
+    pub fn start(
+        leases: Api<Lease>,
+        identity: String,
+        ttl: Duration,
+        index: Arc<super::ReleaseIndex>,
+        keep_after_deletion: Duration,
+    ) -> BookCoordinator {
         let books = Arc::new(Books {
             leases,
+            index,
+            keep_after_deletion,
             book: book_name(&identity),
             identity,
             others: Mutex::default(),
@@ -181,7 +200,8 @@ impl DeleteCoordinator for BookCoordinator {
                     until: now.saturating_add(ttl_ms),
                     by: books.identity.clone(),
                 };
-                mine.push(Mine { claim: BookClaim { release: release.clone(), claim }, written_at: None });
+                let claim = BookClaim { release: release.clone(), claim };
+                mine.push(Mine { claim, key: key.clone(), written_at: None, deletion_seen: None });
             }
             written_at(&mine)
         };
@@ -224,10 +244,19 @@ async fn write_rounds(books: Arc<Books>) {
             }
             notified.await;
         };
-        let now = now_ms();
+        let (now, instant) = (now_ms(), Instant::now());
         let (written, claims): (Vec<(String, Claim)>, Vec<BookClaim>) = {
             let mut mine = lock(&books.mine);
-            mine.retain(|m| m.claim.claim.until > now);
+            for m in mine.iter_mut().filter(|m| m.written_at.is_some() && m.deletion_seen.is_none()) {
+                let claim = &m.claim.claim;
+                if !books.index.holds(&m.key, &claim.object, claim.uid.as_deref()) {
+                    m.deletion_seen = Some(instant);
+                }
+            }
+            mine.retain(|m| {
+                m.claim.claim.until > now
+                    && m.deletion_seen.is_none_or(|seen| instant < seen + books.keep_after_deletion)
+            });
             let claims: Vec<BookClaim> = mine.iter().map(|m| m.claim.clone()).collect();
             (claims.iter().map(|c| (c.release.clone(), c.claim.clone())).collect(), claims)
         };

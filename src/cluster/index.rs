@@ -406,6 +406,16 @@ impl ReleaseIndex {
             .collect()
     }
 
+    /// Whether the index holds the object `object` (with `uid`) of release `key`, hidden or not:
+    /// false once the watch has brought its deletion.
+    pub fn holds(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> bool {
+        self.lock()
+            .releases
+            .get(key)
+            .and_then(|records| records.get(object))
+            .is_some_and(|entry| entry.is(uid))
+    }
+
     /// Up to `limit` records anywhere whose payload the index has not read at their current
     /// resourceVersion: what the read-ahead reads next.
     pub fn unread(&self, limit: usize) -> Vec<(ReleaseKey, String, Option<String>)> {

@@ -30,6 +30,9 @@ pub struct LiveOptions {
     /// Agree through per-replica claim books read from a watch (`cluster::claim_books`), not a
     /// Lease per release read and written by each approval.
     pub claim_books: bool,
+    /// How long a claim stays in a book after its deletion is seen: longer than any replica's
+    /// decision deadline.
+    pub claim_keep_after_deletion: Duration,
     /// Where the watch's fence is written (`cluster::fence`); `None`: every verdict that rests on
     /// a history lists its release.
     pub fence_namespace: Option<String>,
@@ -72,26 +75,6 @@ pub fn admission(
         tokio::spawn(events::write_events(client.clone(), notices, options.identity.clone(), failed));
         queue
     });
-    let coordinator = options.lease_namespace.as_deref().map(|namespace| {
-        let leases = kube::Api::namespaced(client.clone(), namespace);
-        // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
-        let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
-        if options.claim_books {
-            tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
-            tokio::spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
-            let books = BookCoordinator::start(leases, options.identity.clone(), options.tombstone_ttl);
-            return Arc::new(books) as Arc<dyn DeleteCoordinator>;
-        }
-        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through Leases");
-        tokio::spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
-        let coordinator = LeaseCoordinator {
-            leases,
-            runtime: tokio::runtime::Handle::current(),
-            identity: options.identity.clone(),
-            ttl: options.tombstone_ttl,
-        };
-        Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
-    });
     let recycle_best_effort = options.recycle_bin.as_ref().is_some_and(|bin| bin.best_effort);
     let recycle_bin = options.recycle_bin.map(|bin| {
         tracing::info!(namespace = %bin.namespace, ?bin.bounds, "copies of let-go records kept in the recycle bin");
@@ -125,13 +108,39 @@ pub fn admission(
     });
     let read_ahead = options.read_ahead.then(|| metrics.payloads_read_ahead.clone());
     let (index, fetcher) = watch::watch(
-        client,
+        client.clone(),
         options.tombstone_ttl,
         options.limits,
         metrics.watch_restarts.clone(),
         fence,
         read_ahead,
     );
+    let coordinator = options.lease_namespace.as_deref().map(|namespace| {
+        let leases = kube::Api::namespaced(client.clone(), namespace);
+        // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
+        let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
+        if options.claim_books {
+            tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
+            tokio::spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
+            let books = BookCoordinator::start(
+                leases,
+                options.identity.clone(),
+                options.tombstone_ttl,
+                index.clone(),
+                options.claim_keep_after_deletion,
+            );
+            return Arc::new(books) as Arc<dyn DeleteCoordinator>;
+        }
+        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through Leases");
+        tokio::spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
+        let coordinator = LeaseCoordinator {
+            leases,
+            runtime: tokio::runtime::Handle::current(),
+            identity: options.identity.clone(),
+            ttl: options.tombstone_ttl,
+        };
+        Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
+    });
     Admission {
         limits: options.limits,
         fetcher: Some(fetcher),

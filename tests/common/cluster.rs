@@ -50,6 +50,7 @@ pub fn live_options(
         limits: Default::default(),
         lease_namespace: guard_namespace.map(str::to_owned),
         claim_books: true,
+        claim_keep_after_deletion: std::time::Duration::from_secs(7),
         fence_namespace: guard_namespace.map(str::to_owned),
         read_ahead: true,
         identity: "e2e".to_owned(),
