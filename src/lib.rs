@@ -19,9 +19,11 @@
 //!    klipper-helm entry script does), [`policy::mode`] (enforce/warn/audit).
 //! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (as JSON by
 //!    [`server::log_format`], written out by a tracing-appender thread; and, for a
-//!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. An
-//!    approved deletion of history is first agreed with the other replicas
-//!    ([`cluster::coordination`]); one that only an override lets through first keeps a copy of
+//!    refusal, the notice [`cluster::events`] turns into an Event), and the answer goes back. A
+//!    verdict that rests on a release's history first waits for a fence round showing the watch
+//!    has caught up ([`cluster::fence`]); an approved deletion of history is agreed with the
+//!    other replicas ([`cluster::coordination`], [`cluster::claim_books`]); one that only an
+//!    override lets through first keeps a copy of
 //!    the record in the recycle bin ([`cluster::recycle_bin`], [`release::recycled`]).
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
