@@ -32,11 +32,12 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::coordination::{
     CLAIMS_ANNOTATION, Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator, now_ms,
 };
+use super::fence::GroupCommit;
 use crate::release::ReleaseKey;
 
 /// Labels of every claim book (the sweep lists by them).
@@ -75,12 +76,6 @@ struct Theirs {
     since: u64,
 }
 
-#[derive(Debug, Default)]
-struct Rounds {
-    begun: u64,
-    wanted: u64,
-}
-
 #[derive(Debug)]
 struct Books {
     leases: Api<Lease>,
@@ -92,9 +87,7 @@ struct Books {
     /// The other replicas' claims, by book, as the watch last brought them.
     others: Mutex<HashMap<String, Vec<Theirs>>>,
     mine: Mutex<Vec<Mine>>,
-    rounds: Mutex<Rounds>,
-    done: watch::Sender<u64>,
-    wake: Notify,
+    rounds: GroupCommit,
     /// The highest resourceVersion of a book event applied to `others`.
     applied: watch::Sender<u64>,
 }
@@ -142,9 +135,7 @@ impl BookCoordinator {
             identity,
             others: Mutex::default(),
             mine: Mutex::default(),
-            rounds: Mutex::default(),
-            done: watch::Sender::new(0),
-            wake: Notify::new(),
+            rounds: GroupCommit::default(),
             applied: watch::Sender::new(0),
         });
         tokio::spawn(watch_books(books.clone()));
@@ -206,18 +197,9 @@ impl DeleteCoordinator for BookCoordinator {
             written_at(&mine)
         };
         if at.is_none() {
-            let need = {
-                let mut rounds = lock(&books.rounds);
-                let need = rounds.begun + 1;
-                rounds.wanted = rounds.wanted.max(need);
-                need
-            };
-            books.wake.notify_one();
-            let mut done = books.done.subscribe();
+            let need = books.rounds.join();
             let deadline = tokio::time::Instant::from_std(deadline);
-            let waited =
-                self.runtime.block_on(tokio::time::timeout_at(deadline, done.wait_for(|d| *d >= need)));
-            if !matches!(waited, Ok(Ok(_))) {
+            if !self.runtime.block_on(books.rounds.done_by(need, deadline)) {
                 return Err(CoordinationError::Deadline);
             }
             at = written_at(&lock(&books.mine));
@@ -233,17 +215,7 @@ impl DeleteCoordinator for BookCoordinator {
 /// a round is done once the book watch has brought its write back.
 async fn write_rounds(books: Arc<Books>) {
     loop {
-        let round = loop {
-            let notified = books.wake.notified();
-            {
-                let mut rounds = lock(&books.rounds);
-                if rounds.wanted > rounds.begun {
-                    rounds.begun += 1;
-                    break rounds.begun;
-                }
-            }
-            notified.await;
-        };
+        let round = books.rounds.begin().await;
         let (now, instant) = (now_ms(), Instant::now());
         let (written, claims): (Vec<(String, Claim)>, Vec<BookClaim>) = {
             let mut mine = lock(&books.mine);
@@ -281,11 +253,7 @@ async fn write_rounds(books: Arc<Books>) {
                 m.written_at = Some(version);
             }
         }
-        books.done.send_if_modified(|done| {
-            let newer = round > *done;
-            *done = (*done).max(round);
-            newer
-        });
+        books.rounds.finish(round);
     }
 }
 
@@ -330,11 +298,7 @@ async fn watch_books(books: Arc<Books>) {
         (name, claims, super::fence::revision(lease.metadata.resource_version.as_deref()).unwrap_or(0))
     };
     let applied = |version: u64| {
-        books.applied.send_if_modified(|a| {
-            let newer = version > *a;
-            *a = (*a).max(version);
-            newer
-        });
+        super::fence::raise(&books.applied, version);
     };
     while let Some(event) = stream.next().await {
         match event {

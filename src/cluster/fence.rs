@@ -56,11 +56,7 @@ impl<T> PerDriver<T> {
 impl WatchProgress {
     /// The index now holds `driver`'s events up to `resource_version`.
     pub fn applied(&self, driver: Driver, resource_version: u64) {
-        self.applied.of(driver).send_if_modified(|seen| {
-            let newer = resource_version > *seen;
-            *seen = (*seen).max(resource_version);
-            newer
-        });
+        raise(self.applied.of(driver), resource_version);
     }
 
     /// The highest resourceVersion of `driver`'s events the index holds.
@@ -75,26 +71,71 @@ impl WatchProgress {
     }
 }
 
+/// Raises a high-water mark to `to` (never lowers it), waking its waiters when it moved.
+pub(crate) fn raise(mark: &watch::Sender<u64>, to: u64) {
+    mark.send_if_modified(|now| {
+        let newer = to > *now;
+        *now = (*now).max(to);
+        newer
+    });
+}
+
 /// A resourceVersion as a number: etcd's revision, as every supported API server spells it. One
 /// that is not (another storage) makes no fence: verdicts then list.
 pub fn revision(resource_version: Option<&str>) -> Option<u64> {
     resource_version?.parse().ok()
 }
 
+/// Rounds of one writer that many waiters share (a group commit): a waiter joins the next round
+/// that begins after it arrived; the writer begins a round when one is wanted and marks it done.
 #[derive(Debug, Default)]
-struct Rounds {
-    /// Rounds begun so far.
-    begun: u64,
-    /// The latest round a verdict waits for.
-    wanted: u64,
-}
-
-#[derive(Debug, Default)]
-struct DriverFence {
-    rounds: Mutex<Rounds>,
-    /// The latest round whose write the index holds.
+pub(crate) struct GroupCommit {
+    /// Rounds begun so far, and the latest round a waiter waits for.
+    rounds: Mutex<(u64, u64)>,
+    /// The latest round done.
     done: watch::Sender<u64>,
     wake: Notify,
+}
+
+impl GroupCommit {
+    /// The round a waiter arriving now needs: the next one to begin (one already begun may have
+    /// read before it arrived). Wakes the writer.
+    pub(crate) fn join(&self) -> u64 {
+        let need = {
+            let mut rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let need = rounds.0 + 1;
+            rounds.1 = rounds.1.max(need);
+            need
+        };
+        self.wake.notify_one();
+        need
+    }
+
+    /// Whether round `need` (or a later one) is done by `deadline`.
+    pub(crate) async fn done_by(&self, need: u64, deadline: tokio::time::Instant) -> bool {
+        let mut done = self.done.subscribe();
+        tokio::time::timeout_at(deadline, done.wait_for(|done| *done >= need)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// For the writer: waits until a round is wanted, and begins it.
+    pub(crate) async fn begin(&self) -> u64 {
+        loop {
+            let notified = self.wake.notified();
+            {
+                let mut rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if rounds.1 > rounds.0 {
+                    rounds.0 += 1;
+                    return rounds.0;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// For the writer: round `round` is done.
+    pub(crate) fn finish(&self, round: u64) {
+        raise(&self.done, round);
+    }
 }
 
 /// Group-committed fence rounds for both drivers, written by this replica as `identity`.
@@ -102,7 +143,7 @@ pub struct Fence {
     client: kube::Client,
     namespace: String,
     identity: String,
-    drivers: PerDriver<DriverFence>,
+    drivers: PerDriver<GroupCommit>,
     rounds_total: crate::tally::Tally,
 }
 
@@ -133,17 +174,7 @@ impl Fence {
     pub async fn run(&self, driver: Driver, progress: &WatchProgress) {
         let fence = self.drivers.of(driver);
         loop {
-            let round = loop {
-                let notified = fence.wake.notified();
-                {
-                    let mut rounds = fence.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if rounds.wanted > rounds.begun {
-                        rounds.begun += 1;
-                        break rounds.begun;
-                    }
-                }
-                notified.await;
-            };
+            let round = fence.begin().await;
             self.rounds_total.inc();
             let written = match self.write(driver, round).await {
                 Ok(written) => written,
@@ -155,11 +186,7 @@ impl Fence {
             };
             match tokio::time::timeout(ROUND_TIMEOUT, progress.reached(driver, written)).await {
                 Ok(()) => {
-                    fence.done.send_if_modified(|done| {
-                        let newer = round > *done;
-                        *done = (*done).max(round);
-                        newer
-                    });
+                    fence.finish(round);
                 }
                 Err(_) => tracing::warn!(?driver, "the record watch did not bring the fence back in time"),
             }
@@ -170,16 +197,8 @@ impl Fence {
     /// once the next round completes, false when none does by `deadline`.
     pub async fn caught_up(&self, driver: Driver, deadline: tokio::time::Instant) -> bool {
         let fence = self.drivers.of(driver);
-        let mut done = fence.done.subscribe();
-        let need = {
-            let mut rounds = fence.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            // A round already begun may have read the store before this verdict arrived.
-            let need = rounds.begun + 1;
-            rounds.wanted = rounds.wanted.max(need);
-            need
-        };
-        fence.wake.notify_one();
-        tokio::time::timeout_at(deadline, done.wait_for(|done| *done >= need)).await.is_ok_and(|r| r.is_ok())
+        let need = fence.join();
+        fence.done_by(need, deadline).await
     }
 
     /// Writes the fence of `driver` (creating it the first time); its new resourceVersion.
@@ -255,6 +274,23 @@ mod tests {
         assert!(!waiting.is_finished(), "the other driver's watch says nothing of this one");
         progress.applied(Driver::Secret, 12);
         tokio::time::timeout(Duration::from_secs(1), waiting).await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_round_begun_before_a_waiter_arrived_does_not_answer_for_it() {
+        let commit = GroupCommit::default();
+        let first = commit.join();
+        assert_eq!(commit.begin().await, 1);
+        // Two verdicts arrive while round 1 is under way: both need round 2, and share it.
+        let (late, also) = (commit.join(), commit.join());
+        assert_eq!((first, late, also), (1, 2, 2));
+        commit.finish(1);
+        let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+        assert!(commit.done_by(first, soon).await);
+        assert!(!commit.done_by(late, soon).await, "round 1 began before it arrived");
+        assert_eq!(commit.begin().await, 2, "one round for both");
+        commit.finish(2);
+        assert!(commit.done_by(also, tokio::time::Instant::now() + Duration::from_millis(50)).await);
     }
 
     #[test]
