@@ -266,3 +266,85 @@ fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
         took1 = took[1],
     );
 }
+
+/// A fleet upgrading at once: `BURST_RELEASES` (default 200) releases of three revisions each,
+/// then every one upgraded with `--history-max 2` at the same time (`BURST_PARALLEL` Helm
+/// processes at once, default 20), so that each upgrade prunes its oldest record through the
+/// guard (two replicas, `--coordination watch`), beside the unguarded twin doing the same: every
+/// upgrade that passes unguarded passes guarded, `BURST_RUNS` times (default 1). The upgrades'
+/// durations are printed (BENCHMARKS.md). Run it on a release build.
+#[test]
+#[ignore = "a burst on a real API server: cargo test --release --test e2e_flows -- --ignored burst --nocapture"]
+fn a_burst_of_pruning_upgrades_passes_as_it_does_unguarded() {
+    let var =
+        |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (releases, parallel, runs) =
+        (var("BURST_RELEASES", 200), var("BURST_PARALLEL", 20), var("BURST_RUNS", 1));
+    let bench = Bench::new();
+    let chart = bench.chart.clone();
+    // `helm` in `namespace` for each release at once, `parallel` at a time: (succeeded, seconds).
+    let fleet = |namespace: &str, args: &[&str]| -> Vec<(bool, f64)> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let done = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..parallel {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        if i >= releases {
+                            break;
+                        }
+                        let release = format!("b{i:03}");
+                        let started = Instant::now();
+                        let mut argv: Vec<&str> = args.to_vec();
+                        argv.insert(1, &release);
+                        let output = run("helm", &argv, namespace, "secret");
+                        if !output.status.success() {
+                            eprintln!(
+                                "{namespace}/{release}: {}",
+                                String::from_utf8_lossy(&output.stderr).trim()
+                            );
+                        }
+                        done.lock().unwrap().push((output.status.success(), started.elapsed().as_secs_f64()));
+                    }
+                });
+            }
+        });
+        done.into_inner().unwrap()
+    };
+    for round in 0..runs {
+        let twins = bench.twins("watch");
+        for ns in &twins.namespaces {
+            assert!(fleet(ns, &["install", &chart]).iter().all(|(ok, _)| *ok), "installs in {ns}");
+            for n in 2..=3 {
+                let value = format!("replicaCount={n}");
+                assert!(
+                    fleet(ns, &["upgrade", &chart, "--set", &value]).iter().all(|(ok, _)| *ok),
+                    "upgrades in {ns}"
+                );
+            }
+        }
+        let mut outcomes = Vec::new();
+        for ns in &twins.namespaces {
+            outcomes.push(fleet(ns, &["upgrade", &chart, "--set", "replicaCount=4", "--history-max", "2"]));
+        }
+        let summary = |outcome: &Vec<(bool, f64)>| {
+            let mut took: Vec<f64> = outcome.iter().map(|(_, s)| *s).collect();
+            took.sort_by(f64::total_cmp);
+            let failed = outcome.iter().filter(|(ok, _)| !ok).count();
+            (failed, took[took.len() / 2], took[took.len() * 99 / 100])
+        };
+        let (guarded, twin) = (summary(&outcomes[0]), summary(&outcomes[1]));
+        eprintln!(
+            "burst {round}: {releases} pruning upgrades, {parallel} at once: behind the guard {} failed, p50 {:.2} s, p99 {:.2} s; \
+             without it {} failed, p50 {:.2} s, p99 {:.2} s",
+            guarded.0, guarded.1, guarded.2, twin.0, twin.1, twin.2
+        );
+        assert_eq!(guarded.0, twin.0, "every upgrade that passes unguarded passes behind the guard");
+        for ns in &twins.namespaces {
+            let left = run("kubectl", &["get", "secrets", "-l", "owner=helm", "-o", "name"], ns, "secret");
+            let records = String::from_utf8_lossy(&left.stdout).lines().count();
+            assert_eq!(records, releases * 2, "{ns}: two revisions of each release left");
+        }
+    }
+}
