@@ -65,11 +65,7 @@ impl ApiPayloadFetcher {
                 for (value, kind) in &page.0 {
                     if let Ok(Some(record)) = Record::from_object(value, Some(kind)) {
                         let (key, object) = (record.id.key.clone(), record.object_name.clone());
-                        let read = ReadRecord {
-                            uid: record.uid.clone(),
-                            resource_version: record.resource_version.clone(),
-                            facts: DecodedRecord::new(record, self.limits).facts(),
-                        };
+                        let read = self.read(record);
                         let version = read.resource_version.clone();
                         index.verified(&key, &object, version.as_deref(), read);
                         reads.inc();
@@ -96,6 +92,15 @@ impl ApiPayloadFetcher {
                 .buffer_unordered(4)
                 .count()
                 .await;
+        }
+    }
+
+    /// What Helm reads of `record`, at the version it was read at.
+    fn read(&self, record: Record) -> ReadRecord {
+        ReadRecord {
+            uid: record.uid.clone(),
+            resource_version: record.resource_version.clone(),
+            facts: DecodedRecord::new(record, self.limits).facts(),
         }
     }
 
@@ -136,11 +141,7 @@ impl ApiPayloadFetcher {
         let Some(Ok(value)) = found else { return Ok(Fetched::Gone) };
         match Record::from_object(&value, Some(key.driver.kind())) {
             // Still a record of this release: what Helm reads of it.
-            Ok(Some(record)) if record.id.key == *key => Ok(Fetched::Read(ReadRecord {
-                uid: record.uid.clone(),
-                resource_version: record.resource_version.clone(),
-                facts: DecodedRecord::new(record, self.limits).facts(),
-            })),
+            Ok(Some(record)) if record.id.key == *key => Ok(Fetched::Read(self.read(record))),
             // Relabelled since: no longer part of this release.
             _ => Ok(Fetched::Gone),
         }
