@@ -123,7 +123,7 @@ fn key() -> ReleaseKey {
 }
 
 #[test]
-fn refusals_creations_and_updates_never_touch_the_leases() {
+fn refusals_creations_updates_and_helms_pruning_never_touch_the_leases() {
     let records = web(&[(1, "superseded"), (2, "deployed")]);
     let leases = Arc::new(SharedLeases::new(0));
     let admission = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
@@ -132,16 +132,32 @@ fn refusals_creations_and_updates_never_touch_the_leases() {
     let body = serde_json::to_vec(&update_review(&records[1], &updated)).unwrap();
     admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed).unwrap();
     // Inline decisions (no thread hand-off) still work for them: nothing to agree.
-    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
-    assert!(
-        admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden).is_ok()
-    );
+    for record in &records {
+        let body = serde_json::to_vec(&delete_review(record)).unwrap();
+        assert!(
+            admission
+                .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden)
+                .is_ok()
+        );
+    }
+    // Helm's history pruning (a superseded revision below the latest) holds whatever else is
+    // deleted at once: approved with no claim.
+    let fresh = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
+    assert_eq!(delete(&fresh, &records[0]), (true, "history-pruning".to_owned()));
     assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (0, 0));
-    // An approval does: it needs the API, so it leaves the async workers.
+}
+
+#[test]
+fn an_approval_another_could_turn_is_agreed_on_a_blocking_thread() {
+    let records = two_deployed();
+    let leases = Arc::new(SharedLeases::new(0));
+    let admission = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
+    // It needs the API, so it leaves the async workers.
     let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
     assert!(
         admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden).is_err()
     );
+    assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (0, 0));
     assert_eq!(delete(&admission, &records[0]), (true, "history-pruning".to_owned()));
     assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (1, 1));
 }

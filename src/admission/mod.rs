@@ -50,7 +50,7 @@ pub struct Admission {
     pub limits: DecodeLimits,
     /// Live source only: reads a payload the index does not hold.
     pub fetcher: Option<Arc<dyn PayloadFetcher>>,
-    /// What one decision may spend on API calls; below the webhooks' `timeoutSeconds`.
+    /// The most one decision may spend on API calls (see [`Admission::deadline`]).
     pub decision_deadline: Duration,
     /// Decisions that ran out of `decision_deadline` before reading every record they needed.
     pub deadline_exceeded: crate::tally::Tally,
@@ -93,8 +93,12 @@ impl Admission {
     }
 }
 
-/// The default of `--decision-deadline`: well below the webhooks' 5 s timeout.
-pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(2);
+/// The default of `--decision-deadline`: the webhooks' 5 s timeout less [`ANSWER_MARGIN`].
+pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(4);
+
+/// What a decision leaves of the API server's timeout for its answer to get back (the hop off the
+/// blocking pool, encoding, the network): an answer the API server gives up on refuses Helm.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// A request's answer and its ledger entry.
 #[derive(Debug)]
@@ -119,18 +123,40 @@ pub enum Io {
 pub struct NeedsIo;
 
 impl Admission {
-    /// Decides one request unless, with `io` forbidden, it would have to wait on the API server
-    /// (with `Io::Allowed` it always decides); logs the decision as one ledger line. A decision
-    /// that says `NeedsIo` has changed nothing.
+    /// When a decision on a request that arrived at `arrived` must be done with the API server:
+    /// a slow API server should cost Helm time, not its operation, so a decision may use what
+    /// the API server waits for it (`timeout`, the webhook's `timeoutSeconds`, which it sends
+    /// with each request) less [`ANSWER_MARGIN`], and never more than `--decision-deadline`.
+    pub fn deadline(&self, arrived: Instant, timeout: Option<Duration>) -> Instant {
+        let allowed = timeout.map_or(self.decision_deadline, |timeout| {
+            self.decision_deadline.min(timeout.saturating_sub(ANSWER_MARGIN))
+        });
+        arrived + allowed
+    }
+
+    /// Decides one request, arrived now, within `--decision-deadline`; see [`Admission::review_by`].
     pub fn review(
         &self,
         webhook: Webhook,
         request: AdmissionRequest<ReviewObject>,
         io: Io,
     ) -> Result<Reviewed, NeedsIo> {
+        self.review_by(webhook, request, io, self.deadline(Instant::now(), None))
+    }
+
+    /// Decides one request unless, with `io` forbidden, it would have to wait on the API server
+    /// (with `Io::Allowed` it always decides); its API calls end by `deadline`. Logs the decision
+    /// as one ledger line. A decision that says `NeedsIo` has changed nothing.
+    pub fn review_by(
+        &self,
+        webhook: Webhook,
+        request: AdmissionRequest<ReviewObject>,
+        io: Io,
+        deadline: Instant,
+    ) -> Result<Reviewed, NeedsIo> {
         let reviewed = match webhook {
-            Webhook::Validate => validating::validate(self, request, io)?,
-            Webhook::Mutate => mutating::mutate(self, request, io)?,
+            Webhook::Validate => validating::validate(self, request, io, deadline)?,
+            Webhook::Mutate => mutating::mutate(self, request, io, deadline)?,
         };
         reviewed.entry.emit();
         if let Some(events) = &self.events {
@@ -179,33 +205,34 @@ impl Admission {
     }
 
     /// Makes the index's view of one release at least as new as the request (the watch may lag
-    /// a record just written), then reads what is still unread. Within the decision deadline;
-    /// whether that was shown (without it the index stays as it was). Shown by the watch's fence
-    /// when a round completes within half the deadline (one write for every verdict waiting),
-    /// else by a consistent listing of the release.
+    /// a record just written), then reads what is still unread. By `deadline`; whether that was
+    /// shown (without it the index stays as it was). Shown by the watch's fence when a round
+    /// completes within half the time left (one write for every verdict waiting), else by a
+    /// consistent listing of the release.
     fn confirm_history(
         &self,
         key: &ReleaseKey,
         except: Option<&str>,
-        started: Instant,
+        deadline: Instant,
         io: Io,
     ) -> Result<bool, NeedsIo> {
         let Some(fetcher) = &self.fetcher else { return Ok(true) };
         if io == Io::Forbidden {
             return Err(NeedsIo);
         }
-        if fetcher.caught_up(key.driver, started + self.decision_deadline / 2) {
-            self.read_history(key, except, started, io)?;
+        let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
+        if fetcher.caught_up(key.driver, halfway) {
+            self.read_history(key, except, deadline, io)?;
             return Ok(true);
         }
         self.confirmed_by_listing.inc();
-        let listed = fetcher.list(key, started + self.decision_deadline);
+        let listed = fetcher.list(key, deadline);
         let confirmed = listed.is_some();
         match listed {
             Some(listed) => self.index.sync_release(key, listed),
             None => self.deadline_exceeded.inc(),
         }
-        self.read_history(key, except, started, io)?;
+        self.read_history(key, except, deadline, io)?;
         Ok(confirmed)
     }
 
@@ -218,7 +245,7 @@ impl Admission {
         &self,
         key: &ReleaseKey,
         except: Option<&str>,
-        started: Instant,
+        deadline: Instant,
         io: Io,
     ) -> Result<(), NeedsIo> {
         let Some(fetcher) = &self.fetcher else { return Ok(()) };
@@ -230,7 +257,7 @@ impl Admission {
             return Err(NeedsIo);
         }
         let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
-        let answers = fetcher.fetch(key, &objects, started + self.decision_deadline);
+        let answers = fetcher.fetch(key, &objects, deadline);
         if answers.len() < objects.len() {
             self.deadline_exceeded.inc();
         }
@@ -243,5 +270,31 @@ impl Admission {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_ends_before_the_api_server_stops_waiting_and_within_its_own_bound() {
+        let mut admission = Admission::new(
+            Arc::new(ReleaseIndex::new(crate::cluster::SourceKind::Snapshot)),
+            PolicyConfig::default(),
+        );
+        let now = Instant::now();
+        let seconds = |s| Duration::from_secs(s);
+        // The webhooks' default 5 s: 4 s, the default bound.
+        assert_eq!(admission.deadline(now, Some(seconds(5))), now + seconds(4));
+        // A webhook that waits 2 s: 1 s.
+        assert_eq!(admission.deadline(now, Some(seconds(2))), now + seconds(1));
+        // One that waits 30 s: still the bound.
+        assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(4));
+        admission.decision_deadline = seconds(20);
+        assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(20));
+        assert_eq!(admission.deadline(now, None), now + seconds(20));
+        // Less than the margin leaves nothing: decided from what is known.
+        assert_eq!(admission.deadline(now, Some(Duration::from_millis(500))), now);
     }
 }

@@ -16,8 +16,8 @@ pub fn mutate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
     io: Io,
+    deadline: std::time::Instant,
 ) -> Result<Reviewed, NeedsIo> {
-    let started = std::time::Instant::now();
     let mut entry = LedgerEntry::new(Webhook::Mutate, &request);
     let mut response = AdmissionResponse::from(&request);
     let pod = chart_pod(&mut request);
@@ -29,7 +29,7 @@ pub fn mutate(
             None => Reason::NotAHelmInstallPod,
             Some(target) => {
                 entry.release = Some(format!("{}/{}", target.namespace, target.release));
-                match patch(admission, &pod, &target, started, io, &mut entry)? {
+                match patch(admission, &pod, &target, deadline, io, &mut entry)? {
                     Ok(patch) => match response.clone().with_patch(patch) {
                         Ok(patched) => {
                             response = patched;
@@ -68,7 +68,7 @@ fn patch(
     admission: &Admission,
     pod: &Pod,
     target: &HelmInstallPod,
-    started: std::time::Instant,
+    deadline: std::time::Instant,
     io: Io,
     entry: &mut LedgerEntry,
 ) -> Result<Result<json_patch::Patch, Reason>, NeedsIo> {
@@ -81,7 +81,7 @@ fn patch(
         namespace: target.namespace.clone(),
         release: target.release.clone(),
     };
-    admission.read_history(&key, None, started, io)?;
+    admission.read_history(&key, None, deadline, io)?;
     let history = admission.index.history(&key);
     if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
         entry.message =

@@ -10,7 +10,7 @@ use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::recycle_bin::RecycleBin;
 use crate::cluster::{DeleteCoordinator, IndexChange};
-use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy};
+use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Mode, Outcome, Reason, Requester, Verdict, break_glass_reason};
@@ -24,8 +24,8 @@ pub fn validate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
     io: Io,
+    deadline: Instant,
 ) -> Result<Reviewed, NeedsIo> {
-    let started = Instant::now();
     let mut entry = LedgerEntry::new(Webhook::Validate, &request);
     let driver = match (request.kind.group.as_str(), request.kind.kind.as_str()) {
         ("", "Secret") => Some(Driver::Secret),
@@ -51,7 +51,7 @@ pub fn validate(
 
     let decided = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
-            delete(admission, &request, admission.read_record(record), started, io, &mut entry)?
+            delete(admission, &request, admission.read_record(record), deadline, io, &mut entry)?
         }
         // Every supported API server sends the object being deleted; without it nothing can be
         // shown harmless.
@@ -77,17 +77,20 @@ struct Decided {
     verdict: Verdict,
     /// What the mode made of it: what the API server is told.
     outcome: Outcome,
+    /// An approval that must first be agreed with the other replicas
+    /// ([`crate::policy::delete::needs_agreement`]).
+    agree: bool,
 }
 
 /// A verdict that no mode changes: allowances.
 fn allowed(verdict: Verdict) -> Decided {
     let outcome = apply_mode(&verdict, crate::policy::Mode::Enforce);
-    Decided { verdict, outcome }
+    Decided { verdict, outcome, agree: false }
 }
 
 /// The answer: verdict with mode applied, warnings and audit annotations.
 fn respond(request: &AdmissionRequest<ReviewObject>, decided: Decided, mut entry: LedgerEntry) -> Reviewed {
-    let Decided { verdict, outcome } = decided;
+    let Decided { verdict, outcome, .. } = decided;
     entry.reason = verdict.reason;
     entry.detail = verdict.detail;
     // The full message goes to the ledger in every mode: in audit mode it is the only record of
@@ -142,7 +145,7 @@ fn namespace(
     }
     let verdict = decide_namespace(&facts, &admission.config);
     let outcome = apply_mode(&verdict, default);
-    Decided { verdict, outcome }
+    Decided { verdict, outcome, agree: false }
 }
 
 fn not_a_record() -> Decided {
@@ -161,7 +164,7 @@ fn no_old_object(admission: &Admission, request: &AdmissionRequest<ReviewObject>
     );
     let (_, mode) = admission.namespace(request.namespace.as_deref().unwrap_or_default());
     let outcome = apply_mode(&verdict, mode);
-    Decided { verdict, outcome }
+    Decided { verdict, outcome, agree: false }
 }
 
 fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'_> {
@@ -192,7 +195,7 @@ fn delete(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
     record: DecodedRecord,
-    started: Instant,
+    deadline: Instant,
     io: Io,
     entry: &mut LedgerEntry,
 ) -> Result<Decided, NeedsIo> {
@@ -214,70 +217,78 @@ fn delete(
         break_glass: glass.as_deref(),
     };
     let coordinator = admission.coordinator.as_deref().filter(|_| !request.dry_run);
-    // A verdict that rests on the rest of the history is confirmed against a consistent listing
-    // of the release (the watch may not have brought the latest records yet), and an approval
-    // that needs the other replicas' agreement gets it, before the approval takes effect.
+    // A verdict that rests on the rest of the history is confirmed against what is stored now
+    // (the watch may not have brought the latest records yet), and an approval that needs the
+    // other replicas' agreement gets it, before the approval takes effect.
     let confirms = admission.fetcher.is_some();
-    let checks_left = |reason: Reason| {
-        (coordinator.is_some() && reason.approval_needs_coordination())
-            || (confirms && reason.rests_on_history())
+    // Only an approval that stands hides the record in the index (a tombstone): one with no
+    // check left at its stage. The rest are recorded as they are decided, in one pass under the
+    // index lock. An approval that keeps a copy in the recycle bin stands once the copy is stored.
+    let stands = |decided: &Decided, stage: Stage| match stage {
+        Stage::First => {
+            let agreeing = coordinator.is_some() && decided.agree;
+            let confirming = confirms && decided.verdict.reason.rests_on_history();
+            !(agreeing || confirming)
+        }
+        Stage::Confirmed => !(coordinator.is_some() && decided.agree),
+        Stage::Agreed => true,
     };
-    // `settled`: every check is done. Only an approval that stands hides the record in the index
-    // (a tombstone); the rest are recorded as they are decided, in one pass under the index lock.
-    // An approval that keeps a copy in the recycle bin stands once the copy is stored.
     let bin = admission.recycle_bin.as_deref().filter(|_| !request.dry_run);
-    let decide_keeping = |settled: bool| {
+    let decide_keeping = |stage: Stage| {
         admission.index.decide(&id.key, Some(object), |others| {
             let history = History::new(others);
             let verdict = decide_delete(&facts, &history, &admission.config);
             let outcome = apply_mode(&verdict, mode);
             let keep = bin.is_some() && outcome.allowed && keeps_copy(&facts, &history, &admission.config);
-            let stands = (settled || !checks_left(verdict.reason)) && !keep;
-            let change = (stands && outcome.allowed && !request.dry_run).then(|| IndexChange::Delete {
-                object: object.to_owned(),
-                uid: claimed.uid.map(str::to_owned),
-            });
-            ((Decided { verdict, outcome }, keep), change)
+            let agree = outcome.allowed && needs_agreement(&facts, &history, verdict.reason);
+            let decided = Decided { verdict, outcome, agree };
+            let change =
+                (decided.outcome.allowed && !keep && !request.dry_run && stands(&decided, stage)).then(
+                    || IndexChange::Delete { object: object.to_owned(), uid: claimed.uid.map(str::to_owned) },
+                );
+            ((decided, keep), change)
         })
     };
-    let decide = |settled: bool| decide_keeping(settled).0;
-    let (mut decided, mut keep) = decide_keeping(false);
+    let (mut decided, mut keep) = decide_keeping(Stage::First);
     let reason = decided.verdict.reason;
     if confirms && (reason == Reason::UnreadHistory || reason.rests_on_history()) {
-        // Decided again on what is stored now: the release listed (the watch may lag), and every
-        // record known only by its labels read as Helm reads it.
-        let listed = admission.confirm_history(&id.key, Some(object), started, io)?;
-        (decided, keep) = decide_keeping(listed && coordinator.is_none());
+        // Decided again on what is stored now: the watch shown caught up (or the release listed),
+        // and every record known only by its labels read as Helm reads it.
+        let listed = admission.confirm_history(&id.key, Some(object), deadline, io)?;
+        (decided, keep) = decide_keeping(if listed { Stage::Confirmed } else { Stage::First });
         if !listed && decided.verdict.allowed {
-            // Without the listing a refusal still stands (it fails closed); an approval cannot.
+            // Without the confirmation a refusal still stands (it fails closed); an approval cannot.
             return Ok(unconfirmed(&id.key, object, mode));
         }
     }
     if let Some(bin) = bin.filter(|_| keep) {
         // No approval that needs the replicas' agreement keeps a copy: those are Helm's own.
-        debug_assert!(!decided.verdict.reason.approval_needs_coordination());
+        debug_assert!(!decided.agree);
         if io == Io::Forbidden {
             return Err(NeedsIo);
         }
-        return Ok(keep_copy(admission, bin, request, &record.record, decided, started, entry));
+        return Ok(keep_copy(admission, bin, request, &record.record, decided, deadline, entry));
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
-    if !decided.outcome.allowed || !decided.verdict.reason.approval_needs_coordination() {
+    if !decided.agree {
         // Refusals, and approvals that hold whatever else is deleted, need no agreement.
         return Ok(decided);
     }
     if io == Io::Forbidden {
         return Err(NeedsIo);
     }
-    Ok(coordinate(
-        admission,
-        coordinator,
-        &id.key,
-        &claimed,
-        started + admission.decision_deadline,
-        mode,
-        decide,
-    ))
+    Ok(coordinate(admission, coordinator, &id.key, &claimed, deadline, mode, || {
+        decide_keeping(Stage::Agreed).0
+    }))
+}
+
+/// How far a DELETE's checks have come: decided on the index as it is, then confirmed against
+/// what is stored, then agreed with the other replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    First,
+    Confirmed,
+    Agreed,
 }
 
 /// Stores a copy of the record in the recycle bin before its deletion is approved; then the
@@ -290,7 +301,7 @@ fn keep_copy(
     request: &AdmissionRequest<ReviewObject>,
     record: &Record,
     mut decided: Decided,
-    started: Instant,
+    deadline: Instant,
     entry: &mut LedgerEntry,
 ) -> Decided {
     let key = &record.id.key;
@@ -299,7 +310,7 @@ fn keep_copy(
         requester: requester(request).username,
         at: jiff::Timestamp::now().as_second(),
     };
-    let kept = bin.keep(record, &keeping, started + admission.decision_deadline);
+    let kept = bin.keep(record, &keeping, deadline);
     if let Err(error) = &kept
         && !admission.recycle_best_effort
     {
@@ -312,7 +323,7 @@ fn keep_copy(
             ),
         );
         let outcome = apply_mode(&verdict, Mode::Enforce);
-        return Decided { verdict, outcome };
+        return Decided { verdict, outcome, agree: false };
     }
     let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
     admission.index.apply(key, gone);
@@ -352,7 +363,7 @@ fn unconfirmed(key: &ReleaseKey, object: &str, mode: Mode) -> Decided {
         ),
     );
     let outcome = apply_mode(&verdict, mode);
-    Decided { verdict, outcome }
+    Decided { verdict, outcome, agree: false }
 }
 
 /// Agrees an approval of a deletion with the other replicas (see [`crate::cluster::coordination`]):
@@ -367,7 +378,7 @@ fn coordinate(
     record: &ClaimedRecord<'_>,
     deadline: Instant,
     mode: Mode,
-    decide: impl Fn(bool) -> Decided,
+    decide: impl Fn() -> Decided,
 ) -> Decided {
     let object = record.object;
     let error = loop {
@@ -379,8 +390,8 @@ fn coordinate(
         for claim in claims.claims.iter().filter(|claim| !claim.is(record)) {
             admission.index.hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
         }
-        let decided = decide(true);
-        if !decided.outcome.allowed || !decided.verdict.reason.approval_needs_coordination() {
+        let decided = decide();
+        if !decided.agree {
             return decided;
         }
         match coordinator.claim(key, record, &claims, deadline) {
@@ -403,7 +414,7 @@ fn coordinate(
         ),
     );
     let outcome = apply_mode(&verdict, mode);
-    Decided { verdict, outcome }
+    Decided { verdict, outcome, agree: false }
 }
 
 fn update(
@@ -454,7 +465,7 @@ fn update(
             admission.index.apply(&new.record.id.key, IndexChange::Upsert { object, facts: new.facts() });
         }
     }
-    Decided { verdict, outcome }
+    Decided { verdict, outcome, agree: false }
 }
 
 fn create(

@@ -185,10 +185,11 @@ pub struct ServeArgs {
     /// requests wait their turn.
     #[arg(long, env = "HELM_GUARD_MAX_CONCURRENT_REVIEWS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_REVIEWS)]
     pub max_concurrent_reviews: usize,
-    /// What one decision may spend reading records from the API server (all its calls share
-    /// it); keep it below the webhooks' timeoutSeconds. A DELETE that cannot be shown harmless
-    /// in time is refused with a message to retry.
-    #[arg(long, env = "HELM_GUARD_DECISION_DEADLINE", default_value = "2s", value_parser = humantime::parse_duration)]
+    /// The most one decision may spend on the API server (all its calls share it). A decision
+    /// also ends a second before the API server stops waiting (the `timeout` it sends: the
+    /// webhook's timeoutSeconds) and before --request-timeout. A DELETE that cannot be shown
+    /// harmless in time is refused with a message to retry.
+    #[arg(long, env = "HELM_GUARD_DECISION_DEADLINE", default_value = "4s", value_parser = humantime::parse_duration)]
     pub decision_deadline: Duration,
     /// A pending revision unchanged for longer than this is stuck.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]

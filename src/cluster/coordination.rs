@@ -3,7 +3,7 @@
 //! Each replica keeps its own index, and an approved deletion is hidden (a tombstone) only in
 //! the index of the replica that approved it. Two deletions of one release, each harmless alone,
 //! that reach two replicas at the same instant would both be approved. So before a replica
-//! approves such a deletion ([`Reason::approval_needs_coordination`]) it writes a *claim* on the
+//! approves such a deletion ([`needs_agreement`]) it writes a *claim* on the
 //! release into a `coordination.k8s.io` Lease in its own namespace, one Lease per release, with
 //! an optimistic-concurrency update (the resourceVersion it read). The other replica's write
 //! then fails with a conflict; it reads the Lease again, finds the first approval's claim, hides
@@ -14,7 +14,7 @@
 //! point of failure, on every verdict; a Lease per release only orders the approvals that can
 //! conflict, and only those of one release, and costs nothing on any other request.
 //!
-//! [`Reason::approval_needs_coordination`]: crate::policy::Reason::approval_needs_coordination
+//! [`needs_agreement`]: crate::policy::delete::needs_agreement
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

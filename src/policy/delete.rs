@@ -42,6 +42,25 @@ pub fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConf
     !(rules.allowed && rules.reason.is_helm_deletion())
 }
 
+/// Whether an approval of `reason` must first be agreed with the other replicas (POLICY.md,
+/// "Approvals that need agreement"): two approvals of one release, each harmless alone, can together
+/// leave it without its deployed or latest revision. D7 changes the latest, so it always needs
+/// agreement. D5 needs it only for a `deployed` record, or one that holds the latest revision
+/// with another record: any other record below the latest changes, once gone, neither which
+/// revision is latest nor which are deployed, so every other approval decided with it present
+/// holds without it, and its own holds whatever else goes. That is Helm's history pruning
+/// (`removeLeastRecent` keeps the last deployed), which then costs no claim.
+pub fn needs_agreement(facts: &DeleteFacts<'_>, others: &History, reason: Reason) -> bool {
+    match reason {
+        Reason::StuckRevisionRecovery => true,
+        Reason::HistoryPruning => {
+            facts.status == Some(Status::Deployed)
+                || others.latest().is_none_or(|(latest, _)| latest <= facts.revision)
+        }
+        _ => false,
+    }
+}
+
 /// Whether D2 (the break-glass annotation, the exemptions) counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Overrides {
@@ -359,6 +378,87 @@ mod tests {
             let verdict = decide(revision, status, revisions);
             assert_eq!((verdict.allowed, verdict.reason), (allowed, reason), "{rule}: {verdict:?}");
         }
+    }
+
+    /// Which approvals are agreed with the other replicas first, as POLICY.md lists them.
+    #[test]
+    fn agreement_is_needed_where_another_approval_could_turn_this_one() {
+        let needs = |revision, status, revisions: &[(u32, Status)]| {
+            let facts = facts(revision, Some(status));
+            let others = others(revision, Some(status), revisions);
+            let verdict = decide_delete(&facts, &others, &PolicyConfig::default());
+            assert!(verdict.allowed, "{verdict:?}");
+            needs_agreement(&facts, &others, verdict.reason)
+        };
+        // Helm's history pruning of a superseded or failed revision: none.
+        assert!(!needs(1, Superseded, &[(1, Superseded), (2, Superseded), (3, Deployed)]));
+        assert!(!needs(2, Failed, &[(1, Superseded), (2, Failed), (3, Deployed)]));
+        // A deployed revision while another is deployed: the other may be going too.
+        assert!(needs(1, Deployed, &[(1, Deployed), (2, Deployed), (3, Failed)]));
+        // A record that shares the latest revision with another: that one may be going too.
+        assert!(needs(3, Superseded, &[(1, Deployed), (3, Superseded), (3, Failed)]));
+        // D7 changes the latest.
+        assert!(needs(2, PendingUpgrade, &[(1, Deployed), (2, PendingUpgrade)]));
+        // Uninstalls hold whatever else goes.
+        assert!(!needs(3, Deployed, &[(3, Deployed), (4, Uninstalling)]));
+        assert!(!needs(2, Uninstalling, &[(1, Superseded), (2, Uninstalling)]));
+    }
+
+    /// Two approvals decided at once on the same history, neither seeing the other (what two
+    /// replicas do when one of them needs no agreement), must end where some order of the two,
+    /// each decided after the other, would: random histories (revisions shared, every status),
+    /// every pair of records. Seeded: `HELM_GUARD_SEED` reruns one.
+    #[test]
+    fn an_approval_without_agreement_holds_whatever_else_is_approved_at_once() {
+        let statuses = <Status as strum::VariantArray>::VARIANTS;
+        let seed = std::env::var("HELM_GUARD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(31);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let approves = |records: &[(u32, Status)], at: usize| {
+            let &(revision, status) = records.get(at)?;
+            let mut others = records.to_vec();
+            others.remove(at);
+            let facts = facts(revision, Some(status));
+            let others = history(&others);
+            let verdict = decide_delete(&facts, &others, &PolicyConfig::default());
+            verdict.allowed.then(|| needs_agreement(&facts, &others, verdict.reason))
+        };
+        let without = |records: &[(u32, Status)], at: usize| {
+            let mut rest = records.to_vec();
+            rest.remove(at);
+            rest
+        };
+        let (mut unagreed, mut pairs) = (0, 0);
+        for _ in 0..20_000 {
+            let records: Vec<(u32, Status)> = (0..rng.usize(2..7))
+                .map(|_| (rng.u32(1..6), statuses[rng.usize(..statuses.len())]))
+                .collect();
+            for a in 0..records.len() {
+                // `a` approved with no claim written.
+                if approves(&records, a) != Some(false) {
+                    continue;
+                }
+                unagreed += 1;
+                for b in (0..records.len()).filter(|&b| b != a) {
+                    if approves(&records, b).is_none() {
+                        continue;
+                    }
+                    pairs += 1;
+                    // After `a`, `b` is approved at the position it then has (and vice versa).
+                    let b_after_a = approves(&without(&records, a), if b > a { b - 1 } else { b }).is_some();
+                    let a_after_b = approves(&without(&records, b), if a > b { a - 1 } else { a }).is_some();
+                    assert!(
+                        b_after_a || a_after_b,
+                        "seed {seed}: {records:?}: deleting {:?} and {:?} at once is no order of the two",
+                        records[a],
+                        records[b]
+                    );
+                }
+            }
+        }
+        assert!(
+            unagreed > 1_000 && pairs > 1_000,
+            "the generator reached too few cases: {unagreed}, {pairs}"
+        );
     }
 
     #[test]

@@ -94,15 +94,6 @@ impl Reason {
 }
 
 impl Reason {
-    /// An approved DELETE whose safety rests on the rest of the release's history staying as the
-    /// verdict saw it: two such approvals of one release, each harmless alone, can together
-    /// leave it without its deployed or latest revision (D5, D7). Across replicas they are
-    /// serialised; the other approvals (teardown, break-glass, exempt, a record Helm ignores, an
-    /// uninstall) hold whatever else is deleted.
-    pub fn approval_needs_coordination(self) -> bool {
-        matches!(self, Reason::HistoryPruning | Reason::StuckRevisionRecovery)
-    }
-
     /// An approval of one of Helm's own deletions (D1 teardown, D4a, D5, D6, D7): the only
     /// approvals that keep no copy in the recycle bin.
     pub fn is_helm_deletion(self) -> bool {

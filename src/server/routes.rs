@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, to_bytes};
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, RawQuery, State};
 use axum::http::{StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -59,19 +59,21 @@ type Connection = Option<Extension<ConnectionShutdown>>;
 async fn validate(
     state: State<Arc<AppState>>,
     version: Version,
+    query: RawQuery,
     connection: Connection,
     body: Body,
 ) -> Response {
-    webhook(Webhook::Validate, state, version, connection, body).await
+    webhook(Webhook::Validate, state, version, query, connection, body).await
 }
 
 async fn mutate(
     state: State<Arc<AppState>>,
     version: Version,
+    query: RawQuery,
     connection: Connection,
     body: Body,
 ) -> Response {
-    webhook(Webhook::Mutate, state, version, connection, body).await
+    webhook(Webhook::Mutate, state, version, query, connection, body).await
 }
 
 /// One webhook request: reviewed within its bounds, and answered.
@@ -79,11 +81,26 @@ async fn webhook(
     webhook: Webhook,
     State(state): State<Arc<AppState>>,
     version: Version,
+    RawQuery(query): RawQuery,
     connection: Connection,
     body: Body,
 ) -> Response {
-    let response = bounded(&state, webhook, admit(state.clone(), webhook, connection, body)).await;
+    let arrived = Instant::now();
+    // What the API server waits for the answer (`?timeout=5s`: the webhook's timeoutSeconds),
+    // and never past --request-timeout.
+    let waits = api_server_timeout(query.as_deref())
+        .map_or(state.limits.request_timeout, |timeout| timeout.min(state.limits.request_timeout));
+    let deadline = state.admission.deadline(arrived, Some(waits));
+    let response = bounded(&state, webhook, admit(state.clone(), webhook, connection, body, deadline)).await;
     closing(&state, version, response)
+}
+
+/// The `timeout` the API server puts in a webhook's URL, in Go's duration format (`5s`, `30s`;
+/// `timeoutSeconds` is 1 to 30).
+fn api_server_timeout(query: Option<&str>) -> Option<std::time::Duration> {
+    let value = query?.split('&').find_map(|pair| pair.strip_prefix("timeout="))?;
+    let seconds: u64 = value.strip_suffix('s')?.parse().ok()?;
+    Some(std::time::Duration::from_secs(seconds))
 }
 
 /// A webhook request within its bounds, outermost first: `--request-timeout` (waiting for a
@@ -132,7 +149,13 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into(), "code": status.as_u16()}))).into_response()
 }
 
-async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, body: Body) -> Response {
+async fn admit(
+    state: Arc<AppState>,
+    webhook: Webhook,
+    connection: Connection,
+    body: Body,
+    deadline: Instant,
+) -> Response {
     let started = Instant::now();
     // During a rollout each answer closes its connection (HTTP/1.1 `Connection: close`, HTTP/2
     // GOAWAY), so the API server moves to another replica before this one drains.
@@ -172,7 +195,9 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
     // thread and back costs more than the decision. A large body (CPU work) or a decision that
     // must wait on the API server goes to a blocking thread, so that neither stalls others.
     if bytes.len() <= INLINE_MAX_BODY_BYTES {
-        match review::parse(&bytes).map(|request| state.admission.review(webhook, request, Io::Forbidden)) {
+        match review::parse(&bytes)
+            .map(|request| state.admission.review_by(webhook, request, Io::Forbidden, deadline))
+        {
             Ok(Ok(reviewed)) => return answer(&state, webhook, started, reviewed),
             Err(bad) => return bad_request(&state, webhook, &bad),
             // Nothing was changed: decided again below, where it may wait.
@@ -183,7 +208,7 @@ async fn admit(state: Arc<AppState>, webhook: Webhook, connection: Connection, b
     let decided = tokio::task::spawn_blocking(move || {
         let request = review::parse(&bytes)?;
         drop(bytes);
-        Ok::<_, review::ReviewError>(worker.admission.review(webhook, request, Io::Allowed))
+        Ok::<_, review::ReviewError>(worker.admission.review_by(webhook, request, Io::Allowed, deadline))
     })
     .await;
     match decided {
@@ -248,6 +273,16 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_api_servers_timeout_is_read_from_the_query() {
+        use std::time::Duration;
+        assert_eq!(api_server_timeout(Some("timeout=5s")), Some(Duration::from_secs(5)));
+        assert_eq!(api_server_timeout(Some("a=b&timeout=30s")), Some(Duration::from_secs(30)));
+        for unreadable in [None, Some(""), Some("timeout=5"), Some("timeout=1m0s"), Some("timeout=-1s")] {
+            assert_eq!(api_server_timeout(unreadable), None, "{unreadable:?}");
+        }
+    }
 
     #[test]
     fn request_traces_follow_the_log_filter() {
