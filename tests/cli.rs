@@ -107,16 +107,63 @@ fn scan_shows_the_namespaces_that_are_opted_out_and_since_when() {
 }
 
 #[test]
-fn inspect_of_a_missing_revision_says_which_revisions_there_are() {
+fn inspect_of_a_missing_revision_says_which_revisions_each_release_has() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_temp(&dir, "web.json", &list(web(&[(1, "superseded"), (2, "deployed")])));
     let output = helm_guard(&["inspect", path.to_str().unwrap(), "--revision", "9"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("no record of revision 9 (the release has revisions 1, 2)"),
+        stderr(&output).contains("no record of revision 9 (demo/web has revisions 1, 2)"),
         "{}",
         stderr(&output)
     );
+    // A dump of several releases names each.
+    let output = helm_guard(&["inspect", SNAPSHOT, "--revision", "99"]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(err.contains("(demo/web has revisions 2, 3, 4; orphan/app has revision 1; "), "{err}");
+}
+
+/// README's "Exit status": a cluster that cannot be reached is a failure at run time (1) for
+/// every command that reads one, never bad input (2), whether no kubeconfig is found or the one
+/// found points at an address that does not answer.
+#[test]
+fn a_cluster_that_cannot_be_reached_exits_1_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: dead\nclusters:\n- name: dead\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: dead\n  context:\n    cluster: dead\n    user: nobody\nusers:\n- name: nobody\n  user:\n    token: none\n"
+        ),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let commands: [&[&str]; 6] = [
+        &["scan"],
+        &["scan", "--recycle-bin"],
+        &["scan", "--opted-out"],
+        &["inspect", "-n", "demo", "web"],
+        &["repair", "web", "-n", "demo"],
+        &["restore", "web", "-n", "demo"],
+    ];
+    for args in commands {
+        for (how, config) in [("a dead address", Some(&kubeconfig)), ("no kubeconfig", None)] {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_helm-guard"));
+            command.args(args).env("HOME", home.path()).env_remove("KUBERNETES_SERVICE_HOST");
+            match config {
+                Some(path) => command.env("KUBECONFIG", path),
+                None => command.env_remove("KUBECONFIG"),
+            };
+            let output = command.output().unwrap();
+            let err = stderr(&output);
+            assert_eq!(output.status.code(), Some(1), "{args:?} with {how}: {err}");
+            assert!(err.starts_with("error: "), "{args:?} with {how}: {err}");
+        }
+    }
 }
 
 #[test]
@@ -303,14 +350,16 @@ fn inspect_decodes_every_record_in_the_fixtures() {
     assert!(records >= 50, "{records}");
 }
 
-#[test]
-fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
+/// `serve` on the snapshot with `--shutdown-delay delay`, its log lines, and its `serving` line.
+fn serve_snapshot(
+    dir: &std::path::Path,
+    delay: &str,
+) -> (std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStderr>>, Value) {
     use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
         .args(["serve", "--snapshot", SNAPSHOT, "--dev-certs"])
-        .arg(dir.path())
-        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
+        .arg(dir)
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", delay])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -321,6 +370,13 @@ fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
         .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
         .find(|event| event["message"] == "serving")
         .expect("a JSON `serving` log line");
+    (child, lines, serving)
+}
+
+#[test]
+fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, lines, serving) = serve_snapshot(dir.path(), "0s");
     let metrics_addr = serving["metrics_addr"].as_str().unwrap().to_owned();
     let mut stream = std::net::TcpStream::connect(&metrics_addr).unwrap();
     use std::io::{Read, Write};
@@ -334,6 +390,22 @@ fn serve_starts_answers_and_exits_cleanly_on_sigterm() {
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("\"stopped\"")), "{rest:?}");
+}
+
+/// Ctrl-C at a terminal stops the guard without `--shutdown-delay` (SIGTERM keeps it: the
+/// endpoints must drop the pod first).
+#[test]
+fn serve_stops_on_ctrl_c_without_the_shutdown_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, lines, _) = serve_snapshot(dir.path(), "60s");
+    let sent = std::time::Instant::now();
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{rest:?}");
+    // Not the 60 s delay: the stop itself is quick.
+    assert!(sent.elapsed() < std::time::Duration::from_secs(30), "{rest:?}");
     assert!(rest.iter().any(|l| l.contains("\"stopped\"")), "{rest:?}");
 }
 
@@ -456,7 +528,7 @@ fn counts_are_in_words_a_person_would_write() {
 #[test]
 fn errors_say_their_cause_once() {
     let missing = helm_guard(&["scan", "--kubeconfig", "/nonexistent/kubeconfig"]);
-    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(missing.status.code(), Some(1), "the cluster cannot be reached");
     let err = stderr(&missing);
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
     assert_eq!(err.matches("/nonexistent/kubeconfig").count(), 1, "{err}");
@@ -539,6 +611,7 @@ fn certs_refuses_a_certificate_that_could_not_serve() {
         (vec!["--service", "Bad_Name!"], "`Bad_Name!` is not a DNS label"),
         (vec!["--namespace=-ns"], "`-ns` is not a DNS label"),
         (vec!["--san", "a..example.com"], "empty label"),
+        (vec!["--san", "bad name!"], "`bad name!` is neither an IP address nor a DNS name"),
     ] {
         let output = helm_guard(&[&["certs", "--out", out.to_str().unwrap()], flags.as_slice()].concat());
         assert_eq!(output.status.code(), Some(2), "{flags:?}");

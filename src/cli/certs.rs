@@ -50,7 +50,9 @@ fn subject_name(name: &str) -> Result<String, String> {
     if name.len() > 253 {
         return Err("a DNS name is at most 253 characters".to_owned());
     }
-    host.split('.').try_for_each(|label| dns_label(label, false)).map(|()| name.to_owned())
+    host.split('.').try_for_each(|label| dns_label(label, false)).map(|()| name.to_owned()).map_err(|why| {
+        format!("`{name}` is neither an IP address nor a DNS name (labels joined by dots, `*.` first for a wildcard): {why}")
+    })
 }
 
 fn dns_label(label: &str, letter_first: bool) -> Result<(), String> {

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::ClusterArgs;
 use super::{
-    DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, NoInput, Output, count, input_name, input_path, print_data,
-    read_input,
+    ClusterUnavailable, DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, NoInput, Output, count, exit_code_of,
+    input_name, input_path, print_data, read_input,
 };
 use crate::cluster::connect::connect;
 use crate::cluster::listing::list_records;
@@ -90,7 +90,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
         Ok(read) => read,
         Err(error) => {
             eprintln!("error: {error:#}");
-            return Ok(EXIT_BAD_INPUT);
+            return Ok(exit_code_of(&error));
         }
     };
     let mut records = Vec::new();
@@ -167,29 +167,51 @@ fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)>
         anyhow::bail!("name the release to read from namespace {namespace}\n\nUsage: {USAGE}");
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let objects = runtime.block_on(async {
-        let client = connect(&args.cluster.access()).await?;
-        list_records(&client, Some(namespace), Some(release)).await
-    })?;
+    let objects = runtime
+        .block_on(async {
+            let client = connect(&args.cluster.access()).await?;
+            anyhow::Ok(list_records(&client, Some(namespace), Some(release)).await?)
+        })
+        .map_err(|error| ClusterUnavailable(error.context("reading the cluster")))?;
     let source = format!("release {release} in namespace {namespace}");
     Ok((source, objects.into_iter().map(|object| InputObject { object, side: None }).collect()))
 }
 
 /// Why there is nothing to show: what was read instead, and why it is not a record.
 fn nothing_found(args: &InspectArgs, inputs: &[InputObject]) -> String {
-    // The release exists, only not that revision: say which there are.
+    // The records exist, only not that revision: say which each release has.
     if let (Some(revision), false) = (args.revision, inputs.is_empty()) {
-        let mut revisions: Vec<u32> = inputs
-            .iter()
-            .filter_map(|i| i.object.pointer("/metadata/labels/version")?.as_str()?.parse().ok())
+        let mut releases: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+        for input in inputs {
+            let text = |pointer: &str| input.object.pointer(pointer).and_then(Value::as_str);
+            let (Some(release), Some(version)) =
+                (text("/metadata/labels/name"), text("/metadata/labels/version"))
+            else {
+                continue;
+            };
+            let Ok(version) = version.parse() else { continue };
+            let name = match text("/metadata/namespace") {
+                Some(namespace) => format!("{namespace}/{release}"),
+                None => release.to_owned(),
+            };
+            releases.entry(name).or_default().push(version);
+        }
+        if releases.is_empty() {
+            return format!("no record of revision {revision}");
+        }
+        let known: Vec<String> = releases
+            .iter_mut()
+            .map(|(release, revisions)| {
+                revisions.sort_unstable();
+                revisions.dedup();
+                let list = revisions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+                format!(
+                    "{release} has {} {list}",
+                    if revisions.len() == 1 { "revision" } else { "revisions" }
+                )
+            })
             .collect();
-        revisions.sort_unstable();
-        revisions.dedup();
-        let known = revisions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-        return match revisions.is_empty() {
-            true => format!("no record of revision {revision}"),
-            false => format!("no record of revision {revision} (the release has revisions {known})"),
-        };
+        return format!("no record of revision {revision} ({})", known.join("; "));
     }
     if args.namespace.is_some() {
         return "not found (no Secret or ConfigMap there is labelled owner=helm with this name)".to_owned();

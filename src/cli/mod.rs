@@ -189,10 +189,22 @@ impl ClusterArgs {
             }
             Err(error) => {
                 eprintln!("error: {error:#}");
-                Err(EXIT_BAD_INPUT)
+                Err(EXIT_FAILURE)
             }
         }
     }
+}
+
+/// The cluster could not be reached or read (no kubeconfig, a dead address, a refusal): a failure
+/// at run time, exit 1, not bad input.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+pub(crate) struct ClusterUnavailable(pub anyhow::Error);
+
+/// The exit code a command's error means: [`EXIT_FAILURE`] for the cluster's, [`EXIT_BAD_INPUT`]
+/// for the rest (a file, a usage error).
+pub(crate) fn exit_code_of(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<ClusterUnavailable>().is_some() { EXIT_FAILURE } else { EXIT_BAD_INPUT }
 }
 
 /// Limits shared by every command that decodes payloads.

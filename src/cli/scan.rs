@@ -3,11 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use serde_json::Value;
 
 use super::{ClusterArgs, table};
 use super::{
-    DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, count, input_name, now_secs, read_input,
+    ClusterUnavailable, DecodeArgs, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, Output, count, exit_code_of,
+    input_name, now_secs, read_input,
 };
 use crate::cluster::connect::connect;
 use crate::cluster::listing::{list_bin, list_namespaces, list_records};
@@ -80,8 +82,8 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     let Listed { records: objects, namespaces, bin } = match objects {
         Ok(listed) => listed,
         Err(error) => {
-            eprintln!("error: {source}: {error:#}");
-            return Ok(EXIT_BAD_INPUT);
+            eprintln!("error: {error:#}");
+            return Ok(exit_code_of(&error));
         }
     };
     // Relative to enforce: scan does not know the guard's global --mode.
@@ -190,7 +192,13 @@ fn scope(args: &ScanArgs) -> String {
 /// and by the `name` label Helm queries. A file that is not a dump is bad input; a dump with no
 /// records in it is an empty answer.
 fn read_dump(path: &Path, args: &ScanArgs) -> anyhow::Result<Listed> {
-    let objects = parse_objects(&read_input(path)?)?;
+    // read_input names the file in its errors; the rest are named here.
+    let bytes = read_input(path)?;
+    read_objects(&bytes, args).with_context(|| input_name(path))
+}
+
+fn read_objects(bytes: &[u8], args: &ScanArgs) -> anyhow::Result<Listed> {
+    let objects = parse_objects(bytes)?;
     let namespaces = objects
         .iter()
         .filter(|o| o["kind"] == "Namespace")
@@ -230,7 +238,7 @@ struct Listed {
 /// quietly, for a user who may not read the guard's namespace, as most may not).
 fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async {
+    let listed = runtime.block_on(async {
         let client = connect(&args.cluster.access()).await?;
         let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
         let records = list_records(&client, namespace, release).await?;
@@ -239,8 +247,9 @@ fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
             Vec::new()
         });
         let bin = list_bin(&client, &args.guard_namespace, namespace, release).await.unwrap_or_default();
-        Ok(Listed { records, namespaces, bin })
-    })
+        anyhow::Ok(Listed { records, namespaces, bin })
+    });
+    listed.map_err(|error| ClusterUnavailable(error.context("reading the cluster")).into())
 }
 
 /// `scan --recycle-bin`: the copies in the bin, as a table or a JSON or YAML array.
@@ -249,7 +258,7 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
         Ok(entries) => entries,
         Err(error) => {
             eprintln!("error: reading the recycle bin in namespace {}: {error:#}", args.guard_namespace);
-            return Ok(EXIT_BAD_INPUT);
+            return Ok(EXIT_FAILURE);
         }
     };
     if super::print_data(&entries, args.output)? {

@@ -197,7 +197,8 @@ pub struct ServeArgs {
     /// How often to check the certificate files for changes.
     #[arg(long, env = "HELM_GUARD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
-    /// After SIGTERM, stay up (unready) this long so endpoints drop the pod first.
+    /// After SIGTERM, stay up (unready) this long so endpoints drop the pod first. Ctrl-C
+    /// (SIGINT) stops without it.
     #[arg(long, env = "HELM_GUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
     pub shutdown_delay: Duration,
     /// Then give in-flight requests this long to finish.
@@ -305,8 +306,7 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     };
     let stop = server::termination()?;
     let running = server::start(settings, state).await?;
-    stop.await;
-    running.shutdown().await;
+    running.stop(stop.await).await;
     Ok(())
 }
 

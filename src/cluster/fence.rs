@@ -136,6 +136,12 @@ impl GroupCommit {
     pub(crate) fn finish(&self, round: u64) {
         raise(&self.done, round);
     }
+
+    /// Whether a waiter needs a round not yet begun.
+    pub(crate) fn wanted(&self) -> bool {
+        let rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        rounds.1 > rounds.0
+    }
 }
 
 /// Group-committed fence rounds for both drivers, written by this replica as `identity`.
@@ -157,6 +163,8 @@ impl std::fmt::Debug for Fence {
 /// How long one round may wait for the watch to bring its write back before it is given up (its
 /// verdicts have fallen back to listing by then).
 const ROUND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a round under load waits to gather verdicts before it begins.
+const MAX_GATHER: Duration = Duration::from_millis(50);
 
 impl Fence {
     /// Fences in `namespace`; `rounds_total` counts the rounds written.
@@ -175,6 +183,7 @@ impl Fence {
         let fence = self.drivers.of(driver);
         loop {
             let round = fence.begin().await;
+            let began = tokio::time::Instant::now();
             self.rounds_total.inc();
             let written = match self.write(driver, round).await {
                 Ok(written) => written,
@@ -187,6 +196,13 @@ impl Fence {
             match tokio::time::timeout(ROUND_TIMEOUT, progress.reached(driver, written)).await {
                 Ok(()) => {
                     fence.finish(round);
+                    // Under load (verdicts joined while this round was under way) the next round
+                    // waits as long as this one took before it begins, so that it answers for
+                    // the verdicts of two rounds' time: half the writes when the API server is
+                    // busiest, for one round's latency. A lone verdict never waits for it.
+                    if fence.wanted() {
+                        tokio::time::sleep(began.elapsed().min(MAX_GATHER)).await;
+                    }
                 }
                 Err(_) => tracing::warn!(?driver, "the record watch did not bring the fence back in time"),
             }
@@ -288,7 +304,9 @@ mod tests {
         let soon = tokio::time::Instant::now() + Duration::from_millis(50);
         assert!(commit.done_by(first, soon).await);
         assert!(!commit.done_by(late, soon).await, "round 1 began before it arrived");
+        assert!(commit.wanted(), "they wait for a round not begun");
         assert_eq!(commit.begin().await, 2, "one round for both");
+        assert!(!commit.wanted(), "nobody waits for round 3");
         commit.finish(2);
         assert!(commit.done_by(also, tokio::time::Instant::now() + Duration::from_millis(50)).await);
     }

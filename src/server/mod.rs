@@ -210,6 +210,15 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
 }
 
 impl Running {
+    /// Stops as `stop` asks: after SIGTERM as [`Running::shutdown`] says; after SIGINT without
+    /// the delay.
+    pub async fn stop(mut self, stop: Stop) {
+        if stop == Stop::Interrupt {
+            self.settings.shutdown_delay = Duration::ZERO;
+        }
+        self.shutdown().await;
+    }
+
     /// Stops being ready, waits `shutdown_delay`, lets in-flight requests finish (up to
     /// `shutdown_grace`), then stops.
     pub async fn shutdown(self) {
@@ -231,26 +240,38 @@ impl Running {
     }
 }
 
+/// The signal that stops the guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM: an orchestrator's, sent while the endpoints still route here, so the guard keeps
+    /// answering through `--shutdown-delay`.
+    Terminate,
+    /// SIGINT (Ctrl-C): a person at a terminal, who expects it to stop at once; requests in
+    /// flight still finish.
+    Interrupt,
+}
+
 /// Listens for SIGTERM and SIGINT from the moment it is called (so that one arriving while the
 /// server starts is not lost to the default action, which kills the process); the future
-/// resolves at the first.
+/// resolves at the first, with which it was.
 #[cfg(unix)]
-pub fn termination() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+pub fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
     Ok(async move {
         tokio::select! {
-            _ = term.recv() => {}
-            _ = interrupt.recv() => {}
+            _ = term.recv() => Stop::Terminate,
+            _ = interrupt.recv() => Stop::Interrupt,
         }
     })
 }
 
 /// Resolves on Ctrl-C.
 #[cfg(not(unix))]
-pub fn termination() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+pub fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
+        Stop::Interrupt
     })
 }
