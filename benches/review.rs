@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use helm_guard::admission::{Admission, Io, Webhook, review};
+use helm_guard::admission::{Admission, Webhook, review};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::DecodeLimits;
@@ -50,7 +50,7 @@ fn reviews(c: &mut Criterion) {
         c.bench_function(&format!("decide {name} review (parse, verdict, ledger, encode)"), |b| {
             b.iter(|| {
                 let request = review::parse(black_box(&body)).unwrap();
-                let reviewed = admission.review(webhook, request, Io::Forbidden).unwrap();
+                let reviewed = admission.review(webhook, request, None).unwrap();
                 review::encode(reviewed.response)
             })
         });

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use helm_guard::admission::{Admission, Io, Webhook, review};
+use helm_guard::admission::{Admission, Webhook, review};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::DecodeLimits;
@@ -41,7 +41,7 @@ fn main() {
     let mut bytes = 0;
     for _ in 0..n {
         let request = review::parse(&body).unwrap();
-        let reviewed = admission.review(webhook, request, Io::Forbidden).unwrap();
+        let reviewed = admission.review(webhook, request, None).unwrap();
         bytes += review::encode(reviewed.response).len();
     }
     println!("{n} reviews, {} bytes of answers", bytes);

@@ -25,14 +25,13 @@ use std::time::{Duration, Instant};
 use common::flows::{HelmOp, deletion_allowed, random_op, seeds};
 use common::leases::{Replica, SharedLeases};
 use common::*;
-use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, Webhook, review as admission_review};
 use helm_guard::cluster::feed::{RecordFeed, record_from_meta};
 use helm_guard::cluster::{
-    DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReadRecord, ReleaseIndex, SourceKind,
+    DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind,
 };
 use helm_guard::policy::PolicyConfig;
-use helm_guard::release::record::{DecodedRecord, Record};
-use helm_guard::release::{DecodeLimits, Driver, ReleaseKey, Status};
+use helm_guard::release::{Driver, ReleaseKey, Status};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 use kube::core::PartialObjectMetaExt;
@@ -77,29 +76,23 @@ impl Store {
 struct StoreReader(Arc<Mutex<Store>>);
 
 impl PayloadFetcher for StoreReader {
-    fn fetch(&self, key: &ReleaseKey, objects: &[String], _deadline: Instant) -> Vec<(String, Fetched)> {
+    fn fetch(
+        &self,
+        key: &ReleaseKey,
+        objects: &[String],
+        _deadline: Instant,
+        _: &helm_guard::cluster::Blocking,
+    ) -> Vec<(String, Fetched)> {
         let store = self.0.lock().unwrap();
-        objects
-            .iter()
-            .map(|name| {
-                let fetched = store
-                    .objects
-                    .get(name)
-                    .and_then(|object| Record::from_object(object, None).unwrap())
-                    .filter(|record| record.id.key == *key)
-                    .map_or(Fetched::Gone, |record| {
-                        Fetched::Read(ReadRecord {
-                            uid: record.uid.clone(),
-                            resource_version: record.resource_version.clone(),
-                            facts: DecodedRecord::new(record, DecodeLimits::default()).facts(),
-                        })
-                    });
-                (name.clone(), fetched)
-            })
-            .collect()
+        objects.iter().map(|name| (name.clone(), fetched(store.objects.get(name), key))).collect()
     }
 
-    fn list(&self, key: &ReleaseKey, _deadline: Instant) -> Option<Vec<IndexedRecord>> {
+    fn list(
+        &self,
+        key: &ReleaseKey,
+        _deadline: Instant,
+        _: &helm_guard::cluster::Blocking,
+    ) -> Option<Vec<IndexedRecord>> {
         let store = self.0.lock().unwrap();
         Some(
             store
@@ -247,7 +240,7 @@ impl World {
         let body = serde_json::to_vec(review).unwrap();
         let request = admission_review::parse(&body).unwrap();
         let reviewed =
-            self.guards[replica].admission.review(Webhook::Validate, request, Io::Allowed).unwrap();
+            self.guards[replica].admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
         let response = reviewed.response;
         let reason = response.audit_annotations.get("reason").cloned().unwrap_or_default();
         (response.allowed, reason, response.result.message)

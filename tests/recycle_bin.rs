@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::*;
-use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, Webhook, review as admission_review};
 use helm_guard::cluster::recycle_bin::{BinError, RecycleBin};
 use helm_guard::policy::{Mode, PolicyConfig};
 use helm_guard::release::Record;
@@ -32,7 +32,13 @@ struct MemoryBin {
 }
 
 impl RecycleBin for MemoryBin {
-    fn keep(&self, record: &Record, keeping: &Keeping<'_>, _deadline: Instant) -> Result<(), BinError> {
+    fn keep(
+        &self,
+        record: &Record,
+        keeping: &Keeping<'_>,
+        _deadline: Instant,
+        _: &helm_guard::cluster::Blocking,
+    ) -> Result<(), BinError> {
         if self.refuse {
             return Err(BinError::Api(
                 "secrets \"x\" is forbidden: exceeded quota: bin, requested: count/secrets=1".into(),
@@ -69,7 +75,7 @@ fn guard(records: &[Value], config: PolicyConfig, bin: MemoryBin, best_effort: b
 fn decide(guard: &Guard, review: &Value) -> Value {
     let body = serde_json::to_vec(review).unwrap();
     let request = admission_review::parse(&body).unwrap();
-    let reviewed = guard.admission.review(Webhook::Validate, request, Io::Allowed).unwrap();
+    let reviewed = guard.admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
     serde_json::to_value(&reviewed.response).unwrap()
 }
 
@@ -98,6 +104,33 @@ fn stored(body: &Value) -> helm_guard::release::recycled::RecycledCopy {
 /// The record a copy gives back.
 fn restored(body: &Value) -> Record {
     Record::from_object(&stored(body).original().unwrap(), None).unwrap().unwrap()
+}
+
+/// A deletion that keeps a copy waits on the API, so the server's inline pass (no token) hands
+/// it on with nothing changed: no copy, the record still in the history; where waiting is
+/// allowed it is kept and approved.
+#[test]
+fn keeping_a_copy_is_never_done_inline_but_handed_to_where_it_may_wait() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let latest = annotated(records[1].clone());
+    let guard =
+        guard(&[records[0].clone(), latest.clone()], PolicyConfig::default(), MemoryBin::default(), false);
+    let body = serde_json::to_vec(&as_user(delete_review(&latest), "alice", &["ops"])).unwrap();
+    let inline = guard.admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None);
+    assert!(inline.is_err(), "asks to be decided where it may wait");
+    assert!(guard.bin.bodies.lock().unwrap().is_empty(), "no copy kept inline");
+    let key = helm_guard::release::ReleaseKey {
+        driver: helm_guard::release::Driver::Secret,
+        namespace: "demo".into(),
+        release: "web".into(),
+    };
+    assert_eq!(guard.admission.index.history(&key).len(), 2, "nothing hidden");
+    let reviewed = guard
+        .admission
+        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
+        .unwrap();
+    assert!(reviewed.response.allowed);
+    assert_eq!(guard.bin.bodies.lock().unwrap().len(), 1, "kept where it may wait");
 }
 
 #[test]

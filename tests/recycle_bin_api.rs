@@ -148,9 +148,9 @@ async fn keep_within(
     deadline: Duration,
 ) -> Result<(), BinError> {
     let bin = bin.clone();
-    tokio::task::spawn_blocking(move || {
+    helm_guard::cluster::Blocking::spawn(move |blocking| {
         let keeping = Keeping { reason: "break-glass", requester: "alice", at };
-        bin.keep(&record, &keeping, Instant::now() + deadline)
+        bin.keep(&record, &keeping, Instant::now() + deadline, blocking)
     })
     .await
     .unwrap()

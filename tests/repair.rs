@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use helm_guard::admission::{Io, Webhook, review as admission_review};
+use helm_guard::admission::{Webhook, review as admission_review};
 use helm_guard::release::record::{DecodedRecord, Record};
 use helm_guard::release::repair::{RepairPlan, edited_object, plan};
 use helm_guard::release::{DecodeLimits, ReleaseState, Status};
@@ -126,7 +126,7 @@ fn every_edit_is_one_the_guard_lets_through_and_helm_reads_as_planned() {
             assert_eq!(edited["metadata"]["labels"]["status"], step.to.as_str());
             let body = serde_json::to_vec(&update_review(&history[index], &edited)).unwrap();
             let reviewed = admission
-                .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed)
+                .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
                 .unwrap();
             assert!(
                 reviewed.response.allowed,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Barrier};
 
 use common::leases::{Replica, SharedLeases};
 use common::*;
-use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, Webhook, review as admission_review};
 use helm_guard::cluster::coordination::DeleteCoordinator;
 use helm_guard::release::ReleaseKey;
 use serde_json::Value;
@@ -35,7 +35,7 @@ fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {
 fn delete(admission: &Admission, record: &Value) -> (bool, String) {
     let body = serde_json::to_vec(&delete_review(record)).unwrap();
     let request = admission_review::parse(&body).unwrap();
-    let reviewed = admission.review(Webhook::Validate, request, Io::Allowed).unwrap();
+    let reviewed = admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
     let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
     (reviewed.response.allowed, reason)
 }
@@ -100,8 +100,9 @@ fn a_coordinator_that_does_not_answer_refuses_the_deletion_with_retry() {
     leases.unavailable = true;
     let admission = replica(&records, Some(Replica { leases: Arc::new(leases), name: "a" }));
     let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
-    let reviewed =
-        admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed).unwrap();
+    let reviewed = admission
+        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
+        .unwrap();
     assert!(!reviewed.response.allowed);
     assert_eq!(reviewed.response.audit_annotations["reason"], "coordination-unavailable");
     assert!(
@@ -130,15 +131,11 @@ fn refusals_creations_updates_and_helms_pruning_never_touch_the_leases() {
     assert_eq!(delete(&admission, &records[1]), (false, "latest-deployed-revision".to_owned()));
     let updated = rewrite(&records[1], 2, "superseded");
     let body = serde_json::to_vec(&update_review(&records[1], &updated)).unwrap();
-    admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Allowed).unwrap();
+    admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking())).unwrap();
     // Inline decisions (no thread hand-off) still work for them: nothing to agree.
     for record in &records {
         let body = serde_json::to_vec(&delete_review(record)).unwrap();
-        assert!(
-            admission
-                .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden)
-                .is_ok()
-        );
+        assert!(admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None).is_ok());
     }
     // Helm's history pruning (a superseded revision below the latest) holds whatever else is
     // deleted at once: approved with no claim.
@@ -154,9 +151,7 @@ fn an_approval_another_could_turn_is_agreed_on_a_blocking_thread() {
     let admission = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
     // It needs the API, so it leaves the async workers.
     let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
-    assert!(
-        admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Io::Forbidden).is_err()
-    );
+    assert!(admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None).is_err());
     assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (0, 0));
     assert_eq!(delete(&admission, &records[0]), (true, "history-pruning".to_owned()));
     assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (1, 1));

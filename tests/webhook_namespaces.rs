@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use helm_guard::admission::{Admission, Io, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, Webhook, review as admission_review};
 use helm_guard::cluster::events::{EventQueue, Notice};
 use helm_guard::policy::{Mode, PolicyConfig};
 use serde_json::{Value, json};
@@ -56,7 +56,7 @@ fn guard(mode: Mode) -> (Admission, tokio::sync::mpsc::Receiver<Notice>) {
 
 fn decide(admission: &Admission, review: &Value) -> kube::core::admission::AdmissionResponse {
     let request = admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
-    admission.review(Webhook::Validate, request, Io::Allowed).unwrap().response
+    admission.review(Webhook::Validate, request, Some(&blocking())).unwrap().response
 }
 
 #[test]

@@ -84,6 +84,7 @@ impl helm_guard::cluster::PayloadFetcher for OverlapMeter {
         _: &helm_guard::release::ReleaseKey,
         _: &[String],
         _: std::time::Instant,
+        _: &helm_guard::cluster::Blocking,
     ) -> Vec<(String, helm_guard::cluster::Fetched)> {
         Vec::new()
     }
@@ -92,6 +93,7 @@ impl helm_guard::cluster::PayloadFetcher for OverlapMeter {
         &self,
         _: &helm_guard::release::ReleaseKey,
         _: std::time::Instant,
+        _: &helm_guard::cluster::Blocking,
     ) -> Option<Vec<helm_guard::cluster::IndexedRecord>> {
         use std::sync::atomic::Ordering::SeqCst;
         let now = self.in_flight.fetch_add(1, SeqCst) + 1;

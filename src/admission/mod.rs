@@ -17,7 +17,7 @@ use object::ReviewObject;
 
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Fetched, PayloadFetcher, ReleaseIndex};
+use crate::cluster::{Blocking, Fetched, PayloadFetcher, ReleaseIndex};
 use crate::policy::PolicyConfig;
 use crate::release::{DecodeLimits, ReleaseKey};
 pub use ledger::LedgerEntry;
@@ -109,16 +109,8 @@ pub struct Reviewed {
     pub entry: LedgerEntry,
 }
 
-/// Whether a decision may wait on the API server (it then runs on a blocking thread).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Io {
-    /// Decided on a blocking thread: the decision may wait on the API server.
-    Allowed,
-    /// Decided on an async worker: a decision that needs the API server says so instead.
-    Forbidden,
-}
-
-/// A decision that needs to read from the API server, asked for with [`Io::Forbidden`].
+/// A decision that must wait on the API server, asked for without a [`Blocking`] token: nothing
+/// was changed, decide it again where waiting is allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NeedsIo;
 
@@ -139,24 +131,24 @@ impl Admission {
         &self,
         webhook: Webhook,
         request: AdmissionRequest<ReviewObject>,
-        io: Io,
+        blocking: Option<&Blocking>,
     ) -> Result<Reviewed, NeedsIo> {
-        self.review_by(webhook, request, io, self.deadline(Instant::now(), None))
+        self.review_by(webhook, request, blocking, self.deadline(Instant::now(), None))
     }
 
-    /// Decides one request unless, with `io` forbidden, it would have to wait on the API server
-    /// (with `Io::Allowed` it always decides); its API calls end by `deadline`. Logs the decision
-    /// as one ledger line. A decision that says `NeedsIo` has changed nothing.
+    /// Decides one request unless, without a [`Blocking`] token, it would have to wait on the API
+    /// server (with one it always decides); its API calls end by `deadline`. Logs the decision as
+    /// one ledger line. A decision that says `NeedsIo` has changed nothing.
     pub fn review_by(
         &self,
         webhook: Webhook,
         request: AdmissionRequest<ReviewObject>,
-        io: Io,
+        blocking: Option<&Blocking>,
         deadline: Instant,
     ) -> Result<Reviewed, NeedsIo> {
         let reviewed = match webhook {
-            Webhook::Validate => validating::validate(self, request, io, deadline)?,
-            Webhook::Mutate => mutating::mutate(self, request, io, deadline)?,
+            Webhook::Validate => validating::validate(self, request, blocking, deadline)?,
+            Webhook::Mutate => mutating::mutate(self, request, blocking, deadline)?,
         };
         reviewed.entry.emit();
         if let Some(events) = &self.events {
@@ -214,25 +206,23 @@ impl Admission {
         key: &ReleaseKey,
         except: Option<&str>,
         deadline: Instant,
-        io: Io,
+        blocking: Option<&Blocking>,
     ) -> Result<bool, NeedsIo> {
         let Some(fetcher) = &self.fetcher else { return Ok(true) };
-        if io == Io::Forbidden {
-            return Err(NeedsIo);
-        }
+        let blocking = blocking.ok_or(NeedsIo)?;
         let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
-        if fetcher.caught_up(key.driver, halfway) {
-            self.read_history(key, except, deadline, io)?;
+        if fetcher.caught_up(key.driver, halfway, blocking) {
+            self.read_history(key, except, deadline, Some(blocking))?;
             return Ok(true);
         }
         self.confirmed_by_listing.inc();
-        let listed = fetcher.list(key, deadline);
+        let listed = fetcher.list(key, deadline, blocking);
         let confirmed = listed.is_some();
         match listed {
             Some(listed) => self.index.sync_release(key, listed),
             None => self.deadline_exceeded.inc(),
         }
-        self.read_history(key, except, deadline, io)?;
+        self.read_history(key, except, deadline, Some(blocking))?;
         Ok(confirmed)
     }
 
@@ -246,18 +236,16 @@ impl Admission {
         key: &ReleaseKey,
         except: Option<&str>,
         deadline: Instant,
-        io: Io,
+        blocking: Option<&Blocking>,
     ) -> Result<(), NeedsIo> {
         let Some(fetcher) = &self.fetcher else { return Ok(()) };
         let unread = self.index.unverified(key, except);
         if unread.is_empty() {
             return Ok(());
         }
-        if io == Io::Forbidden {
-            return Err(NeedsIo);
-        }
+        let blocking = blocking.ok_or(NeedsIo)?;
         let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
-        let answers = fetcher.fetch(key, &objects, deadline);
+        let answers = fetcher.fetch(key, &objects, deadline, blocking);
         if answers.len() < objects.len() {
             self.deadline_exceeded.inc();
         }

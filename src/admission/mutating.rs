@@ -5,7 +5,8 @@
 use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
+use super::{Admission, LedgerEntry, NeedsIo, Reviewed, Webhook};
+use crate::cluster::Blocking;
 use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod, Pod};
 use crate::release::{ReleaseKey, classify};
@@ -15,7 +16,7 @@ use crate::release::{ReleaseKey, classify};
 pub fn mutate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
-    io: Io,
+    blocking: Option<&Blocking>,
     deadline: std::time::Instant,
 ) -> Result<Reviewed, NeedsIo> {
     let mut entry = LedgerEntry::new(Webhook::Mutate, &request);
@@ -29,7 +30,7 @@ pub fn mutate(
             None => Reason::NotAHelmInstallPod,
             Some(target) => {
                 entry.release = Some(format!("{}/{}", target.namespace, target.release));
-                match patch(admission, &pod, &target, deadline, io, &mut entry)? {
+                match patch(admission, &pod, &target, deadline, blocking, &mut entry)? {
                     Ok(patch) => match response.clone().with_patch(patch) {
                         Ok(patched) => {
                             response = patched;
@@ -63,13 +64,13 @@ fn chart_pod(request: &mut AdmissionRequest<ReviewObject>) -> Option<Pod> {
 
 /// Classifies the pod's release and plans the patch; without a complete view of the cluster the
 /// pod is left as it is (the inner `Err`). The outer `Err`: the view needs the API server and
-/// `io` forbids it.
+/// there is no [`Blocking`] token to wait on it.
 fn patch(
     admission: &Admission,
     pod: &Pod,
     target: &HelmInstallPod,
     deadline: std::time::Instant,
-    io: Io,
+    blocking: Option<&Blocking>,
     entry: &mut LedgerEntry,
 ) -> Result<Result<json_patch::Patch, Reason>, NeedsIo> {
     if !admission.index.is_ready() {
@@ -81,7 +82,7 @@ fn patch(
         namespace: target.namespace.clone(),
         release: target.release.clone(),
     };
-    admission.read_history(&key, None, deadline, io)?;
+    admission.read_history(&key, None, deadline, blocking)?;
     let history = admission.index.history(&key);
     if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
         entry.message =

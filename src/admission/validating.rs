@@ -6,10 +6,10 @@ use std::time::Instant;
 use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{Admission, Io, LedgerEntry, NeedsIo, Reviewed, Webhook};
+use super::{Admission, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::recycle_bin::RecycleBin;
-use crate::cluster::{DeleteCoordinator, IndexChange};
+use crate::cluster::{Blocking, DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
@@ -23,7 +23,7 @@ use crate::release::{Driver, History, Record, ReleaseKey, ReleasePayload, Status
 pub fn validate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
-    io: Io,
+    blocking: Option<&Blocking>,
     deadline: Instant,
 ) -> Result<Reviewed, NeedsIo> {
     let mut entry = LedgerEntry::new(Webhook::Validate, &request);
@@ -51,7 +51,7 @@ pub fn validate(
 
     let decided = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
-            delete(admission, &request, admission.read_record(record), deadline, io, &mut entry)?
+            delete(admission, &request, admission.read_record(record), deadline, blocking, &mut entry)?
         }
         // Every supported API server sends the object being deleted; without it nothing can be
         // shown harmless.
@@ -196,7 +196,7 @@ fn delete(
     request: &AdmissionRequest<ReviewObject>,
     record: DecodedRecord,
     deadline: Instant,
-    io: Io,
+    blocking: Option<&Blocking>,
     entry: &mut LedgerEntry,
 ) -> Result<Decided, NeedsIo> {
     let id = &record.record.id;
@@ -254,7 +254,7 @@ fn delete(
     if confirms && (reason == Reason::UnreadHistory || reason.rests_on_history()) {
         // Decided again on what is stored now: the watch shown caught up (or the release listed),
         // and every record known only by its labels read as Helm reads it.
-        let listed = admission.confirm_history(&id.key, Some(object), deadline, io)?;
+        let listed = admission.confirm_history(&id.key, Some(object), deadline, blocking)?;
         (decided, keep) = decide_keeping(if listed { Stage::Confirmed } else { Stage::First });
         if !listed && decided.verdict.allowed {
             // Without the confirmation a refusal still stands (it fails closed); an approval cannot.
@@ -264,22 +264,23 @@ fn delete(
     if let Some(bin) = bin.filter(|_| keep) {
         // No approval that needs the replicas' agreement keeps a copy: those are Helm's own.
         debug_assert!(!decided.agree);
-        if io == Io::Forbidden {
-            return Err(NeedsIo);
-        }
-        return Ok(keep_copy(admission, bin, request, &record.record, decided, deadline, entry));
+        let wait = Wait { blocking: blocking.ok_or(NeedsIo)?, deadline };
+        return Ok(keep_copy(admission, bin, request, &record.record, decided, wait, entry));
     }
     let Some(coordinator) = coordinator else { return Ok(decided) };
     if !decided.agree {
         // Refusals, and approvals that hold whatever else is deleted, need no agreement.
         return Ok(decided);
     }
-    if io == Io::Forbidden {
-        return Err(NeedsIo);
-    }
-    Ok(coordinate(admission, coordinator, &id.key, &claimed, deadline, mode, || {
-        decide_keeping(Stage::Agreed).0
-    }))
+    let wait = Wait { blocking: blocking.ok_or(NeedsIo)?, deadline };
+    Ok(coordinate(admission, coordinator, &id.key, &claimed, wait, mode, || decide_keeping(Stage::Agreed).0))
+}
+
+/// What a step that waits on the API server needs: where it may wait, and until when.
+#[derive(Debug, Clone, Copy)]
+struct Wait<'a> {
+    blocking: &'a Blocking,
+    deadline: Instant,
 }
 
 /// How far a DELETE's checks have come: decided on the index as it is, then confirmed against
@@ -301,7 +302,7 @@ fn keep_copy(
     request: &AdmissionRequest<ReviewObject>,
     record: &Record,
     mut decided: Decided,
-    deadline: Instant,
+    Wait { blocking, deadline }: Wait<'_>,
     entry: &mut LedgerEntry,
 ) -> Decided {
     let key = &record.id.key;
@@ -310,7 +311,7 @@ fn keep_copy(
         requester: requester(request).username,
         at: jiff::Timestamp::now().as_second(),
     };
-    let kept = bin.keep(record, &keeping, deadline);
+    let kept = bin.keep(record, &keeping, deadline, blocking);
     if let Err(error) = &kept
         && !admission.recycle_best_effort
     {
@@ -376,13 +377,13 @@ fn coordinate(
     coordinator: &dyn DeleteCoordinator,
     key: &ReleaseKey,
     record: &ClaimedRecord<'_>,
-    deadline: Instant,
+    Wait { blocking, deadline }: Wait<'_>,
     mode: Mode,
     decide: impl Fn() -> Decided,
 ) -> Decided {
     let object = record.object;
     let error = loop {
-        let claims = match coordinator.claims(key, deadline) {
+        let claims = match coordinator.claims(key, deadline, blocking) {
             Ok(claims) => claims,
             Err(error) => break error,
         };
@@ -394,7 +395,7 @@ fn coordinate(
         if !decided.agree {
             return decided;
         }
-        match coordinator.claim(key, record, &claims, deadline) {
+        match coordinator.claim(key, record, &claims, deadline, blocking) {
             Ok(Claimed::Yes) => return decided,
             Ok(Claimed::Conflict) => admission.index.unhide(key, object, record.uid),
             Err(error) => {

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::Blocking;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -157,7 +158,12 @@ impl BookCoordinator {
 }
 
 impl DeleteCoordinator for BookCoordinator {
-    fn claims(&self, key: &ReleaseKey, _deadline: Instant) -> Result<Claims, CoordinationError> {
+    fn claims(
+        &self,
+        key: &ReleaseKey,
+        _deadline: Instant,
+        _: &Blocking,
+    ) -> Result<Claims, CoordinationError> {
         Ok(Claims { claims: self.others_on(&release_of(key), u64::MAX), version: None })
     }
 
@@ -167,6 +173,7 @@ impl DeleteCoordinator for BookCoordinator {
         record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
+        blocking: &Blocking,
     ) -> Result<Claimed, CoordinationError> {
         let release = release_of(key);
         let now = now_ms();
@@ -199,7 +206,7 @@ impl DeleteCoordinator for BookCoordinator {
         if at.is_none() {
             let need = books.rounds.join();
             let deadline = tokio::time::Instant::from_std(deadline);
-            if !self.runtime.block_on(books.rounds.done_by(need, deadline)) {
+            if !blocking.block_on(&self.runtime, books.rounds.done_by(need, deadline)) {
                 return Err(CoordinationError::Deadline);
             }
             at = written_at(&lock(&books.mine));

@@ -25,6 +25,7 @@ use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
+use super::Blocking;
 use crate::release::ReleaseKey;
 use crate::release::record::same_object;
 
@@ -145,7 +146,12 @@ pub enum Claimed {
 /// ends by `deadline`.
 pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
     /// The unexpired claims on a release.
-    fn claims(&self, key: &ReleaseKey, deadline: Instant) -> Result<Claims, CoordinationError>;
+    fn claims(
+        &self,
+        key: &ReleaseKey,
+        deadline: Instant,
+        blocking: &Blocking,
+    ) -> Result<Claims, CoordinationError>;
     /// Adds a claim on `record`, if the Lease is still as `seen` read it.
     fn claim(
         &self,
@@ -153,6 +159,7 @@ pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
         record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
+        blocking: &Blocking,
     ) -> Result<Claimed, CoordinationError>;
 }
 
@@ -201,11 +208,12 @@ impl LeaseCoordinator {
     fn until<T>(
         &self,
         deadline: Instant,
+        blocking: &Blocking,
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<Result<T, kube::Error>, CoordinationError> {
         let deadline = tokio::time::Instant::from_std(deadline);
-        self.runtime
-            .block_on(async { tokio::time::timeout_at(deadline, call).await })
+        blocking
+            .block_on(&self.runtime, async { tokio::time::timeout_at(deadline, call).await })
             .map_err(|_| CoordinationError::Deadline)
     }
 }
@@ -220,8 +228,14 @@ fn is_conflict(error: &kube::Error) -> bool {
 }
 
 impl DeleteCoordinator for LeaseCoordinator {
-    fn claims(&self, key: &ReleaseKey, deadline: Instant) -> Result<Claims, CoordinationError> {
-        let lease = self.until(deadline, self.leases.get_opt(&lease_name(key)))?.map_err(api_error)?;
+    fn claims(
+        &self,
+        key: &ReleaseKey,
+        deadline: Instant,
+        blocking: &Blocking,
+    ) -> Result<Claims, CoordinationError> {
+        let lease =
+            self.until(deadline, blocking, self.leases.get_opt(&lease_name(key)))?.map_err(api_error)?;
         let Some(lease) = lease else { return Ok(Claims::default()) };
         Ok(Claims::of(&lease, now_ms()))
     }
@@ -232,6 +246,7 @@ impl DeleteCoordinator for LeaseCoordinator {
         record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
+        blocking: &Blocking,
     ) -> Result<Claimed, CoordinationError> {
         let now = now_ms();
         let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
@@ -268,10 +283,12 @@ impl DeleteCoordinator for LeaseCoordinator {
             }),
         };
         let written = match seen.version {
-            None => self.until(deadline, self.leases.create(&PostParams::default(), &lease))?,
-            Some(_) => {
-                self.until(deadline, self.leases.replace(&lease_name(key), &PostParams::default(), &lease))?
-            }
+            None => self.until(deadline, blocking, self.leases.create(&PostParams::default(), &lease))?,
+            Some(_) => self.until(
+                deadline,
+                blocking,
+                self.leases.replace(&lease_name(key), &PostParams::default(), &lease),
+            )?,
         };
         match written {
             Ok(_) => Ok(Claimed::Yes),

@@ -2,6 +2,7 @@
 //! resourceVersion), a release's records with a consistent listing, all within a verdict's
 //! deadline.
 
+use super::Blocking;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams};
@@ -179,16 +180,26 @@ impl ApiPayloadFetcher {
 }
 
 impl PayloadFetcher for ApiPayloadFetcher {
-    fn caught_up(&self, driver: crate::release::Driver, deadline: std::time::Instant) -> bool {
+    fn caught_up(
+        &self,
+        driver: crate::release::Driver,
+        deadline: std::time::Instant,
+        blocking: &Blocking,
+    ) -> bool {
         let Some(fence) = &self.fence else { return false };
         let deadline = tokio::time::Instant::from_std(deadline);
-        self.runtime.block_on(fence.caught_up(driver, deadline))
+        blocking.block_on(&self.runtime, fence.caught_up(driver, deadline))
     }
 
-    fn list(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
+    fn list(
+        &self,
+        key: &ReleaseKey,
+        deadline: std::time::Instant,
+        blocking: &Blocking,
+    ) -> Option<Vec<IndexedRecord>> {
         let deadline = tokio::time::Instant::from_std(deadline);
-        match self.runtime.block_on(async { tokio::time::timeout_at(deadline, self.list_release(key)).await })
-        {
+        let listing = async { tokio::time::timeout_at(deadline, self.list_release(key)).await };
+        match blocking.block_on(&self.runtime, listing) {
             Ok(Ok(records)) => Some(records),
             Ok(Err(error)) => {
                 tracing::warn!(namespace = %key.namespace, release = %key.release, %error, "could not list a release's records");
@@ -206,6 +217,7 @@ impl PayloadFetcher for ApiPayloadFetcher {
         key: &ReleaseKey,
         objects: &[String],
         deadline: std::time::Instant,
+        blocking: &Blocking,
     ) -> Vec<(String, Fetched)> {
         let reads = futures::stream::iter(objects.iter().cloned())
             .map(|object| async move {
@@ -214,7 +226,7 @@ impl PayloadFetcher for ApiPayloadFetcher {
             })
             .buffer_unordered(PARALLEL_GETS);
         let deadline = tokio::time::Instant::from_std(deadline);
-        self.runtime.block_on(async {
+        blocking.block_on(&self.runtime, async {
             let mut reads = std::pin::pin!(reads);
             let mut done = Vec::new();
             loop {

@@ -6,6 +6,7 @@
 //! [`fence`] (proof that the watch has caught up), [`recycle_bin`] (copies of let-go records) and [`helmcharts`] (K3s's HelmCharts) are the rest
 //! of what the guard keeps of the cluster.
 
+pub mod blocking;
 pub mod claim_books;
 pub mod connect;
 pub mod coordination;
@@ -19,6 +20,8 @@ pub mod listing;
 pub mod recycle_bin;
 pub mod snapshot;
 pub mod watch;
+
+pub use blocking::Blocking;
 
 pub use coordination::DeleteCoordinator;
 
@@ -56,17 +59,23 @@ pub enum Fetched {
 /// out of the answer could not be read in time.
 pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
     /// Reads `objects` of the release `key`, giving up at `deadline`.
-    fn fetch(&self, key: &ReleaseKey, objects: &[String], deadline: Instant) -> Vec<(String, Fetched)>;
+    fn fetch(
+        &self,
+        key: &ReleaseKey,
+        objects: &[String],
+        deadline: Instant,
+        blocking: &Blocking,
+    ) -> Vec<(String, Fetched)>;
 
     /// Lists the release's records as they are stored now (metadata only, a consistent read),
     /// for a verdict that must not rest on a watch that may lag; `None` when the API did not
     /// answer by `deadline`.
-    fn list(&self, key: &ReleaseKey, deadline: Instant) -> Option<Vec<IndexedRecord>>;
+    fn list(&self, key: &ReleaseKey, deadline: Instant, blocking: &Blocking) -> Option<Vec<IndexedRecord>>;
 
     /// Whether the index holds every write to `driver`'s records completed before the call (a
     /// fence round, [`fence`]), so that no listing is needed; false when that cannot be shown
     /// by `deadline` (or there is no fence).
-    fn caught_up(&self, _driver: crate::release::Driver, _deadline: Instant) -> bool {
+    fn caught_up(&self, _driver: crate::release::Driver, _deadline: Instant, _blocking: &Blocking) -> bool {
         false
     }
 }

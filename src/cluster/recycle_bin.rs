@@ -9,6 +9,7 @@
 //! the attempt failed, said in a warning). A copy made for a deletion that a later admission
 //! step then refused is harmless: it names the object and version it is of, and expires.
 
+use super::Blocking;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,10 +34,16 @@ pub enum BinError {
     Copy(#[from] CopyError),
 }
 
-/// Keeps copies of records before their deletion is approved. Called from a blocking thread.
+/// Keeps copies of records before their deletion is approved, waiting on the API ([`Blocking`]).
 pub trait RecycleBin: Send + Sync + std::fmt::Debug {
     /// Stores a copy of `record` by `deadline`.
-    fn keep(&self, record: &Record, keeping: &Keeping<'_>, deadline: Instant) -> Result<(), BinError>;
+    fn keep(
+        &self,
+        record: &Record,
+        keeping: &Keeping<'_>,
+        deadline: Instant,
+        blocking: &Blocking,
+    ) -> Result<(), BinError>;
     /// The namespace the copies are in.
     fn namespace(&self) -> &str;
 }
@@ -85,8 +92,14 @@ impl std::fmt::Debug for ApiRecycleBin {
 }
 
 impl RecycleBin for ApiRecycleBin {
-    fn keep(&self, record: &Record, keeping: &Keeping<'_>, deadline: Instant) -> Result<(), BinError> {
-        let stored = self.store(record, keeping, deadline);
+    fn keep(
+        &self,
+        record: &Record,
+        keeping: &Keeping<'_>,
+        deadline: Instant,
+        blocking: &Blocking,
+    ) -> Result<(), BinError> {
+        let stored = self.store(record, keeping, deadline, blocking);
         match &stored {
             Ok(()) => {
                 self.stats.kept.inc();
@@ -106,7 +119,13 @@ impl RecycleBin for ApiRecycleBin {
 }
 
 impl ApiRecycleBin {
-    fn store(&self, record: &Record, keeping: &Keeping<'_>, deadline: Instant) -> Result<(), BinError> {
+    fn store(
+        &self,
+        record: &Record,
+        keeping: &Keeping<'_>,
+        deadline: Instant,
+        blocking: &Blocking,
+    ) -> Result<(), BinError> {
         let body = copy_body(record, keeping, &self.namespace)?;
         let url = format!("/api/v1/namespaces/{}/secrets", self.namespace);
         let request = kube::core::Request::new(url)
@@ -115,10 +134,9 @@ impl ApiRecycleBin {
         // The answer echoes the copy: not read, so that a decision holds the payload once.
         let call = self.client.request_stream(request);
         let deadline = tokio::time::Instant::from_std(deadline);
-        match self
-            .runtime
-            .block_on(async { tokio::time::timeout_at(deadline, call).await.map(|r| r.map(drop)) })
-        {
+        match blocking.block_on(&self.runtime, async {
+            tokio::time::timeout_at(deadline, call).await.map(|r| r.map(drop))
+        }) {
             Err(_) => Err(BinError::Deadline),
             Ok(Ok(())) => Ok(()),
             // The name is the object's and version's: the copy was stored by an earlier try.

@@ -16,7 +16,8 @@ use tower_http::trace::TraceLayer;
 
 use super::AppState;
 use super::metrics::DecisionLabels;
-use crate::admission::{Io, NeedsIo, Reviewed, Webhook, review};
+use crate::admission::{NeedsIo, Reviewed, Webhook, review};
+use crate::cluster::Blocking;
 
 /// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
 /// either port.
@@ -195,8 +196,7 @@ async fn admit(
     // thread and back costs more than the decision. A large body (CPU work) or a decision that
     // must wait on the API server goes to a blocking thread, so that neither stalls others.
     if bytes.len() <= INLINE_MAX_BODY_BYTES {
-        match review::parse(&bytes)
-            .map(|request| state.admission.review_by(webhook, request, Io::Forbidden, deadline))
+        match review::parse(&bytes).map(|request| state.admission.review_by(webhook, request, None, deadline))
         {
             Ok(Ok(reviewed)) => return answer(&state, webhook, started, reviewed),
             Err(bad) => return bad_request(&state, webhook, &bad),
@@ -205,17 +205,17 @@ async fn admit(
         }
     }
     let worker = state.clone();
-    let decided = tokio::task::spawn_blocking(move || {
+    let decided = Blocking::spawn(move |blocking| {
         let request = review::parse(&bytes)?;
         drop(bytes);
-        Ok::<_, review::ReviewError>(worker.admission.review_by(webhook, request, Io::Allowed, deadline))
+        Ok::<_, review::ReviewError>(worker.admission.review_by(webhook, request, Some(blocking), deadline))
     })
     .await;
     match decided {
         Ok(Ok(Ok(reviewed))) => answer(&state, webhook, started, reviewed),
         Ok(Err(bad)) => bad_request(&state, webhook, &bad),
-        // With I/O allowed a decision never asks for it; if it did, it fails closed.
-        Ok(Ok(Err(NeedsIo))) => internal_error(&state, webhook, "a decision asked for I/O it was allowed"),
+        // With the token a decision never asks for it; if it did, it fails closed.
+        Ok(Ok(Err(NeedsIo))) => internal_error(&state, webhook, "a decision asked to wait where it could"),
         Err(panic) => internal_error(&state, webhook, &panic.to_string()),
     }
 }

@@ -44,7 +44,12 @@ pub struct Replica {
 }
 
 impl DeleteCoordinator for Replica {
-    fn claims(&self, key: &ReleaseKey, _deadline: Instant) -> Result<Claims, CoordinationError> {
+    fn claims(
+        &self,
+        key: &ReleaseKey,
+        _deadline: Instant,
+        _: &helm_guard::cluster::Blocking,
+    ) -> Result<Claims, CoordinationError> {
         if self.leases.unavailable {
             return Err(CoordinationError::Deadline);
         }
@@ -73,6 +78,7 @@ impl DeleteCoordinator for Replica {
         record: &ClaimedRecord<'_>,
         seen: &Claims,
         _deadline: Instant,
+        _: &helm_guard::cluster::Blocking,
     ) -> Result<Claimed, CoordinationError> {
         let mut leases = self.leases.leases.lock().unwrap();
         let current = leases.get(key).map(|(version, _)| version.to_string());

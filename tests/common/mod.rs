@@ -245,3 +245,29 @@ pub fn indexed_release(
     let facts = index.history(key);
     (History::new(&facts).revisions().to_vec(), classify(&facts, 0, 900).state)
 }
+
+/// Where a test thread (no runtime drives it) may wait on the API: decisions reviewed with it
+/// go as far as they need, as on the server's blocking pool.
+pub fn blocking() -> helm_guard::cluster::Blocking {
+    helm_guard::cluster::Blocking::outside_runtime().expect("a test thread outside any runtime")
+}
+
+/// `object` as the API server's GET gives it to the guard's payload reader: read as Helm reads
+/// it, or gone when it is not a record of `key`.
+pub fn fetched(
+    object: Option<&Value>,
+    key: &helm_guard::release::ReleaseKey,
+) -> helm_guard::cluster::Fetched {
+    use helm_guard::cluster::{Fetched, ReadRecord};
+    use helm_guard::release::record::{DecodedRecord, Record};
+    object
+        .and_then(|object| Record::from_object(object, None).unwrap())
+        .filter(|record| record.id.key == *key)
+        .map_or(Fetched::Gone, |record| {
+            Fetched::Read(ReadRecord {
+                uid: record.uid.clone(),
+                resource_version: record.resource_version.clone(),
+                facts: DecodedRecord::new(record, helm_guard::release::DecodeLimits::default()).facts(),
+            })
+        })
+}

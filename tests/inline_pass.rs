@@ -1,0 +1,85 @@
+//! The server decides each request inline first, on the async worker that read it, where no
+//! call may wait on the API server (it holds no `Blocking` token); a verdict that must wait hands
+//! the request on with nothing changed, and is decided where waiting is allowed. One test per
+//! path that waits: confirming the history against what is stored (here), agreeing with the
+//! other replicas (`tests/replicas.rs`,
+//! `an_approval_another_could_turn_is_agreed_on_a_blocking_thread`), keeping a copy in the
+//! recycle bin (`tests/recycle_bin.rs`,
+//! `keeping_a_copy_is_never_done_inline_but_handed_to_where_it_may_wait`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use common::*;
+use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::cluster::feed::record_from_meta;
+use helm_guard::cluster::{Blocking, Fetched, IndexedRecord, PayloadFetcher};
+use helm_guard::release::{Driver, ReleaseKey};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+/// What the API server stores: listed (metadata) as a consistent read answers it, counted.
+#[derive(Debug)]
+struct Stored {
+    objects: Vec<Value>,
+    listings: AtomicUsize,
+}
+
+impl PayloadFetcher for Stored {
+    fn fetch(&self, key: &ReleaseKey, names: &[String], _: Instant, _: &Blocking) -> Vec<(String, Fetched)> {
+        let named = |name: &String| self.objects.iter().find(|o| o["metadata"]["name"] == name.as_str());
+        names.iter().map(|name| (name.clone(), fetched(named(name), key))).collect()
+    }
+
+    fn list(&self, key: &ReleaseKey, _: Instant, _: &Blocking) -> Option<Vec<IndexedRecord>> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
+        Some(
+            self.objects
+                .iter()
+                .filter_map(|o| {
+                    let meta: ObjectMeta = serde_json::from_value(o["metadata"].clone()).unwrap();
+                    record_from_meta(Driver::Secret, &meta)
+                })
+                .filter(|record| record.key == *key)
+                .collect(),
+        )
+    }
+}
+
+/// The index lags what is stored: it has revisions 1 and 2, the store also has 3, deployed (an
+/// upgrade the watch has not brought). Deleting revision 2 looks like deleting the latest
+/// deployed revision; it is history pruning.
+#[test]
+fn confirming_the_history_is_never_done_inline_but_handed_to_where_it_may_wait() {
+    let stored = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    let lagging = web(&[(1, "superseded"), (2, "deployed")]);
+    let fetcher = Arc::new(Stored { objects: stored.clone(), listings: AtomicUsize::new(0) });
+    let admission = Admission {
+        fetcher: Some(fetcher.clone() as Arc<dyn PayloadFetcher>),
+        ..common::guard::snapshot_admission(&lagging)
+    };
+    let body = serde_json::to_vec(&delete_review(&stored[1])).unwrap();
+    let inline = admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None);
+    assert!(inline.is_err(), "asks to be decided where it may wait");
+    assert_eq!(fetcher.listings.load(Ordering::SeqCst), 0, "nothing listed inline");
+    let key = ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() };
+    assert_eq!(admission.index.history(&key).len(), 2, "the index as it was");
+
+    let reviewed = admission
+        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
+        .unwrap();
+    assert_eq!(fetcher.listings.load(Ordering::SeqCst), 1, "confirmed by one listing");
+    assert!(reviewed.response.allowed, "{:?}", reviewed.response.result.message);
+    assert_eq!(reviewed.response.audit_annotations["reason"], "history-pruning");
+}
