@@ -25,7 +25,7 @@
 //!    has caught up ([`cluster::fence`]); an approved deletion of history is agreed with the
 //!    other replicas ([`cluster::coordination`], [`cluster::claim_books`]); one that only an
 //!    override lets through first keeps a copy of
-//!    the record in the recycle bin ([`cluster::recycle_bin`], [`release::recycled`]).
+//!    the record in the recycle bin ([`recycle_bin`]: its format, its API calls, restoring).
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
 //! [`cluster::watch`] (kube-rs metadata watchers, and K3s's HelmCharts in
@@ -74,6 +74,7 @@ pub mod admission;
 pub mod cli;
 pub mod cluster;
 pub mod policy;
+pub mod recycle_bin;
 pub mod release;
 pub mod server;
 pub mod tally;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use common::cluster::{kubectl_apply, run, said};
 use futures::FutureExt;
 use helm_guard::policy::PolicyConfig;
-use helm_guard::release::recycled::BinBounds;
+use helm_guard::recycle_bin::copy::BinBounds;
 use serde_json::{Value, json};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_helm-guard");

@@ -18,10 +18,10 @@ use std::time::Instant;
 
 use common::*;
 use helm_guard::admission::{Admission, Webhook, review as admission_review};
-use helm_guard::cluster::recycle_bin::{BinError, RecycleBin};
 use helm_guard::policy::{Mode, PolicyConfig};
+use helm_guard::recycle_bin::api::{BinError, RecycleBin};
+use helm_guard::recycle_bin::copy::{Keeping, copy_body};
 use helm_guard::release::Record;
-use helm_guard::release::recycled::{Keeping, copy_body};
 use serde_json::{Value, json};
 
 /// Keeps the bodies the guard would create, or refuses them as a quota would.
@@ -85,7 +85,7 @@ fn annotated(mut record: Value) -> Value {
 }
 
 /// The copy as the API server would store the body and `restore` read it back.
-fn stored(body: &Value) -> helm_guard::release::recycled::RecycledCopy {
+fn stored(body: &Value) -> helm_guard::recycle_bin::copy::RecycledCopy {
     use base64::Engine as _;
     let meta = serde_json::from_value(body["metadata"].clone()).unwrap();
     let mut data = std::collections::BTreeMap::new();
@@ -98,7 +98,7 @@ fn stored(body: &Value) -> helm_guard::release::recycled::RecycledCopy {
     for (key, value) in body["stringData"].as_object().unwrap() {
         data.insert(key.clone(), value.as_str().unwrap().as_bytes().to_vec());
     }
-    helm_guard::release::recycled::RecycledCopy::read(&meta, &data).unwrap()
+    helm_guard::recycle_bin::copy::RecycledCopy::read(&meta, &data).unwrap()
 }
 
 /// The record a copy gives back.
@@ -242,7 +242,7 @@ fn decoded(records: &[Value]) -> Vec<helm_guard::release::DecodedRecord> {
 
 #[test]
 fn restore_plans_the_newest_copy_of_each_missing_record_and_the_history_helm_will_show() {
-    use helm_guard::release::restore::{StepAction, plan};
+    use helm_guard::recycle_bin::restore::{StepAction, plan};
     let records = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
     let glass: Vec<Value> = records.iter().cloned().map(annotated).collect();
     let g = guard(&glass, PolicyConfig::default(), MemoryBin::default(), false);

@@ -24,9 +24,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use base64::Engine as _;
 use common::*;
-use helm_guard::cluster::recycle_bin::{ApiRecycleBin, BinError, BinStats, RecycleBin, sweep};
+use helm_guard::recycle_bin::api::{ApiRecycleBin, BinError, BinStats, RecycleBin, sweep};
+use helm_guard::recycle_bin::copy::{BinBounds, Eviction, Keeping, RecycledCopy};
 use helm_guard::release::Record;
-use helm_guard::release::recycled::{BinBounds, Eviction, Keeping, RecycledCopy};
 use serde_json::{Value, json};
 
 #[derive(Clone, Default)]

@@ -65,7 +65,7 @@ pub struct Admission {
     /// Live source: Events about refusals and warnings go here (never waited for).
     pub events: Option<crate::cluster::events::EventQueue>,
     /// Live source: a deletion let go keeps a copy here first (`cluster::recycle_bin`).
-    pub recycle_bin: Option<Arc<dyn crate::cluster::recycle_bin::RecycleBin>>,
+    pub recycle_bin: Option<Arc<dyn crate::recycle_bin::api::RecycleBin>>,
     /// Approve a deletion whose copy could not be stored (with a warning) instead of refusing it.
     pub recycle_best_effort: bool,
 }

@@ -8,14 +8,14 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::{Admission, LedgerEntry, NeedsIo, Reviewed, Webhook};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
-use crate::cluster::recycle_bin::RecycleBin;
 use crate::cluster::{Blocking, DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Mode, Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::recycle_bin::api::RecycleBin;
+use crate::recycle_bin::copy::{Keeping, copy_name};
 use crate::release::record::DecodedRecord;
-use crate::release::recycled::{Keeping, copy_name};
 use crate::release::{Driver, History, Record, ReleaseKey, ReleasePayload, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:

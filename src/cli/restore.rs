@@ -10,8 +10,9 @@ use super::{
     Applied, ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, Writes, count,
     dry_run_then_write, now_secs, print_data, table,
 };
-use crate::cluster::listing::{list_records, read_bin};
-use crate::release::restore::{RestorePlan, RestoreStep, StepAction, plan};
+use crate::cluster::listing::list_records;
+use crate::recycle_bin::api::read_bin;
+use crate::recycle_bin::restore::{RestorePlan, RestoreStep, StepAction, plan};
 use crate::release::scan::collect_records;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

@@ -12,8 +12,9 @@ use super::{
     input_name, now_secs, read_input,
 };
 use crate::cluster::connect::connect;
-use crate::cluster::listing::{list_bin, list_namespaces, list_records};
+use crate::cluster::listing::{list_namespaces, list_records};
 use crate::policy::namespace::OptedOut;
+use crate::recycle_bin::api::list_bin;
 use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;
 use crate::release::record::describe;
@@ -230,7 +231,7 @@ fn read_objects(bytes: &[u8], args: &ScanArgs) -> anyhow::Result<Listed> {
 struct Listed {
     records: Vec<Value>,
     namespaces: Vec<ObjectMeta>,
-    bin: Vec<crate::release::recycled::BinEntry>,
+    bin: Vec<crate::recycle_bin::copy::BinEntry>,
 }
 
 /// Lists the records of the cluster (or one namespace, or one release), its namespaces (none,
@@ -292,7 +293,7 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
 }
 
 /// The copies in the bin, as the filters select them.
-fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::release::recycled::BinEntry>> {
+fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::recycle_bin::copy::BinEntry>> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let client = connect(&args.cluster.access()).await?;
@@ -302,7 +303,7 @@ fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::release::recyc
 }
 
 /// After the report: the releases with copies in the bin.
-fn print_bin_summary(entries: &[crate::release::recycled::BinEntry]) -> anyhow::Result<()> {
+fn print_bin_summary(entries: &[crate::recycle_bin::copy::BinEntry]) -> anyhow::Result<()> {
     let mut releases: std::collections::BTreeMap<(&str, &str), Vec<u32>> = Default::default();
     for entry in entries {
         releases.entry((&entry.namespace, &entry.release)).or_default().push(entry.revision);

@@ -14,7 +14,7 @@ use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::Admission;
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
-use crate::release::recycled::BinBounds;
+use crate::recycle_bin::copy::BinBounds;
 use crate::server::limits::ConnectionLimits;
 use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format};
 

@@ -3,7 +3,7 @@
 //! [`feed`], which turns watcher events into index updates). [`connect`] reaches the cluster,
 //! [`fetch`] reads what a verdict needs beyond the index, [`listing`] lists whole records for
 //! the CLI; [`coordination`] (Leases between replicas; [`claim_books`], their claims read from a watch), [`events`] (Kubernetes Events),
-//! [`fence`] (proof that the watch has caught up), [`recycle_bin`] (copies of let-go records) and [`helmcharts`] (K3s's HelmCharts) are the rest
+//! [`fence`] (proof that the watch has caught up) and [`helmcharts`] (K3s's HelmCharts) are the rest
 //! of what the guard keeps of the cluster.
 
 pub mod blocking;
@@ -17,7 +17,6 @@ pub mod fetch;
 pub mod helmcharts;
 pub mod index;
 pub mod listing;
-pub mod recycle_bin;
 pub mod snapshot;
 pub mod watch;
 

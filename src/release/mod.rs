@@ -5,9 +5,7 @@ pub mod decode;
 pub mod history;
 pub mod objects;
 pub mod record;
-pub mod recycled;
 pub mod repair;
-pub mod restore;
 pub mod status;
 pub mod summary;
 

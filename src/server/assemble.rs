@@ -10,9 +10,9 @@ use crate::admission::Admission;
 use crate::cluster::claim_books::{self, BookCoordinator};
 use crate::cluster::coordination::{self, LeaseCoordinator};
 use crate::cluster::events::{self, EventQueue};
-use crate::cluster::recycle_bin::{self, ApiRecycleBin, RecycleBin};
 use crate::cluster::{DeleteCoordinator, watch};
 use crate::policy::PolicyConfig;
+use crate::recycle_bin::api::{self as recycle_bin, ApiRecycleBin, RecycleBin};
 use crate::release::DecodeLimits;
 
 /// Notices waiting to become Events; more are dropped (and counted) rather than waited for.
@@ -52,7 +52,7 @@ pub struct RecycleOptions {
     /// The guard's namespace.
     pub namespace: String,
     /// What it holds at most.
-    pub bounds: crate::release::recycled::BinBounds,
+    pub bounds: crate::recycle_bin::copy::BinBounds,
     /// Approve a deletion whose copy could not be stored, with a warning.
     pub best_effort: bool,
 }

@@ -89,11 +89,11 @@ pub struct EvictionLabels {
 
 /// The recycle bin's eviction counts, one series per reason.
 #[derive(Debug)]
-struct RecycleEvictions(crate::cluster::recycle_bin::BinStats);
+struct RecycleEvictions(crate::recycle_bin::api::BinStats);
 
 impl EncodeMetric for RecycleEvictions {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        for &why in <crate::release::recycled::Eviction as strum::VariantArray>::VARIANTS {
+        for &why in <crate::recycle_bin::copy::Eviction as strum::VariantArray>::VARIANTS {
             let labels = EvictionLabels { reason: why.into() };
             let count = self.0.evicted(why).get();
             encoder.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&count, None)?;
@@ -163,7 +163,7 @@ pub struct Metrics {
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
     pub tls_certificate_expiry: Gauge,
     /// The recycle bin's counts.
-    pub recycle_bin: crate::cluster::recycle_bin::BinStats,
+    pub recycle_bin: crate::recycle_bin::api::BinStats,
 }
 
 impl Metrics {
@@ -285,7 +285,7 @@ impl Metrics {
             "When the serving certificate expires, in Unix seconds (alert on it minus time())",
             tls_certificate_expiry.clone(),
         );
-        let recycle_bin = crate::cluster::recycle_bin::BinStats::default();
+        let recycle_bin = crate::recycle_bin::api::BinStats::default();
         registry.register(
             "recycle_bin_copies",
             "Copies of let-go records held in the recycle bin, as last listed",

@@ -43,7 +43,7 @@ pub async fn start_guard_with(
 /// `guard_namespace` when given, Events on.
 pub fn live_options(
     guard_namespace: Option<&str>,
-    bounds: helm_guard::release::recycled::BinBounds,
+    bounds: helm_guard::recycle_bin::copy::BinBounds,
 ) -> helm_guard::server::assemble::LiveOptions {
     helm_guard::server::assemble::LiveOptions {
         tombstone_ttl: std::time::Duration::from_secs(30),

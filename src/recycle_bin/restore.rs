@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::record::{DecodedRecord, Record};
-use super::recycled::RecycledCopy;
-use super::scan::report;
-use super::{DecodeLimits, ReleaseKey, Status, Summary};
+use super::copy::RecycledCopy;
+use crate::release::record::{DecodedRecord, Record};
+use crate::release::scan::report;
+use crate::release::{DecodeLimits, ReleaseKey, Status, Summary};
 
 /// What becomes of one copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::Display)]
@@ -80,7 +80,7 @@ pub struct RestorePlan {
     /// The release.
     pub release: String,
     /// Where Helm keeps it.
-    pub driver: super::Driver,
+    pub driver: crate::release::Driver,
     /// Every copy of it the bin holds (of the revisions asked for).
     pub steps: Vec<RestoreStep>,
     /// What `helm history` would show after the restore, oldest first.
@@ -154,7 +154,7 @@ pub fn plan(
                 step.action = StepAction::Unreadable;
                 step.problem = Some(problem);
                 let key = ReleaseKey {
-                    driver: copy.object.driver().unwrap_or(super::Driver::Secret),
+                    driver: copy.object.driver().unwrap_or(crate::release::Driver::Secret),
                     namespace: copy.entry.namespace.clone(),
                     release: copy.entry.release.clone(),
                 };

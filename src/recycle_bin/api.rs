@@ -1,6 +1,6 @@
 //! The recycle bin: before approving a deletion that only an override lets through
 //! ([`crate::policy::delete::keeps_copy`]), the guard writes a copy of the record, taken from the
-//! review, as a Secret in its own namespace ([`crate::release::recycled`] says how). The bin is
+//! review, as a Secret in its own namespace ([`crate::recycle_bin::copy`] says how). The bin is
 //! bounded: after each copy, and every few minutes, the copies are listed (metadata only) and
 //! the bounds evict the oldest. `helm-guard restore` reads it back.
 //!
@@ -9,15 +9,15 @@
 //! the attempt failed, said in a warning). A copy made for a deletion that a later admission
 //! step then refused is harmless: it names the object and version it is of, and expires.
 
-use super::Blocking;
+use crate::cluster::Blocking;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
+use super::copy::{BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body};
 use crate::release::Record;
-use crate::release::recycled::{BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body};
 use crate::tally::{Level, Tally};
 
 /// Why a copy was not stored.
@@ -164,7 +164,7 @@ pub async fn sweep(
             _ = ticker.tick() => {}
             () = stored.notified() => {}
         }
-        let entries = match super::listing::list_bin(&client, &namespace, None, None).await {
+        let entries = match list_bin(&client, &namespace, None, None).await {
             Ok(entries) => entries,
             Err(error) => {
                 tracing::warn!(%error, "could not list the recycle bin to hold it to its bounds");
@@ -173,7 +173,7 @@ pub async fn sweep(
         };
         let now = jiff::Timestamp::now().as_second();
         let mut gone = std::collections::BTreeSet::new();
-        for (name, why) in crate::release::recycled::evictions(&entries, &bounds, now) {
+        for (name, why) in super::copy::evictions(&entries, &bounds, now) {
             match secrets.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 // Another replica evicted it first.
@@ -191,4 +191,56 @@ pub async fn sweep(
         stats.copies.set(held.len() as u64);
         stats.bytes.set(held.iter().map(|e| e.bytes).sum());
     }
+}
+
+/// The recycle bin's filter: the copies of one namespace's releases, or of one release.
+fn bin_selector(namespace: Option<&str>, release: Option<&str>) -> String {
+    use super::copy::{BIN_SELECTOR, LABEL_NAMESPACE, LABEL_RELEASE};
+    let mut selector = BIN_SELECTOR.to_owned();
+    if let Some(namespace) = namespace {
+        selector += &format!(",{LABEL_NAMESPACE}={namespace}");
+    }
+    if let Some(release) = release {
+        selector += &format!(",{LABEL_RELEASE}={release}");
+    }
+    selector
+}
+
+/// The copies in the recycle bin in `bin_namespace` (metadata only), newest first: `scan --recycle-bin`.
+pub async fn list_bin(
+    client: &kube::Client,
+    bin_namespace: &str,
+    namespace: Option<&str>,
+    release: Option<&str>,
+) -> Result<Vec<super::copy::BinEntry>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), bin_namespace);
+    let params = ListParams::default().labels(&bin_selector(namespace, release));
+    let listed = secrets.list_metadata(&params).await?;
+    let mut entries: Vec<_> =
+        listed.items.iter().filter_map(|item| super::copy::BinEntry::from_meta(&item.metadata)).collect();
+    entries.sort_by(|a, b| b.kept_at.cmp(&a.kept_at).then(a.name.cmp(&b.name)));
+    Ok(entries)
+}
+
+/// The copies of one release in the recycle bin, read whole, for `restore`; a Secret that is no
+/// copy is named with why.
+pub async fn read_bin(
+    client: &kube::Client,
+    bin_namespace: &str,
+    namespace: &str,
+    release: &str,
+) -> Result<Vec<Result<super::copy::RecycledCopy, String>>, kube::Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), bin_namespace);
+    let params = ListParams::default().labels(&bin_selector(Some(namespace), Some(release)));
+    let listed = secrets.list(&params).await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .map(|secret| {
+            let data = secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            super::copy::RecycledCopy::read(&secret.metadata, &data)
+                .map_err(|error| format!("{bin_namespace}/{name}: {error}"))
+        })
+        .collect())
 }

@@ -1,6 +1,6 @@
 //! The recycle bin's copies of records the guard let go (POLICY.md, "The recycle bin"): how a
 //! copy is written (a Secret in the guard's namespace), read back, and which copies the bounds
-//! evict. No I/O: `cluster::recycle_bin` writes and sweeps, `helm-guard restore` reads.
+//! evict. No I/O: [`super::api`] writes, sweeps and lists, [`super::restore`] plans.
 //!
 //! A copy holds the record as the DELETE review carried it: its `data` keys under `data.<key>`
 //! (a Secret's values as the API's base64, unchanged; a ConfigMap's as text), so that a record
@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use super::record::{Driver, Record};
+use crate::release::record::{Driver, Record};
 
 /// Every copy carries these labels (the bin is listed by them).
 pub const BIN_SELECTOR: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/recycle-bin=copy";
