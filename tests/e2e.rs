@@ -155,8 +155,11 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     }
     // A new namespace gets its `default` service account a moment after it is created.
     let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns);
-    eventually(Duration::from_secs(30), || async { accounts.get_opt("default").await.unwrap().is_some() })
-        .await;
+    let account = eventually(Duration::from_secs(30), || async {
+        accounts.get_opt("default").await.unwrap().is_some()
+    })
+    .await;
+    assert!(account, "the namespace's default service account came");
     let created = pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
     let annotations = created.metadata.annotations.unwrap_or_default();
     assert_eq!(

@@ -274,7 +274,7 @@ async fn the_watchers_list_become_ready_and_follow_events() {
     let app_v1 = items.iter().find(|i| i["metadata"]["name"] == "sh.helm.release.v1.app.v1").unwrap();
     let mut app_v2 = rewrite(app_v1, 2, "deployed");
     app_v2["metadata"]["resourceVersion"] = json!("101"); // as every real watch event has
-    eventually(Duration::from_secs(5), || async { !watches.lock().unwrap().is_empty() }).await;
+    assert!(eventually(Duration::from_secs(5), || async { !watches.lock().unwrap().is_empty() }).await);
     for watch in watches.lock().unwrap().iter() {
         let _ = watch.send(json!({"type": "ADDED", "object": metadata_only(&app_v2)}));
     }
@@ -309,14 +309,22 @@ async fn a_failed_watch_is_retried_while_the_last_good_state_serves() {
     let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
     let restarts = helm_guard::tally::Tally::default();
     tokio::spawn(watch::run(client, index.clone(), restarts.clone()));
-    eventually(Duration::from_secs(5), || async { index.is_ready() && !watches.lock().unwrap().is_empty() })
-        .await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            index.is_ready() && !watches.lock().unwrap().is_empty()
+        })
+        .await
+    );
     // A broken event (no resourceVersion) fails the watch.
     for watch in watches.lock().unwrap().iter() {
         let _ = watch.send(json!({"type": "ADDED", "object": {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "x"}}}));
     }
-    eventually(Duration::from_secs(5), || async { restarts.get() > 0 && watches.lock().unwrap().len() > 1 })
-        .await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            restarts.get() > 0 && watches.lock().unwrap().len() > 1
+        })
+        .await
+    );
     assert!(restarts.get() > 0, "the failure is counted");
     assert!(watches.lock().unwrap().len() > 1, "and the watch is opened again");
     assert!(index.is_ready());

@@ -182,7 +182,24 @@ fn install_sh_registers_the_webhooks_for_the_namespace_and_service_it_is_given()
 #[test]
 fn the_cluster_role_is_read_only() {
     let rbac = documents("rbac.yaml");
-    let role = rbac.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    // The role bound to the guard for records and namespaces (the Events one is checked below),
+    // by name: not whichever ClusterRole comes first in the file.
+    let role =
+        rbac.iter().find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "helm-guard").unwrap();
+    let bound = rbac
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == "helm-guard")
+        .unwrap();
+    assert_eq!(bound["subjects"][0]["name"], "helm-guard", "bound to the guard's service account");
+    let resources: Vec<&str> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()))
+        .collect();
+    for needed in ["secrets", "configmaps", "namespaces"] {
+        assert!(resources.contains(&needed), "the guard watches {needed}: {resources:?}");
+    }
     for rule in role["rules"].as_array().unwrap() {
         for verb in rule["verbs"].as_array().unwrap() {
             assert!(["get", "list", "watch"].contains(&verb.as_str().unwrap()), "{verb}");

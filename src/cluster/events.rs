@@ -321,13 +321,28 @@ mod tests {
     }
 
     #[test]
-    fn the_book_is_bounded() {
+    fn the_book_is_bounded_and_forgets_the_longest_unwritten_first() {
         let mut book = SeriesBook::default();
         let t0 = Instant::now();
-        for i in 0..MAX_SERIES + 10 {
-            book.note(&notice(&format!("r{i}"), "A"), t0 + Duration::from_millis(i as u64), i as u128);
+        let at = |i: usize| t0 + Duration::from_millis(i as u64);
+        for i in 0..MAX_SERIES {
+            book.note(&notice(&format!("r{i}"), "A"), at(i), i as u128);
+        }
+        // r0, the oldest, occurs again within the write interval: counted, not written, so it is
+        // still the series written longest ago (what is evicted is what the API server has had
+        // longest, not what was seen last).
+        assert_eq!(book.note(&notice("r0", "A"), at(MAX_SERIES), 0), None);
+        for i in MAX_SERIES..MAX_SERIES + 10 {
+            book.note(&notice(&format!("r{i}"), "A"), at(i), i as u128);
         }
         assert_eq!(book.series.len(), MAX_SERIES);
+        let known = |name: &str| book.series.keys().any(|(_, _, object, ..)| object == name);
+        // The ten oldest by their last write went: r0 to r9, the newest stayed.
+        assert!((0..10).all(|i| !known(&format!("r{i}"))), "the oldest are forgotten");
+        assert!(known("r10") && known(&format!("r{}", MAX_SERIES + 9)), "the newer are kept");
+        // A forgotten series that occurs again starts a new Event instead of counting the old one.
+        let again = book.note(&notice("r1", "A"), at(MAX_SERIES + 20), 0xff);
+        assert_eq!(again, Some(Write::Create { event: "r1.ff".into() }));
     }
 
     #[test]

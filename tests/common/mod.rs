@@ -104,7 +104,9 @@ pub fn as_release(record: &Value, release: &str) -> Value {
     out
 }
 
-/// Polls `check` until it holds or `within` has passed; whether it held.
+/// Polls `check` until it holds or `within` has passed; whether it held (a result to assert:
+/// ignored, a check that never held would pass).
+#[must_use = "assert that it held"]
 pub async fn eventually<F, Fut>(within: std::time::Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
