@@ -83,6 +83,15 @@ fn upper_status(name: &str) -> Value {
     release
 }
 
+/// The base with its `info.description` under the key `DESCRIPTION`.
+fn upper_description(name: &str) -> Value {
+    let mut release = base(name);
+    let info = release["info"].as_object_mut().unwrap();
+    let description = info.remove("description").unwrap();
+    info.insert("DESCRIPTION".into(), description);
+    release
+}
+
 #[allow(clippy::too_many_lines)] // one table
 pub fn cases() -> Vec<Case> {
     let case = |name, json, helm3, helm4| Case {
@@ -276,6 +285,26 @@ pub fn cases() -> Vec<Case> {
             ending("info-twice", r#","info":{"description":"again"}}"#),
             DEPLOYED,
             Some((1, "")),
+        ),
+        // The last copy lacks only the description: Helm 3 shows the earlier one, Helm 4 none;
+        // both read revision 1 deployed, and that is what the guard decides by.
+        case(
+            "info-twice-description-differs",
+            ending("info-twice-description-differs", r#","info":{"status":"deployed"}}"#),
+            DEPLOYED,
+            DEPLOYED,
+        ),
+        // The description under two spellings, the last given sorting first: Helm 3 reads the
+        // one, Helm 4 the other; both read revision 1 deployed.
+        case(
+            "description-spelt-twice-unsorted",
+            splice_into(
+                &upper_description("description-spelt-twice-unsorted"),
+                r#""info":{"#,
+                r#""description":"earlier","#,
+            ),
+            DEPLOYED,
+            DEPLOYED,
         ),
         // One field of `info` under two spellings: Helm 3 takes the last given, Helm 4 (through a
         // map) the key that sorts last ("status" > "STATUS"); alike when those coincide, or when

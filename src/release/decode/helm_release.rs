@@ -8,13 +8,17 @@
 //! be one both Helms read alike.
 //!
 //! Where Helm 3 and Helm 4 read a record differently it counts as unreadable (the safe side: a
-//! record the guard skips can only make it stricter). They differ on: an `info` given twice whose
-//! last copy lacks a `status` or `description` an earlier one has (Helm 4 takes those two from
-//! the last copy alone); one field of `info` or `last_run` given under several spellings with
-//! different values, where the last given (Helm 3's) is not the spelling that sorts last (Helm 4
-//! decodes those structs through a map, which `json.Marshal` writes back in key order); and
-//! an empty string as an `info`/`last_run` time under a key spelt otherwise than Helm writes it
-//! (Helm 3's `pkg/time` reads `""` as unset under any spelling, Helm 4 only under its own).
+//! record the guard skips can only make it stricter), but only where they differ on what the
+//! guard decides by: whether the record is read at all, its revision, status, name, namespace
+//! and the content it fingerprints. They differ on: an `info` given twice whose last copy lacks
+//! the `status` an earlier one has (Helm 4 takes the status and description from the last copy
+//! alone); `info.status` given under several spellings with different values, where the last
+//! given (Helm 3's) is not the spelling that sorts last (Helm 4 decodes `info` and `last_run`
+//! through a map, which `json.Marshal` writes back in key order); and an empty string as an
+//! `info`/`last_run` time under a key spelt otherwise than Helm writes it (Helm 3's `pkg/time`
+//! reads `""` as unset under any spelling, Helm 4 refuses the record). Where they differ only on
+//! the description, a time or a hook's last run, the record counts and the guard keeps Helm 3's
+//! reading.
 
 use std::io::Read;
 
@@ -279,11 +283,10 @@ struct Kept {
     chart_version: Option<String>,
     app_version: Option<String>,
     has_info: bool,
-    /// How many `info` objects were read, and whether the last one gave `status` and
-    /// `description` (Helm 4 reads those two from the last copy alone).
+    /// How many `info` objects were read, and whether the last one gave `status` (Helm 4 reads
+    /// it from the last copy alone).
     info_copies: u32,
     last_info_status: bool,
-    last_info_description: bool,
 }
 
 impl Kept {
@@ -511,7 +514,6 @@ impl<R: Read> Walk<R> {
                     self.kept.has_info = true;
                     self.kept.info_copies += 1;
                     self.kept.last_info_status = false;
-                    self.kept.last_info_description = false;
                 }
                 self.structure(fields, fingerprint)
             }
@@ -590,8 +592,12 @@ impl<R: Read> Walk<R> {
         loop {
             let mut key = Capture::new(32);
             if !self.json.next_key(first, &mut key)? {
-                if let Some(field) =
-                    fields.iter().zip(&repeats).find_map(|(field, r)| r.disagree().then_some(field))
+                // Only where the guard decides by the field (the status); of the others (the
+                // description, times, a hook's last run) it keeps Helm 3's reading.
+                if let Some(field) = fields
+                    .iter()
+                    .zip(&repeats)
+                    .find_map(|(field, r)| (r.disagree() && field.slot == Slot::Status).then_some(field))
                 {
                     let at = if self.path.is_empty() { String::new() } else { format!("{}.", self.path()) };
                     return Err(DecodeError::HelmDisagree(format!(
@@ -625,7 +631,6 @@ impl<R: Read> Walk<R> {
                 continue;
             };
             self.kept.last_info_status |= field.slot == Slot::Status;
-            self.kept.last_info_description |= field.slot == Slot::Description;
             self.path.push(field.name);
             // Helm's own times (Helm 3 `pkg/time`, Helm 4's map-first reading) take "" as unset.
             let empty_time = match (through_map, key.bytes == field.name.as_bytes()) {
@@ -767,17 +772,16 @@ pub fn read_release<R: Read>(
         return Err(DecodeError::Helm("the release has no `info`; Helm cannot show or use it".to_owned()));
     }
     // `info` given more than once: Helm 3 keeps an earlier copy's `status` or `description` that
-    // the last copy lacks, Helm 4 reads none there. Alike unless that earlier value is not empty.
+    // the last copy lacks, Helm 4 reads none there. Alike unless that earlier value is not empty;
+    // and only the status counts: the guard decides nothing by the description (it shows Helm
+    // 3's).
     let kept_from_earlier = |given: bool, merged: &Option<String>| {
         !given && merged.as_deref().is_some_and(|text| !text.is_empty())
     };
-    if kept.info_copies > 1
-        && (kept_from_earlier(kept.last_info_status, &kept.status)
-            || kept_from_earlier(kept.last_info_description, &kept.description))
-    {
+    if kept.info_copies > 1 && kept_from_earlier(kept.last_info_status, &kept.status) {
         return Err(DecodeError::HelmDisagree(
-            "`info` is given twice and its last copy lacks the `status` or `description` of an earlier one: \
-             Helm 3 keeps the earlier value, Helm 4 reads none"
+            "`info` is given twice and its last copy lacks the `status` of an earlier one: \
+             Helm 3 keeps the earlier status, Helm 4 reads none"
                 .to_owned(),
         ));
     }
