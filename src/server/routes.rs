@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::{Body, to_bytes};
+use axum::body::{Body, Bytes};
 use axum::extract::{Extension, RawQuery, State};
 use axum::http::{StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
@@ -166,18 +166,20 @@ async fn admit(
         connection.graceful_shutdown();
     }
     let limits = state.limits;
-    let bytes = match tokio::time::timeout(limits.body_read_timeout, to_bytes(body, limits.max_body_bytes))
-        .await
-    {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => {
+    let bytes = match read_body(body, limits.max_body_bytes, limits.body_read_timeout).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge) => {
             state.metrics.rejected(webhook, "too-large");
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the request body is larger than {} bytes (--max-body-bytes)", limits.max_body_bytes),
             );
         }
-        Err(_) => {
+        Err(BodyError::Broken(why)) => {
+            state.metrics.rejected(webhook, "bad-request");
+            return error(StatusCode::BAD_REQUEST, format!("the request body could not be read: {why}"));
+        }
+        Err(BodyError::Late) => {
             // A client that cannot send its body in time does not keep the connection either.
             if let Some(Extension(connection)) = &connection {
                 connection.graceful_shutdown();
@@ -218,6 +220,60 @@ async fn admit(
         Ok(Ok(Err(NeedsIo))) => internal_error(&state, webhook, "a decision asked to wait where it could"),
         Err(panic) => internal_error(&state, webhook, &panic.to_string()),
     }
+}
+
+/// Why a request body was not read.
+#[derive(Debug)]
+enum BodyError {
+    /// Past `--max-body-bytes`.
+    TooLarge,
+    /// Not all there within `--body-read-timeout`.
+    Late,
+    /// The connection failed under it.
+    Broken(String),
+}
+
+/// What the guard reads on, and for how long, after a body passed `--max-body-bytes`.
+const DRAIN_BYTES: usize = 8 * 1024 * 1024;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads a request body of at most `max` bytes within `within`. Past `max` it reads on and
+/// discards what the client still sends (at most [`DRAIN_BYTES`], for [`DRAIN_TIME`]) before the
+/// 413 goes out: closing on a client that is still writing resets the connection under it, and
+/// Go's `net/http` client (the API server's) then reports a write error instead of the answer.
+/// Go's and hyper's own servers read on for the same reason. A body drained to its end also
+/// leaves the connection fit for the next request.
+async fn read_body(body: Body, max: usize, within: std::time::Duration) -> Result<Bytes, BodyError> {
+    use axum::body::HttpBody as _;
+    use futures::StreamExt as _;
+    let announced = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
+    let mut stream = body.into_data_stream();
+    let collected = tokio::time::timeout(within, async {
+        let mut bytes = Vec::with_capacity(announced.min(max));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|error| BodyError::Broken(error.to_string()))?;
+            if bytes.len().saturating_add(chunk.len()) > max {
+                return Err(BodyError::TooLarge);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(bytes))
+    })
+    .await
+    .unwrap_or(Err(BodyError::Late));
+    if let Err(BodyError::TooLarge) = collected {
+        let drain = async {
+            let mut drained = 0usize;
+            while let Some(Ok(chunk)) = stream.next().await {
+                drained = drained.saturating_add(chunk.len());
+                if drained > DRAIN_BYTES {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    }
+    collected
 }
 
 /// Bodies up to this size are decided on the async worker that read them; larger ones, and
