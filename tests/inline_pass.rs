@@ -83,3 +83,26 @@ fn confirming_the_history_is_never_done_inline_but_handed_to_where_it_may_wait()
     assert!(reviewed.response.allowed, "{:?}", reviewed.response.result.message);
     assert_eq!(reviewed.response.audit_annotations["reason"], "history-pruning");
 }
+
+/// Which requests the server sends to the blocking pool before deciding them at all, so that a
+/// live DELETE is decided once: DELETEs of records when the source is live; nothing in snapshot
+/// mode, and no UPDATE or CREATE.
+#[test]
+fn a_live_delete_is_sent_where_it_may_wait_before_it_is_decided() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let fetcher = Arc::new(Stored { objects: records.clone(), listings: AtomicUsize::new(0) });
+    let live = Admission {
+        fetcher: Some(fetcher as Arc<dyn PayloadFetcher>),
+        ..common::guard::snapshot_admission(&records)
+    };
+    let snapshot = common::guard::snapshot_admission(&records);
+    let parse = |review: &Value| admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
+    let delete = parse(&delete_review(&records[0]));
+    let update = parse(&update_review(&records[1], &rewrite(&records[1], 2, "superseded")));
+    assert!(live.waits_on_the_api(Webhook::Validate, &delete));
+    assert!(!live.waits_on_the_api(Webhook::Validate, &update));
+    assert!(!snapshot.waits_on_the_api(Webhook::Validate, &delete));
+    // What it predicts holds: decided inline, the live DELETE would have asked to wait.
+    assert!(live.review(Webhook::Validate, delete, None).is_err());
+    assert!(live.review(Webhook::Validate, update, None).is_ok());
+}

@@ -126,6 +126,18 @@ impl Admission {
         arrived + allowed
     }
 
+    /// Whether a request's decision will almost surely wait on the API server, so that it is
+    /// best sent where waiting is allowed before it is decided at all: a DELETE of a record when
+    /// the source is live (a verdict that rests on the history is confirmed first; the few that
+    /// do not, teardown, break-glass, exempt, unreadable, lose only a thread hand-off).
+    pub fn waits_on_the_api(&self, webhook: Webhook, request: &AdmissionRequest<ReviewObject>) -> bool {
+        self.fetcher.is_some()
+            && webhook == Webhook::Validate
+            && request.operation == kube::core::admission::Operation::Delete
+            && matches!(request.kind.kind.as_str(), "Secret" | "ConfigMap")
+            && request.kind.group.is_empty()
+    }
+
     /// Decides one request, arrived now, within `--decision-deadline`; see [`Admission::review_by`].
     pub fn review(
         &self,

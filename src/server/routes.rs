@@ -9,6 +9,7 @@ use axum::extract::{Extension, RawQuery, State};
 use axum::http::{StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use kube::core::admission::AdmissionRequest;
 use serde_json::json;
 
 use axum_server::ConnectionShutdown;
@@ -196,20 +197,32 @@ async fn admit(
     };
     // The common case, a body of tens of KiB, is decided right here: handing it to a blocking
     // thread and back costs more than the decision. A large body (CPU work) or a decision that
-    // must wait on the API server goes to a blocking thread, so that neither stalls others.
-    if bytes.len() <= INLINE_MAX_BODY_BYTES {
-        match review::parse(&bytes).map(|request| state.admission.review_by(webhook, request, None, deadline))
-        {
-            Ok(Ok(reviewed)) => return answer(&state, webhook, started, reviewed),
+    // must wait on the API server goes to a blocking thread, so that neither stalls others. A
+    // live DELETE nearly always waits (its release's history is confirmed first), so it goes
+    // there at once, parsed, and is decided once.
+    let mut pending = Pending::Body(bytes);
+    if let Pending::Body(bytes) = &pending
+        && bytes.len() <= INLINE_MAX_BODY_BYTES
+    {
+        let request = match review::parse(bytes) {
+            Ok(request) => request,
             Err(bad) => return bad_request(&state, webhook, &bad),
-            // Nothing was changed: decided again below, where it may wait.
-            Ok(Err(NeedsIo)) => {}
+        };
+        if state.admission.waits_on_the_api(webhook, &request) {
+            pending = Pending::Parsed(Box::new(request));
+        } else {
+            // `Err(NeedsIo)` changed nothing: decided again below, where it may wait.
+            if let Ok(reviewed) = state.admission.review_by(webhook, request, None, deadline) {
+                return answer(&state, webhook, started, reviewed);
+            }
         }
     }
     let worker = state.clone();
     let decided = Blocking::spawn(move |blocking| {
-        let request = review::parse(&bytes)?;
-        drop(bytes);
+        let request = match pending {
+            Pending::Parsed(request) => *request,
+            Pending::Body(bytes) => review::parse(&bytes)?,
+        };
         Ok::<_, review::ReviewError>(worker.admission.review_by(webhook, request, Some(blocking), deadline))
     })
     .await;
@@ -220,6 +233,12 @@ async fn admit(
         Ok(Ok(Err(NeedsIo))) => internal_error(&state, webhook, "a decision asked to wait where it could"),
         Err(panic) => internal_error(&state, webhook, &panic.to_string()),
     }
+}
+
+/// A request on its way to the blocking pool: its body, or the review already parsed.
+enum Pending {
+    Body(Bytes),
+    Parsed(Box<AdmissionRequest<crate::admission::object::ReviewObject>>),
 }
 
 /// Why a request body was not read.
