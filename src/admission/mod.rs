@@ -93,8 +93,8 @@ impl Admission {
     }
 }
 
-/// The default of `--decision-deadline`: the webhooks' 5 s timeout less [`ANSWER_MARGIN`].
-pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(4);
+/// The default of `--decision-deadline`: the webhooks' 10 s timeout less [`ANSWER_MARGIN`].
+pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(9);
 
 /// What a decision leaves of the API server's timeout for its answer to get back (the hop off the
 /// blocking pool, encoding, the network): an answer the API server gives up on refuses Helm.
@@ -285,12 +285,13 @@ mod tests {
         );
         let now = Instant::now();
         let seconds = |s| Duration::from_secs(s);
-        // The webhooks' default 5 s: 4 s, the default bound.
+        // The webhooks' default 10 s: 9 s, the default bound.
+        assert_eq!(admission.deadline(now, Some(seconds(10))), now + seconds(9));
+        // A webhook that waits 5 s: 4 s; one that waits 2 s: 1 s.
         assert_eq!(admission.deadline(now, Some(seconds(5))), now + seconds(4));
-        // A webhook that waits 2 s: 1 s.
         assert_eq!(admission.deadline(now, Some(seconds(2))), now + seconds(1));
         // One that waits 30 s: still the bound.
-        assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(4));
+        assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(9));
         admission.decision_deadline = seconds(20);
         assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(20));
         assert_eq!(admission.deadline(now, None), now + seconds(20));

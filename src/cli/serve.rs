@@ -172,7 +172,7 @@ pub struct ServeArgs {
     pub body_read_timeout: Duration,
     /// A whole request (its turn, its body, its decision) past this gets 503. Keep it above
     /// --decision-deadline and at or below the webhooks' timeoutSeconds.
-    #[arg(long, env = "HELM_GUARD_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "HELM_GUARD_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
     /// Open HTTPS connections at once; more are closed as soon as they are accepted.
     #[arg(long, env = "HELM_GUARD_MAX_CONNECTIONS", default_value_t = 256)]
@@ -189,7 +189,7 @@ pub struct ServeArgs {
     /// also ends a second before the API server stops waiting (the `timeout` it sends: the
     /// webhook's timeoutSeconds) and before --request-timeout. A DELETE that cannot be shown
     /// harmless in time is refused with a message to retry.
-    #[arg(long, env = "HELM_GUARD_DECISION_DEADLINE", default_value = "4s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "HELM_GUARD_DECISION_DEADLINE", default_value = "9s", value_parser = humantime::parse_duration)]
     pub decision_deadline: Duration,
     /// A pending revision unchanged for longer than this is stuck.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]

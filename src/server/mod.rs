@@ -67,7 +67,7 @@ impl Default for RequestLimits {
         RequestLimits {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: Duration::from_secs(3),
-            request_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
         }
     }
 }
