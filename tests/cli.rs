@@ -201,7 +201,13 @@ fn scan_exits_2_on_unusable_input_naming_the_problem() {
 
     let missing = helm_guard(&["scan", "--from-file", "/nonexistent/dump.json"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(stderr(&missing).contains("/nonexistent/dump.json"));
+    // Named once, with the cause once.
+    assert_eq!(stderr(&missing).matches("/nonexistent/dump.json").count(), 1, "{}", stderr(&missing));
+    assert_eq!(stderr(&missing).matches("No such file").count(), 1, "{}", stderr(&missing));
+    for broken in [&garbage, &not_a_dump] {
+        let name = broken.to_str().unwrap();
+        assert_eq!(stderr(&helm_guard(&["scan", "--from-file", name])).matches(name).count(), 1, "{name}");
+    }
 }
 
 #[test]
