@@ -89,12 +89,22 @@ pub(crate) fn print_data<T: serde::Serialize>(items: &[T], output: Output) -> an
     Ok(true)
 }
 
-/// Columns padded to their widest cell; the last one is not padded.
+/// Prints [`table_lines`].
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for line in table_lines(headers, rows) {
+        outln!("{line}")?;
+    }
+    Ok(())
+}
+
+/// Columns padded to their widest cell, as wide as a terminal shows them (`é` one column, `漢`
+/// two, not their bytes); the last one is not padded.
+fn table_lines(headers: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    use unicode_width::UnicodeWidthStr as _;
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.width()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+            *width = (*width).max(cell.width());
         }
     }
     let line = |cells: Vec<&str>| {
@@ -103,15 +113,16 @@ pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()
             .iter()
             .zip(&widths)
             .enumerate()
-            .map(|(i, (cell, width))| if i == last { (*cell).to_owned() } else { format!("{cell:<width$}") })
+            .map(|(i, (cell, width))| {
+                let pad = if i == last { 0 } else { width.saturating_sub(cell.width()) };
+                format!("{cell}{}", " ".repeat(pad))
+            })
             .collect();
-        outln!("{}", padded.join("  "))
+        padded.join("  ")
     };
-    line(headers.to_vec())?;
-    for row in rows {
-        line(row.iter().map(String::as_str).collect())?;
-    }
-    Ok(())
+    std::iter::once(line(headers.to_vec()))
+        .chain(rows.iter().map(|row| line(row.iter().map(String::as_str).collect())))
+        .collect()
 }
 
 /// A command's plan and whether its writes were made (`repair`, `restore`).
@@ -325,4 +336,18 @@ pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
 /// A `--now` override (RFC 3339) for reproducible reports, else the clock; Unix seconds.
 pub fn now_secs(now: Option<&jiff::Timestamp>) -> i64 {
     now.copied().unwrap_or_else(jiff::Timestamp::now).as_second()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn table_columns_line_up_as_a_terminal_shows_them() {
+        let rows = vec![
+            vec!["josé".to_owned(), "x".to_owned(), "last".to_owned()],
+            vec!["漢字".to_owned(), "yy".to_owned(), "-".to_owned()],
+            vec!["ab".to_owned(), "z".to_owned(), "-".to_owned()],
+        ];
+        let lines = super::table_lines(&["BY", "C", "HINT"], &rows);
+        assert_eq!(lines, ["BY    C   HINT", "josé  x   last", "漢字  yy  -", "ab    z   -"]);
+    }
 }
