@@ -115,8 +115,10 @@ async fn watch_charts(client: kube::Client, index: &ReleaseIndex) {
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
+                // Each retry begins with `Init` before its list fails: only what follows a list
+                // that worked ends the failure (else the line below repeats at every retry).
+                failing &= matches!(event, Event::Init);
                 feed.apply(index, event);
-                failing = false;
             }
             Err(error) if !failing => {
                 failing = true;
