@@ -134,8 +134,7 @@ impl Admission {
         self.fetcher.is_some()
             && webhook == Webhook::Validate
             && request.operation == kube::core::admission::Operation::Delete
-            && matches!(request.kind.kind.as_str(), "Secret" | "ConfigMap")
-            && request.kind.group.is_empty()
+            && crate::release::Driver::of_kind(&request.kind.group, &request.kind.kind).is_some()
     }
 
     /// Decides one request, arrived now, within `--decision-deadline`; see [`Admission::review_by`].

@@ -27,12 +27,10 @@ pub fn validate(
     deadline: Instant,
 ) -> Result<Reviewed, NeedsIo> {
     let mut entry = LedgerEntry::new(Webhook::Validate, &request);
-    let driver = match (request.kind.group.as_str(), request.kind.kind.as_str()) {
-        ("", "Secret") => Some(Driver::Secret),
-        ("", "ConfigMap") => Some(Driver::ConfigMap),
-        ("", "Namespace") => return Ok(respond(&request, namespace(admission, &request, &mut entry), entry)),
-        _ => None,
-    };
+    if (request.kind.group.as_str(), request.kind.kind.as_str()) == ("", "Namespace") {
+        return Ok(respond(&request, namespace(admission, &request, &mut entry), entry));
+    }
+    let driver = Driver::of_kind(&request.kind.group, &request.kind.kind);
     let Some(driver) = driver else { return Ok(respond(&request, not_a_record(), entry)) };
     // Each side read as a record of this driver, and whether Helm's labels make it one.
     let read = |object: Option<ReviewObject>| {

@@ -53,6 +53,15 @@ pub enum Driver {
 }
 
 impl Driver {
+    /// The driver whose records are objects of this API group and kind (`""`, `Secret`).
+    pub fn of_kind(group: &str, kind: &str) -> Option<Driver> {
+        match (group, kind) {
+            ("", "Secret") => Some(Driver::Secret),
+            ("", "ConfigMap") => Some(Driver::ConfigMap),
+            _ => None,
+        }
+    }
+
     /// The driver as `scan` and JSON spell it.
     pub fn as_str(self) -> &'static str {
         self.into()
