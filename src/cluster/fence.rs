@@ -94,6 +94,8 @@ pub(crate) struct GroupCommit {
     rounds: Mutex<(u64, u64)>,
     /// The latest round done.
     done: watch::Sender<u64>,
+    /// The latest round that failed (its waiters need not wait for it).
+    failed: watch::Sender<u64>,
     wake: Notify,
 }
 
@@ -111,10 +113,17 @@ impl GroupCommit {
         need
     }
 
-    /// Whether round `need` (or a later one) is done by `deadline`.
+    /// Whether round `need` (or a later one) is done by `deadline`; false as soon as it failed.
     pub(crate) async fn done_by(&self, need: u64, deadline: tokio::time::Instant) -> bool {
-        let mut done = self.done.subscribe();
-        tokio::time::timeout_at(deadline, done.wait_for(|done| *done >= need)).await.is_ok_and(|r| r.is_ok())
+        let (mut done, mut failed) = (self.done.subscribe(), self.failed.subscribe());
+        let outcome = async {
+            tokio::select! {
+                biased;
+                done = done.wait_for(|done| *done >= need) => done.is_ok(),
+                _ = failed.wait_for(|failed| *failed >= need) => false,
+            }
+        };
+        tokio::time::timeout_at(deadline, outcome).await.unwrap_or(false)
     }
 
     /// For the writer: waits until a round is wanted, and begins it.
@@ -137,10 +146,10 @@ impl GroupCommit {
         raise(&self.done, round);
     }
 
-    /// Whether a waiter needs a round not yet begun.
-    pub(crate) fn wanted(&self) -> bool {
-        let rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        rounds.1 > rounds.0
+    /// For the writer: round `round` failed; its waiters, and those of rounds before it not yet
+    /// done, stop waiting (and take another way).
+    pub(crate) fn fail(&self, round: u64) {
+        raise(&self.failed, round);
     }
 }
 
@@ -165,6 +174,17 @@ impl std::fmt::Debug for Fence {
 const ROUND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a round under load waits to gather verdicts before it begins.
 const MAX_GATHER: Duration = Duration::from_millis(50);
+/// Rounds under way at once, at most (each one write and one wait on the watch).
+const MAX_IN_FLIGHT: usize = 4;
+/// How long the rounds pause after a failed write (the API server refusing or away).
+const WRITE_RETRY: Duration = Duration::from_millis(100);
+
+/// Why a round did not complete (its verdicts fall back to listing their release).
+#[derive(Debug)]
+enum RoundFailed {
+    Write(kube::Error),
+    NotBack,
+}
 
 impl Fence {
     /// Fences in `namespace`; `rounds_total` counts the rounds written.
@@ -177,36 +197,58 @@ impl Fence {
         Fence { client, namespace, identity, drivers: PerDriver::default(), rounds_total }
     }
 
-    /// Runs `driver`'s rounds until the process ends: one at a time, each begun when a verdict
-    /// waits for one.
+    /// Runs `driver`'s rounds until the process ends, each begun when a verdict waits for one.
+    /// Rounds overlap (a round in flight does not hold back the next), but under load they begin
+    /// no closer together than a quarter more than the last round took (at most [`MAX_GATHER`]):
+    /// each then answers for the verdicts of that time, so a verdict waits some half a round for
+    /// its round to begin and one round for it to complete (before, a round waited for the one
+    /// under way to end: two rounds and more), and the writes stay under one per round's time.
     pub async fn run(&self, driver: Driver, progress: &WatchProgress) {
         let fence = self.drivers.of(driver);
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        let mut pace = Duration::ZERO;
+        let mut next_begin = tokio::time::Instant::now();
         loop {
-            let round = fence.begin().await;
-            let began = tokio::time::Instant::now();
-            self.rounds_total.inc();
-            let written = match self.write(driver, round).await {
-                Ok(written) => written,
-                Err(error) => {
-                    tracing::warn!(?driver, %error, "could not write the watch fence; verdicts list instead");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
+            tokio::select! {
+                round = async {
+                    tokio::time::sleep_until(next_begin).await;
+                    fence.begin().await
+                }, if in_flight.len() < MAX_IN_FLIGHT => {
+                    let began = tokio::time::Instant::now();
+                    next_begin = began + pace;
+                    self.rounds_total.inc();
+                    in_flight.push(async move { (round, began, self.complete(driver, round, progress).await) });
                 }
-            };
-            match tokio::time::timeout(ROUND_TIMEOUT, progress.reached(driver, written)).await {
-                Ok(()) => {
-                    fence.finish(round);
-                    // Under load (verdicts joined while this round was under way) the next round
-                    // waits as long as this one took before it begins, so that it answers for
-                    // the verdicts of two rounds' time: half the writes when the API server is
-                    // busiest, for one round's latency. A lone verdict never waits for it.
-                    if fence.wanted() {
-                        tokio::time::sleep(began.elapsed().min(MAX_GATHER)).await;
+                Some((round, began, completed)) = futures::StreamExt::next(&mut in_flight) => match completed {
+                    Ok(()) => {
+                        fence.finish(round);
+                        pace = (began.elapsed() * 5 / 4).min(MAX_GATHER);
                     }
-                }
-                Err(_) => tracing::warn!(?driver, "the record watch did not bring the fence back in time"),
+                    Err(RoundFailed::Write(error)) => {
+                        tracing::warn!(?driver, %error, "could not write the watch fence; verdicts list instead");
+                        fence.fail(round);
+                        next_begin = tokio::time::Instant::now() + WRITE_RETRY;
+                    }
+                    Err(RoundFailed::NotBack) => {
+                        tracing::warn!(?driver, "the record watch did not bring the fence back in time");
+                        fence.fail(round);
+                    }
+                },
             }
         }
+    }
+
+    /// One round: the fence written and brought back by the watch within [`ROUND_TIMEOUT`].
+    async fn complete(
+        &self,
+        driver: Driver,
+        round: u64,
+        progress: &WatchProgress,
+    ) -> Result<(), RoundFailed> {
+        let written = self.write(driver, round).await.map_err(RoundFailed::Write)?;
+        tokio::time::timeout(ROUND_TIMEOUT, progress.reached(driver, written))
+            .await
+            .map_err(|_| RoundFailed::NotBack)
     }
 
     /// Whether the index holds every write to `driver`'s records completed before this call: true
@@ -260,10 +302,16 @@ where
         + std::fmt::Debug,
 {
     let api = Api::<K>::namespaced(client.clone(), namespace);
-    let written = match api.patch(FENCE_NAME, &PatchParams::default(), &Patch::Merge(patch)).await {
+    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
+    let patched = || api.patch(FENCE_NAME, &params, &patch);
+    let written = match patched().await {
         Err(kube::Error::Api(status)) if status.code == 404 => {
             let object: K = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
-            api.create(&PostParams::default(), &object).await?
+            match api.create(&PostParams::default(), &object).await {
+                // Another replica created it first (they start together): patch theirs.
+                Err(kube::Error::Api(status)) if status.code == 409 => patched().await?,
+                created => created?,
+            }
         }
         other => other?,
     };
@@ -304,11 +352,33 @@ mod tests {
         let soon = tokio::time::Instant::now() + Duration::from_millis(50);
         assert!(commit.done_by(first, soon).await);
         assert!(!commit.done_by(late, soon).await, "round 1 began before it arrived");
-        assert!(commit.wanted(), "they wait for a round not begun");
         assert_eq!(commit.begin().await, 2, "one round for both");
-        assert!(!commit.wanted(), "nobody waits for round 3");
+        let idle = tokio::time::timeout(Duration::from_millis(20), commit.begin()).await;
+        assert!(idle.is_err(), "nobody waits for round 3, so it does not begin");
         commit.finish(2);
         assert!(commit.done_by(also, tokio::time::Instant::now() + Duration::from_millis(50)).await);
+    }
+
+    #[tokio::test]
+    async fn a_failed_round_frees_its_waiters_at_once_and_a_later_round_answers_the_rest() {
+        let commit = std::sync::Arc::new(GroupCommit::default());
+        let first = commit.join();
+        assert_eq!(commit.begin().await, 1);
+        let second = commit.join();
+        commit.fail(1);
+        let long = tokio::time::Instant::now() + Duration::from_secs(30);
+        let asked = std::time::Instant::now();
+        assert!(!commit.done_by(first, long).await, "round 1 failed");
+        assert!(asked.elapsed() < Duration::from_secs(5), "without waiting for the deadline");
+        let waiting = tokio::spawn({
+            let commit = commit.clone();
+            async move { commit.done_by(second, long).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!waiting.is_finished(), "round 2 has neither failed nor completed");
+        assert_eq!(commit.begin().await, 2);
+        commit.finish(2);
+        assert!(waiting.await.unwrap(), "round 2 answers for the waiter that arrived during round 1");
     }
 
     #[test]
