@@ -29,7 +29,7 @@ fn admission() -> Admission {
     let snapshot = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cluster-snapshot.json");
     snapshot::load(&index, std::path::Path::new(snapshot), DecodeLimits::default()).unwrap();
     index.set_ready(true);
-    Admission::new(index, PolicyConfig::default())
+    Admission::snapshot(index, PolicyConfig::default())
 }
 
 fn read(path: &str) -> Vec<u8> {

@@ -35,7 +35,7 @@ fn main() {
     snapshot::load(&index, std::path::Path::new("examples/cluster-snapshot.json"), DecodeLimits::default())
         .unwrap();
     index.set_ready(true);
-    let admission = Admission::new(index, PolicyConfig::default());
+    let admission = Admission::snapshot(index, PolicyConfig::default());
     let webhook =
         if review::parse(&body).unwrap().kind.kind == "Pod" { Webhook::Mutate } else { Webhook::Validate };
     let mut bytes = 0;

@@ -29,7 +29,10 @@
 //!
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
 //! [`cluster::watch`] (kube-rs metadata watchers, and K3s's HelmCharts in
-//! [`cluster::helmcharts`]; what a verdict reads beyond them, [`cluster::fetch`]). The command line is in [`cli`].
+//! [`cluster::helmcharts`]; what a verdict reads beyond them, [`cluster::fetch`]); [`live`]
+//! starts them and the rest of the live guard (Events, agreement, the recycle bin) once, for
+//! `serve` and the tests. The command line is in [`cli`]; the webhook's certificates in
+//! [`certs`].
 //!
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
 //!
@@ -71,8 +74,10 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
 pub mod admission;
+pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod live;
 pub mod policy;
 pub mod recycle_bin;
 pub mod release;

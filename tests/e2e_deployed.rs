@@ -549,8 +549,7 @@ fn the_chart_as_deployed_guards_helm_through_a_replica_crash_and_a_certificate_r
     // Rotation: a new CA and certificate for the Service's names; the webhooks trust both CAs
     // while the files change; each replica serves the new one without restarting.
     let host = format!("deployed-helm-guard.{}.svc", deployed.namespace);
-    let bundle =
-        helm_guard::server::certs::generate(&[host.clone(), format!("{host}.cluster.local")], 1).unwrap();
+    let bundle = helm_guard::certs::generate(&[host.clone(), format!("{host}.cluster.local")], 1).unwrap();
     let old_ca = {
         let secret = kubectl_json(&["get", "secret", "deployed-helm-guard-tls", "-n", &deployed.namespace]);
         use base64::Engine as _;

@@ -100,8 +100,8 @@ impl Bench {
         assert!(Command::new("helm").args(["create", &chart]).output().unwrap().status.success());
         let certs = dir.path().join("certs");
         let names = ["127.0.0.1".to_owned(), "localhost".to_owned()];
-        let bundle = helm_guard::server::certs::generate(&names, 1).unwrap();
-        helm_guard::server::certs::write(&bundle, &certs).unwrap();
+        let bundle = helm_guard::certs::generate(&names, 1).unwrap();
+        helm_guard::certs::write(&bundle, &certs).unwrap();
         Bench { _dir: dir, chart, certs, ca_pem: bundle.ca_pem }
     }
 

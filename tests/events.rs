@@ -12,18 +12,16 @@
 mod common;
 
 use common::*;
-use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::events::{EventQueue, Notice};
 use helm_guard::policy::{Mode, PolicyConfig};
 use serde_json::Value;
 
 fn with_events(records: &[Value], mode: Mode) -> (Admission, tokio::sync::mpsc::Receiver<Notice>) {
     let (queue, notices) = EventQueue::new(16, Default::default());
-    let admission = Admission {
-        config: PolicyConfig { default_mode: mode, ..PolicyConfig::default() },
-        events: Some(queue),
-        ..common::guard::snapshot_admission(records)
-    };
+    let settings = Settings::new(PolicyConfig { default_mode: mode, ..PolicyConfig::default() });
+    let live = LiveParts { events: Some(queue), ..LiveParts::default() };
+    let admission = common::guard::snapshot_admission_with(records, settings, live);
     (admission, notices)
 }
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use common::flows::{HelmOp, deletion_allowed, random_op, seeds};
 use common::leases::{Replica, SharedLeases};
 use common::*;
-use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::feed::{RecordFeed, record_from_meta};
 use helm_guard::cluster::{
     DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind,
@@ -166,11 +166,13 @@ impl World {
                     Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
                 index.set_ready(true);
                 let coordinator = Replica { leases: leases.clone(), name };
-                let admission = Admission {
+                let live = LiveParts {
                     fetcher: Some(Arc::new(StoreReader(store.clone())) as Arc<dyn PayloadFetcher>),
                     coordinator: Some(Arc::new(coordinator) as Arc<dyn DeleteCoordinator>),
-                    ..Admission::new(index, PolicyConfig::default())
+                    ..LiveParts::default()
                 };
+                let settings = Settings::new(PolicyConfig::default());
+                let admission = Admission::new(index, settings, live, Default::default());
                 Guard { admission, feed: RecordFeed::new(Driver::Secret), watch: VecDeque::new() }
             })
             .collect();
@@ -217,7 +219,7 @@ impl World {
                 let pick = firsts[self.rng.usize(..firsts.len())];
                 let pending = self.guards[g].watch.remove(pick).unwrap();
                 let guard = &mut self.guards[g];
-                guard.feed.apply(&guard.admission.index, pending.event);
+                guard.feed.apply(guard.admission.index(), pending.event);
             }
         }
     }

@@ -22,9 +22,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use common::*;
-use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::admission::{LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::feed::record_from_meta;
 use helm_guard::cluster::{Blocking, Fetched, IndexedRecord, PayloadFetcher};
+use helm_guard::policy::PolicyConfig;
 use helm_guard::release::{Driver, ReleaseKey};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
@@ -65,16 +66,16 @@ fn confirming_the_history_is_never_done_inline_but_handed_to_where_it_may_wait()
     let stored = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
     let lagging = web(&[(1, "superseded"), (2, "deployed")]);
     let fetcher = Arc::new(Stored { objects: stored.clone(), listings: AtomicUsize::new(0) });
-    let admission = Admission {
-        fetcher: Some(fetcher.clone() as Arc<dyn PayloadFetcher>),
-        ..common::guard::snapshot_admission(&lagging)
-    };
+    let live =
+        LiveParts { fetcher: Some(fetcher.clone() as Arc<dyn PayloadFetcher>), ..LiveParts::default() };
+    let admission =
+        common::guard::snapshot_admission_with(&lagging, Settings::new(PolicyConfig::default()), live);
     let body = serde_json::to_vec(&delete_review(&stored[1])).unwrap();
     let inline = admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None);
     assert!(inline.is_err(), "asks to be decided where it may wait");
     assert_eq!(fetcher.listings.load(Ordering::SeqCst), 0, "nothing listed inline");
     let key = ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() };
-    assert_eq!(admission.index.history(&key).len(), 2, "the index as it was");
+    assert_eq!(admission.index().history(&key).len(), 2, "the index as it was");
 
     let reviewed = admission
         .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
@@ -91,10 +92,9 @@ fn confirming_the_history_is_never_done_inline_but_handed_to_where_it_may_wait()
 fn a_live_delete_is_sent_where_it_may_wait_before_it_is_decided() {
     let records = web(&[(1, "superseded"), (2, "deployed")]);
     let fetcher = Arc::new(Stored { objects: records.clone(), listings: AtomicUsize::new(0) });
-    let live = Admission {
-        fetcher: Some(fetcher as Arc<dyn PayloadFetcher>),
-        ..common::guard::snapshot_admission(&records)
-    };
+    let parts = LiveParts { fetcher: Some(fetcher as Arc<dyn PayloadFetcher>), ..LiveParts::default() };
+    let live =
+        common::guard::snapshot_admission_with(&records, Settings::new(PolicyConfig::default()), parts);
     let snapshot = common::guard::snapshot_admission(&records);
     let parse = |review: &Value| admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
     let delete = parse(&delete_review(&records[0]));

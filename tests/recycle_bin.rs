@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::*;
-use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::policy::{Mode, PolicyConfig};
 use helm_guard::recycle_bin::api::{BinError, RecycleBin};
 use helm_guard::recycle_bin::copy::{Keeping, copy_body};
@@ -61,13 +61,9 @@ struct Guard {
 
 fn guard(records: &[Value], config: PolicyConfig, bin: MemoryBin, best_effort: bool) -> Guard {
     let bin = Arc::new(bin);
-    let base = common::guard::snapshot_admission(records);
-    let admission = Admission {
-        config,
-        recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>),
-        recycle_best_effort: best_effort,
-        ..base
-    };
+    let settings = Settings { recycle_best_effort: best_effort, ..Settings::new(config) };
+    let live = LiveParts { recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>), ..LiveParts::default() };
+    let admission = common::guard::snapshot_admission_with(records, settings, live);
     Guard { admission, bin }
 }
 
@@ -124,7 +120,7 @@ fn keeping_a_copy_is_never_done_inline_but_handed_to_where_it_may_wait() {
         namespace: "demo".into(),
         release: "web".into(),
     };
-    assert_eq!(guard.admission.index.history(&key).len(), 2, "nothing hidden");
+    assert_eq!(guard.admission.index().history(&key).len(), 2, "nothing hidden");
     let reviewed = guard
         .admission
         .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))

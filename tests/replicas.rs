@@ -19,17 +19,19 @@ use std::sync::{Arc, Barrier};
 
 use common::leases::{Replica, SharedLeases};
 use common::*;
-use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::coordination::DeleteCoordinator;
+use helm_guard::policy::PolicyConfig;
 use helm_guard::release::ReleaseKey;
 use serde_json::Value;
 
 /// A replica's admission: its own index of `records`, the shared Leases (or none).
 fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {
-    Admission {
+    let live = LiveParts {
         coordinator: coordinator.map(|c| Arc::new(c) as Arc<dyn DeleteCoordinator>),
-        ..common::guard::snapshot_admission(records)
-    }
+        ..LiveParts::default()
+    };
+    common::guard::snapshot_admission_with(records, Settings::new(PolicyConfig::default()), live)
 }
 
 fn delete(admission: &Admission, record: &Value) -> (bool, String) {
@@ -110,9 +112,9 @@ fn a_coordinator_that_does_not_answer_refuses_the_deletion_with_retry() {
         "{}",
         reviewed.response.result.message
     );
-    assert_eq!(admission.coordination_refused.get(), 1);
+    assert_eq!(admission.counts().coordination_refused.get(), 1);
     // The refused approval left no tombstone: deleting v2 is still fine on its own.
-    assert!(admission.index.history(&key()).len() == 3);
+    assert!(admission.index().history(&key()).len() == 3);
 }
 
 fn key() -> ReleaseKey {

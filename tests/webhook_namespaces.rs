@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use helm_guard::admission::{Admission, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::events::{EventQueue, Notice};
 use helm_guard::policy::{Mode, PolicyConfig};
 use serde_json::{Value, json};
@@ -51,7 +51,8 @@ fn guard(mode: Mode) -> (Admission, tokio::sync::mpsc::Receiver<Notice>) {
         exempt_namespaces: vec!["sandbox".into()],
         ..PolicyConfig::default()
     };
-    (Admission { config, events: Some(queue), ..common::guard::snapshot_admission(&[]) }, notices)
+    let live = LiveParts { events: Some(queue), ..LiveParts::default() };
+    (common::guard::snapshot_admission_with(&[], Settings::new(config), live), notices)
 }
 
 fn decide(admission: &Admission, review: &Value) -> kube::core::admission::AdmissionResponse {

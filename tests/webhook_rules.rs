@@ -305,7 +305,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
     let records = web(&[(2, "superseded"), (3, "deployed")]);
     let guard = guard_with(records.clone()).await;
     let config = PolicyConfig { default_mode: Mode::Audit, ..PolicyConfig::default() };
-    let admission = Admission::new(guard.index.clone(), config);
+    let admission = Admission::snapshot(guard.index.clone(), config);
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     // A snapshot index: decided inline, as the server does, with nothing to wait for.
     let reviewed = admission.review(Webhook::Validate, request, None).unwrap();

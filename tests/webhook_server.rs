@@ -213,7 +213,7 @@ async fn tls_1_2_and_1_3_are_both_served() {
 
 /// Lays out certificates as Kubernetes mounts a Secret: files behind a `..data` symlink that is
 /// swapped to update them.
-fn mount(dir: &std::path::Path, version: &str, bundle: &helm_guard::server::certs::CertBundle) {
+fn mount(dir: &std::path::Path, version: &str, bundle: &helm_guard::certs::CertBundle) {
     let data = dir.join(version);
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("tls.crt"), &bundle.cert_pem).unwrap();
@@ -235,7 +235,7 @@ async fn a_swapped_certificate_is_served_to_new_connections_and_open_ones_keep_w
         Guard::start(Options { tls_reload_every: Duration::from_millis(50), ..Options::default() }).await;
     // Re-point the server's files at a Secret-style mount: first the original pair...
     let certs = guard.dir.path().join("certs");
-    let original = helm_guard::server::certs::CertBundle {
+    let original = helm_guard::certs::CertBundle {
         ca_pem: std::fs::read_to_string(certs.join("ca.crt")).unwrap(),
         cert_pem: std::fs::read_to_string(certs.join("tls.crt")).unwrap(),
         key_pem: std::fs::read_to_string(certs.join("tls.key")).unwrap(),

@@ -39,57 +39,98 @@ impl Webhook {
     }
 }
 
-/// Everything a verdict needs besides the request.
+/// Everything a verdict needs besides the request: the view of the releases, how to decide, what
+/// a live decision may do beyond the view, and the counts it keeps.
 #[derive(Debug, Clone)]
 pub struct Admission {
-    /// What the guard knows of the cluster's releases.
-    pub index: Arc<ReleaseIndex>,
+    index: Arc<ReleaseIndex>,
+    settings: Settings,
+    live: LiveParts,
+    counts: DecisionCounts,
+    /// Payload readings by the payload's bytes.
+    memo: Arc<crate::release::decode::memo::PayloadMemo>,
+}
+
+/// How decisions are made: the policy and the bounds on each decision.
+#[derive(Debug, Clone)]
+pub struct Settings {
     /// The policy's configuration.
-    pub config: PolicyConfig,
+    pub policy: PolicyConfig,
     /// Bounds on reading payloads.
     pub limits: DecodeLimits,
-    /// Live source only: reads a payload the index does not hold.
-    pub fetcher: Option<Arc<dyn PayloadFetcher>>,
     /// The most one decision may spend on API calls (see [`Admission::deadline`]).
     pub decision_deadline: Duration,
-    /// Decisions that ran out of `decision_deadline` before reading every record they needed.
-    pub deadline_exceeded: crate::tally::Tally,
-    /// Decisions that listed their release because the watch could not be shown caught up.
-    pub confirmed_by_listing: crate::tally::Tally,
-    /// Payload readings by the payload's bytes.
-    pub memo: Arc<crate::release::decode::memo::PayloadMemo>,
-    /// Live source with several replicas: agrees approvals of deletions with the others.
-    pub coordinator: Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
-    /// Deletions refused because they could not be agreed with the other replicas in time.
-    pub coordination_refused: crate::tally::Tally,
-    /// Live source: Events about refusals and warnings go here (never waited for).
-    pub events: Option<crate::cluster::events::EventQueue>,
-    /// Live source: a deletion let go keeps a copy here first (`cluster::recycle_bin`).
-    pub recycle_bin: Option<Arc<dyn crate::recycle_bin::api::RecycleBin>>,
     /// Approve a deletion whose copy could not be stored (with a warning) instead of refusing it.
     pub recycle_best_effort: bool,
 }
 
-impl Admission {
-    /// Decisions on `index` under `config`, with the default limits and deadline, and nothing
-    /// live: no payload reads, no agreement between replicas, no Events. Add those with struct
-    /// update syntax: `Admission { fetcher: Some(..), ..Admission::new(index, config) }`.
-    pub fn new(index: Arc<ReleaseIndex>, config: PolicyConfig) -> Admission {
-        Admission {
-            index,
-            config,
+impl Settings {
+    /// `policy` with the default limits and deadline.
+    pub fn new(policy: PolicyConfig) -> Settings {
+        Settings {
+            policy,
             limits: DecodeLimits::default(),
-            fetcher: None,
             decision_deadline: DEFAULT_DECISION_DEADLINE,
-            deadline_exceeded: Default::default(),
-            confirmed_by_listing: Default::default(),
-            memo: Default::default(),
-            coordinator: None,
-            coordination_refused: Default::default(),
-            events: None,
-            recycle_bin: None,
             recycle_best_effort: false,
         }
+    }
+}
+
+/// What a decision may do beyond the index when the source is live; all `None` (the default) for
+/// a snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct LiveParts {
+    /// Reads a payload the index does not hold, and shows the index current.
+    pub fetcher: Option<Arc<dyn PayloadFetcher>>,
+    /// With several replicas: agrees approvals of deletions with the others.
+    pub coordinator: Option<Arc<dyn crate::cluster::DeleteCoordinator>>,
+    /// Events about refusals and warnings go here (never waited for).
+    pub events: Option<crate::cluster::events::EventQueue>,
+    /// A deletion let go keeps a copy here first (`recycle_bin`).
+    pub recycle_bin: Option<Arc<dyn crate::recycle_bin::api::RecycleBin>>,
+}
+
+/// The counts decisions keep, shared with the metrics.
+#[derive(Debug, Clone, Default)]
+pub struct DecisionCounts {
+    /// Decisions that ran out of their deadline before reading every record they needed.
+    pub deadline_exceeded: crate::tally::Tally,
+    /// Decisions that listed their release because the watch could not be shown caught up.
+    pub confirmed_by_listing: crate::tally::Tally,
+    /// Deletions refused because they could not be agreed with the other replicas in time.
+    pub coordination_refused: crate::tally::Tally,
+}
+
+impl Admission {
+    /// Decisions on `index`, made as `settings` say, with what `live` allows beyond the index,
+    /// counted in `counts`.
+    pub fn new(
+        index: Arc<ReleaseIndex>,
+        settings: Settings,
+        live: LiveParts,
+        counts: DecisionCounts,
+    ) -> Admission {
+        Admission { index, settings, live, counts, memo: Default::default() }
+    }
+
+    /// Decisions on a snapshot's `index` under `policy`, with the default limits and deadline.
+    pub fn snapshot(index: Arc<ReleaseIndex>, policy: PolicyConfig) -> Admission {
+        Admission::new(index, Settings::new(policy), LiveParts::default(), DecisionCounts::default())
+    }
+
+    /// What the guard knows of the cluster's releases.
+    pub fn index(&self) -> &Arc<ReleaseIndex> {
+        &self.index
+    }
+
+    /// How decisions are made.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The counts decisions keep.
+    pub fn counts(&self) -> &DecisionCounts {
+        &self.counts
     }
 }
 
@@ -120,8 +161,8 @@ impl Admission {
     /// the API server waits for it (`timeout`, the webhook's `timeoutSeconds`, which it sends
     /// with each request) less [`ANSWER_MARGIN`], and never more than `--decision-deadline`.
     pub fn deadline(&self, arrived: Instant, timeout: Option<Duration>) -> Instant {
-        let allowed = timeout.map_or(self.decision_deadline, |timeout| {
-            self.decision_deadline.min(timeout.saturating_sub(ANSWER_MARGIN))
+        let allowed = timeout.map_or(self.settings.decision_deadline, |timeout| {
+            self.settings.decision_deadline.min(timeout.saturating_sub(ANSWER_MARGIN))
         });
         arrived + allowed
     }
@@ -131,7 +172,7 @@ impl Admission {
     /// the source is live (a verdict that rests on the history is confirmed first; the few that
     /// do not, teardown, break-glass, exempt, unreadable, lose only a thread hand-off).
     pub fn waits_on_the_api(&self, webhook: Webhook, request: &AdmissionRequest<ReviewObject>) -> bool {
-        self.fetcher.is_some()
+        self.live.fetcher.is_some()
             && webhook == Webhook::Validate
             && request.operation == kube::core::admission::Operation::Delete
             && crate::release::Driver::of_kind(&request.kind.group, &request.kind.kind).is_some()
@@ -162,7 +203,7 @@ impl Admission {
             Webhook::Mutate => mutating::mutate(self, request, blocking, deadline)?,
         };
         reviewed.entry.emit();
-        if let Some(events) = &self.events {
+        if let Some(events) = &self.live.events {
             for notice in self.notices(&reviewed.entry) {
                 events.offer(notice);
             }
@@ -193,7 +234,7 @@ impl Admission {
     fn read_record(&self, record: crate::release::Record) -> crate::release::DecodedRecord {
         crate::release::DecodedRecord::remembered(
             record,
-            self.limits,
+            self.settings.limits,
             crate::release::decode::Fingerprinting::Take,
             &self.memo,
         )
@@ -203,7 +244,7 @@ impl Admission {
     /// the global default.
     fn namespace(&self, namespace: &str) -> (crate::cluster::NamespaceInfo, crate::policy::Mode) {
         let info = self.index.namespace(namespace);
-        let mode = info.mode.unwrap_or(self.config.default_mode);
+        let mode = info.mode.unwrap_or(self.settings.policy.default_mode);
         (info, mode)
     }
 
@@ -219,19 +260,19 @@ impl Admission {
         deadline: Instant,
         blocking: Option<&Blocking>,
     ) -> Result<bool, NeedsIo> {
-        let Some(fetcher) = &self.fetcher else { return Ok(true) };
+        let Some(fetcher) = &self.live.fetcher else { return Ok(true) };
         let blocking = blocking.ok_or(NeedsIo)?;
         let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
         if fetcher.caught_up(key.driver, halfway, blocking) {
             self.read_history(key, except, deadline, Some(blocking))?;
             return Ok(true);
         }
-        self.confirmed_by_listing.inc();
+        self.counts.confirmed_by_listing.inc();
         let listed = fetcher.list(key, deadline, blocking);
         let confirmed = listed.is_some();
         match listed {
             Some(listed) => self.index.sync_release(key, listed),
-            None => self.deadline_exceeded.inc(),
+            None => self.counts.deadline_exceeded.inc(),
         }
         self.read_history(key, except, deadline, Some(blocking))?;
         Ok(confirmed)
@@ -249,7 +290,7 @@ impl Admission {
         deadline: Instant,
         blocking: Option<&Blocking>,
     ) -> Result<(), NeedsIo> {
-        let Some(fetcher) = &self.fetcher else { return Ok(()) };
+        let Some(fetcher) = &self.live.fetcher else { return Ok(()) };
         let unread = self.index.unverified(key, except);
         if unread.is_empty() {
             return Ok(());
@@ -258,7 +299,7 @@ impl Admission {
         let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
         let answers = fetcher.fetch(key, &objects, deadline, blocking);
         if answers.len() < objects.len() {
-            self.deadline_exceeded.inc();
+            self.counts.deadline_exceeded.inc();
         }
         for (object, fetched) in answers {
             let seen = unread.iter().find(|(o, _)| *o == object).and_then(|(_, rv)| rv.as_deref());
@@ -278,7 +319,7 @@ mod tests {
 
     #[test]
     fn a_decision_ends_before_the_api_server_stops_waiting_and_within_its_own_bound() {
-        let mut admission = Admission::new(
+        let mut admission = Admission::snapshot(
             Arc::new(ReleaseIndex::new(crate::cluster::SourceKind::Snapshot)),
             PolicyConfig::default(),
         );
@@ -291,7 +332,7 @@ mod tests {
         assert_eq!(admission.deadline(now, Some(seconds(2))), now + seconds(1));
         // One that waits 30 s: still the bound.
         assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(9));
-        admission.decision_deadline = seconds(20);
+        admission.settings.decision_deadline = seconds(20);
         assert_eq!(admission.deadline(now, Some(seconds(30))), now + seconds(20));
         assert_eq!(admission.deadline(now, None), now + seconds(20));
         // Less than the margin leaves nothing: decided from what is known.

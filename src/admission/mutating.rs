@@ -73,7 +73,7 @@ fn patch(
     blocking: Option<&Blocking>,
     entry: &mut LedgerEntry,
 ) -> Result<Result<json_patch::Patch, Reason>, NeedsIo> {
-    if !admission.index.is_ready() {
+    if !admission.index().is_ready() {
         entry.message = Some("the release index is not ready: pod admitted unchanged".to_owned());
         return Ok(Err(Reason::ReleaseStateUnavailable));
     }
@@ -83,18 +83,18 @@ fn patch(
         release: target.release.clone(),
     };
     admission.read_history(&key, None, deadline, blocking)?;
-    let history = admission.index.history(&key);
+    let history = admission.index().history(&key);
     if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
         entry.message =
             Some("a record of the release could not be read in time: pod admitted unchanged".to_owned());
         return Ok(Err(Reason::ReleaseStateUnavailable));
     }
     let now = jiff::Timestamp::now().as_second();
-    let state = classify(&history, now, admission.config.stuck_after_secs());
+    let state = classify(&history, now, admission.settings().policy.stuck_after_secs());
     let (chart_namespace, chart_name) = &target.chart;
-    let protected = match admission.index.charts.get(chart_namespace, chart_name) {
+    let protected = match admission.index().charts.get(chart_namespace, chart_name) {
         Some(chart) if chart.protect => Some(chart.describe()),
-        _ if admission.index.namespace(chart_namespace).protect => {
+        _ if admission.index().namespace(chart_namespace).protect => {
             Some(format!("namespace {chart_namespace}"))
         }
         _ => None,

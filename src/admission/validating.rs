@@ -133,7 +133,7 @@ fn namespace(
         new_labels: labels(new, &empty),
         requester: requester(request),
     };
-    let default = admission.config.default_mode;
+    let default = admission.settings().policy.default_mode;
     let (before, after) = (
         Protection::of(facts.old_labels.unwrap_or(&empty), default),
         Protection::of(facts.new_labels, default),
@@ -141,7 +141,7 @@ fn namespace(
     if before != after {
         entry.transition = Some(format!("{} -> {}", before.describe(), after.describe()));
     }
-    let verdict = decide_namespace(&facts, &admission.config);
+    let verdict = decide_namespace(&facts, &admission.settings().policy);
     let outcome = apply_mode(&verdict, default);
     Decided { verdict, outcome, agree: false }
 }
@@ -214,11 +214,11 @@ fn delete(
         requester: requester(request),
         break_glass: glass.as_deref(),
     };
-    let coordinator = admission.coordinator.as_deref().filter(|_| !request.dry_run);
+    let coordinator = admission.live.coordinator.as_deref().filter(|_| !request.dry_run);
     // A verdict that rests on the rest of the history is confirmed against what is stored now
     // (the watch may not have brought the latest records yet), and an approval that needs the
     // other replicas' agreement gets it, before the approval takes effect.
-    let confirms = admission.fetcher.is_some();
+    let confirms = admission.live.fetcher.is_some();
     // Only an approval that stands hides the record in the index (a tombstone): one with no
     // check left at its stage. The rest are recorded as they are decided, in one pass under the
     // index lock. An approval that keeps a copy in the recycle bin stands once the copy is stored.
@@ -231,13 +231,15 @@ fn delete(
         Stage::Confirmed => !(coordinator.is_some() && decided.agree),
         Stage::Agreed => true,
     };
-    let bin = admission.recycle_bin.as_deref().filter(|_| !request.dry_run);
+    let bin = admission.live.recycle_bin.as_deref().filter(|_| !request.dry_run);
     let decide_keeping = |stage: Stage| {
-        admission.index.decide(&id.key, Some(object), |others| {
+        admission.index().decide(&id.key, Some(object), |others| {
             let history = History::new(others);
-            let verdict = decide_delete(&facts, &history, &admission.config);
+            let verdict = decide_delete(&facts, &history, &admission.settings().policy);
             let outcome = apply_mode(&verdict, mode);
-            let keep = bin.is_some() && outcome.allowed && keeps_copy(&facts, &history, &admission.config);
+            let keep = bin.is_some()
+                && outcome.allowed
+                && keeps_copy(&facts, &history, &admission.settings().policy);
             let agree = outcome.allowed && needs_agreement(&facts, &history, verdict.reason);
             let decided = Decided { verdict, outcome, agree };
             let change =
@@ -311,7 +313,7 @@ fn keep_copy(
     };
     let kept = bin.keep(record, &keeping, deadline, blocking);
     if let Err(error) = &kept
-        && !admission.recycle_best_effort
+        && !admission.settings().recycle_best_effort
     {
         let verdict = Verdict::deny(
             Reason::RecycleBinUnavailable,
@@ -325,7 +327,7 @@ fn keep_copy(
         return Decided { verdict, outcome, agree: false };
     }
     let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
-    admission.index.apply(key, gone);
+    admission.index().apply(key, gone);
     let note = match kept {
         Ok(()) => {
             let copy = format!("{}/{}", bin.namespace(), copy_name(record));
@@ -387,7 +389,7 @@ fn coordinate(
         };
         let now = now_ms();
         for claim in claims.claims.iter().filter(|claim| !claim.is(record)) {
-            admission.index.hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
+            admission.index().hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
         }
         let decided = decide();
         if !decided.agree {
@@ -395,14 +397,14 @@ fn coordinate(
         }
         match coordinator.claim(key, record, &claims, deadline, blocking) {
             Ok(Claimed::Yes) => return decided,
-            Ok(Claimed::Conflict) => admission.index.unhide(key, object, record.uid),
+            Ok(Claimed::Conflict) => admission.index().unhide(key, object, record.uid),
             Err(error) => {
-                admission.index.unhide(key, object, record.uid);
+                admission.index().unhide(key, object, record.uid);
                 break error;
             }
         }
     };
-    admission.coordination_refused.inc();
+    admission.counts().coordination_refused.inc();
     tracing::warn!(namespace = %key.namespace, release = %key.release, %object, %error, "could not agree a deletion with the other replicas");
     let verdict = Verdict::deny(
         Reason::CoordinationUnavailable,
@@ -450,7 +452,7 @@ fn update(
         break_glass: glass.as_deref(),
     };
     let (_, mode) = admission.namespace(&old.record.id.key.namespace);
-    let verdict = decide_update(&facts, &admission.config);
+    let verdict = decide_update(&facts, &admission.settings().policy);
     let outcome = apply_mode(&verdict, mode);
     if outcome.allowed && !request.dry_run {
         let object = new.record.object_name.clone();
@@ -458,10 +460,10 @@ fn update(
             // A forced identity change: the old record is gone from the release Helm sees.
             let gone =
                 IndexChange::Delete { object: old.record.object_name.clone(), uid: old.record.uid.clone() };
-            admission.index.apply(&old.record.id.key, gone);
+            admission.index().apply(&old.record.id.key, gone);
         }
         if new_is_record {
-            admission.index.apply(&new.record.id.key, IndexChange::Upsert { object, facts: new.facts() });
+            admission.index().apply(&new.record.id.key, IndexChange::Upsert { object, facts: new.facts() });
         }
     }
     Decided { verdict, outcome, agree: false }
@@ -488,7 +490,7 @@ fn create(
     };
     if !request.dry_run {
         let change = IndexChange::Upsert { object: record.record.object_name.clone(), facts: record.facts() };
-        admission.index.apply(&record.record.id.key, change);
+        admission.index().apply(&record.record.id.key, change);
     }
     allowed(verdict)
 }

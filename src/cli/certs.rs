@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use base64::Engine as _;
 
 use super::EXIT_OK;
-use crate::server::certs::{FILES, generate, service_names, write};
+use crate::certs::{FILES, generate, service_names, write};
 
 #[derive(Debug, clap::Args)]
 pub struct CertsArgs {

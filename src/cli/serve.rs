@@ -11,7 +11,7 @@ use clap::ValueEnum;
 
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
-use crate::admission::Admission;
+use crate::admission::{Admission, LiveParts, Settings};
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::recycle_bin::copy::BinBounds;
@@ -273,13 +273,19 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         exempt_namespaces: args.exempt_namespace.clone(),
         break_glass_groups: args.break_glass_group.clone(),
     };
+    let decide = Settings {
+        policy: config,
+        limits: args.decode.limits(),
+        decision_deadline: args.decision_deadline,
+        recycle_best_effort: args.recycle_best_effort,
+    };
     let admission = match &args.snapshot {
         Some(path) => {
-            Admission { limits: args.decode.limits(), ..Admission::new(load_snapshot(path, args)?, config) }
+            let index = load_snapshot(path, args)?;
+            Admission::new(index, decide, LiveParts::default(), metrics.decision_counts.clone())
         }
-        None => watch_cluster(args, config, &metrics).await?,
+        None => watch_cluster(args, decide, &metrics).await?,
     };
-    let admission = Admission { decision_deadline: args.decision_deadline, ..admission };
     let state = Arc::new(
         AppState::new(
             admission,
@@ -320,12 +326,8 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
     Ok(index)
 }
 
-/// Connects to the cluster and starts the live parts (`server::assemble`).
-async fn watch_cluster(
-    args: &ServeArgs,
-    config: PolicyConfig,
-    metrics: &Metrics,
-) -> anyhow::Result<Admission> {
+/// Connects to the cluster and starts the live parts (`live`).
+async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) -> anyhow::Result<Admission> {
     let client = crate::cluster::connect::connect(&args.cluster.access()).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
@@ -341,14 +343,11 @@ async fn watch_cluster(
         Coordination::Lease | Coordination::Watch => Some(guard_namespace.clone()),
     };
     let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
-    let recycle_bin = args.recycle_bin.then(|| server::assemble::RecycleOptions {
-        namespace: guard_namespace,
-        bounds: recycle_bounds(args),
-        best_effort: args.recycle_best_effort,
-    });
-    let options = server::assemble::LiveOptions {
+    let recycle_bin = args
+        .recycle_bin
+        .then(|| crate::live::RecycleOptions { namespace: guard_namespace, bounds: recycle_bounds(args) });
+    let options = crate::live::LiveOptions {
         tombstone_ttl: args.tombstone_ttl,
-        limits: args.decode.limits(),
         lease_namespace,
         claim_books: args.coordination == Coordination::Watch,
         // Past any verdict's deadline that could still be waiting on the books, with room to spare.
@@ -359,7 +358,7 @@ async fn watch_cluster(
         emit_events: args.emit_events,
         recycle_bin,
     };
-    Ok(server::assemble::admission(client, config, options, metrics))
+    Ok(crate::live::admission(client, decide, options, metrics))
 }
 
 /// The recycle bin's bounds, as the flags set them.
@@ -378,8 +377,8 @@ fn dev_certs(dir: &std::path::Path) -> anyhow::Result<TlsFiles> {
     let files = TlsFiles::new(dir.join("tls.crt"), dir.join("tls.key"));
     if !files.cert.exists() || !files.key.exists() {
         let names = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
-        let bundle = crate::server::certs::generate(&names, 30).context("making development certificates")?;
-        crate::server::certs::write(&bundle, dir)?;
+        let bundle = crate::certs::generate(&names, 30).context("making development certificates")?;
+        crate::certs::write(&bundle, dir)?;
         tracing::warn!(dir = %dir.display(), "made throwaway development certificates; trust {}/ca.crt", dir.display());
     }
     Ok(files)

@@ -152,12 +152,9 @@ pub struct Metrics {
     pub fence_rounds: Tally,
     /// Payloads read ahead of the verdicts that need them.
     pub payloads_read_ahead: Tally,
-    /// Verdicts whose history was confirmed by a listing of the release (no fence round in time).
-    pub confirmed_by_listing: Tally,
-    /// Decisions that ran out of `--decision-deadline`.
-    pub decision_deadline_exceeded: Tally,
-    /// Deletions refused because the replicas could not agree them in time.
-    pub delete_coordination_refused: Tally,
+    /// What decisions count: listings instead of a fence round, deadlines run out, deletions
+    /// the replicas could not agree in time.
+    pub decision_counts: crate::admission::DecisionCounts,
     events_dropped: Family<CauseLabels, Tally>,
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
@@ -226,23 +223,21 @@ impl Metrics {
             "Record payloads read ahead of the verdicts that need them",
             payloads_read_ahead.clone(),
         );
-        let confirmed_by_listing = Tally::default();
+        let decision_counts = crate::admission::DecisionCounts::default();
         registry.register(
             "confirmed_by_listing",
             "Verdicts that listed their release because no fence round completed in time",
-            confirmed_by_listing.clone(),
+            decision_counts.confirmed_by_listing.clone(),
         );
-        let decision_deadline_exceeded = Tally::default();
         registry.register(
             "decision_deadline_exceeded",
             "Decisions that ran out of --decision-deadline before reading every record they needed",
-            decision_deadline_exceeded.clone(),
+            decision_counts.deadline_exceeded.clone(),
         );
-        let delete_coordination_refused = Tally::default();
         registry.register(
             "delete_coordination_refused",
             "Deletions refused because their approval could not be agreed with the other replicas in time",
-            delete_coordination_refused.clone(),
+            decision_counts.coordination_refused.clone(),
         );
         let events_dropped = Family::default();
         registry.register(
@@ -321,9 +316,7 @@ impl Metrics {
             watch_restarts,
             fence_rounds,
             payloads_read_ahead,
-            confirmed_by_listing,
-            decision_deadline_exceeded,
-            delete_coordination_refused,
+            decision_counts,
             events_dropped,
             seconds_since_sync,
             tls_certificate_expiry,

@@ -3,8 +3,6 @@
 //! [`start`] binds both listeners and returns a [`Running`] server; [`routes`] holds the
 //! handlers, [`tls`] the certificate and its reload, [`metrics`] the Prometheus registry.
 
-pub mod assemble;
-pub mod certs;
 pub mod limits;
 pub mod log_format;
 pub mod metrics;
@@ -112,7 +110,7 @@ impl AppState {
 
     /// Ready: the index has a complete view and the server is not shutting down.
     pub fn is_ready(&self) -> bool {
-        self.admission.index.is_ready() && !self.shutting_down.load(Ordering::Acquire)
+        self.admission.index().is_ready() && !self.shutting_down.load(Ordering::Acquire)
     }
 }
 

@@ -334,11 +334,11 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let admission = &state.admission;
-    let since_sync = admission.index.since_sync().map_or(f64::NAN, |d| d.as_secs_f64());
+    let since_sync = admission.index().since_sync().map_or(f64::NAN, |d| d.as_secs_f64());
     let text = state.metrics.render(
-        &admission.index,
-        admission.config.stuck_after_secs(),
-        admission.config.default_mode,
+        admission.index(),
+        admission.settings().policy.stuck_after_secs(),
+        admission.settings().policy.default_mode,
         since_sync,
     );
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)

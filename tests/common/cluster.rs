@@ -44,10 +44,9 @@ pub async fn start_guard_with(
 pub fn live_options(
     guard_namespace: Option<&str>,
     bounds: helm_guard::recycle_bin::copy::BinBounds,
-) -> helm_guard::server::assemble::LiveOptions {
-    helm_guard::server::assemble::LiveOptions {
+) -> helm_guard::live::LiveOptions {
+    helm_guard::live::LiveOptions {
         tombstone_ttl: std::time::Duration::from_secs(30),
-        limits: Default::default(),
         lease_namespace: guard_namespace.map(str::to_owned),
         claim_books: true,
         claim_keep_after_deletion: std::time::Duration::from_secs(7),
@@ -55,11 +54,8 @@ pub fn live_options(
         read_ahead: true,
         identity: "e2e".to_owned(),
         emit_events: true,
-        recycle_bin: guard_namespace.map(|namespace| helm_guard::server::assemble::RecycleOptions {
-            namespace: namespace.to_owned(),
-            bounds,
-            best_effort: false,
-        }),
+        recycle_bin: guard_namespace
+            .map(|namespace| helm_guard::live::RecycleOptions { namespace: namespace.to_owned(), bounds }),
     }
 }
 
@@ -69,7 +65,7 @@ pub async fn start_guard_live(
     prefix: &str,
     port_offset: u16,
     config: helm_guard::policy::PolicyConfig,
-    options: impl FnOnce(&str) -> helm_guard::server::assemble::LiveOptions,
+    options: impl FnOnce(&str) -> helm_guard::live::LiveOptions,
 ) -> LiveGuard {
     use std::time::Duration;
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use helm_guard::admission::Admission;
+use helm_guard::admission::{Admission, LiveParts, Settings};
+use helm_guard::certs::{CertBundle, generate, write};
 use helm_guard::cluster::{ReleaseIndex, SourceKind, snapshot};
 use helm_guard::policy::{Mode, PolicyConfig};
 use helm_guard::release::DecodeLimits;
-use helm_guard::server::certs::{CertBundle, generate, write};
 use helm_guard::server::limits::ConnectionLimits;
 use helm_guard::server::{self, AppState, Metrics, RequestLimits, Running, ServerSettings, TlsFiles};
 use http_body_util::{BodyExt, Full};
@@ -87,8 +87,8 @@ impl Guard {
             exempt_groups: options.exempt_groups,
             ..PolicyConfig::default()
         };
-        let admission =
-            Admission { fetcher: options.fetcher.clone(), ..Admission::new(index.clone(), config) };
+        let live = LiveParts { fetcher: options.fetcher.clone(), ..LiveParts::default() };
+        let admission = Admission::new(index.clone(), Settings::new(config), live, Default::default());
         let state = Arc::new(
             AppState::new(
                 admission,
@@ -173,13 +173,28 @@ pub fn settings(listen: SocketAddr, certs: &std::path::Path) -> ServerSettings {
 /// The admission of a guard serving `records` as a snapshot, with the default policy and
 /// nothing live (no fetcher, coordinator or Events).
 pub fn snapshot_admission(records: &[serde_json::Value]) -> Admission {
+    Admission::snapshot(snapshot_index(records), PolicyConfig::default())
+}
+
+/// The admission of a guard whose index holds `records` (as a snapshot would), deciding as
+/// `settings` say, with the live parts `live`.
+pub fn snapshot_admission_with(
+    records: &[serde_json::Value],
+    settings: Settings,
+    live: LiveParts,
+) -> Admission {
+    Admission::new(snapshot_index(records), settings, live, Default::default())
+}
+
+/// An index of `records`, loaded as a snapshot, ready.
+pub fn snapshot_index(records: &[serde_json::Value]) -> Arc<ReleaseIndex> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("snapshot.json");
     std::fs::write(&path, serde_json::to_vec(&super::list(records.to_vec())).unwrap()).unwrap();
     let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
     snapshot::load(&index, &path, DecodeLimits::default()).unwrap();
     index.set_ready(true);
-    Admission::new(index, PolicyConfig::default())
+    index
 }
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
@@ -195,7 +210,7 @@ pub async fn start_live(
     tombstone_ttl: Duration,
     lease_namespace: Option<&str>,
 ) -> (Running, Arc<ReleaseIndex>, String) {
-    let options = helm_guard::server::assemble::LiveOptions {
+    let options = helm_guard::live::LiveOptions {
         tombstone_ttl,
         ..super::cluster::live_options(lease_namespace, Default::default())
     };
@@ -209,14 +224,14 @@ pub async fn start_live_with(
     listen: SocketAddr,
     names: &[String],
     certs: &std::path::Path,
-    options: helm_guard::server::assemble::LiveOptions,
+    options: helm_guard::live::LiveOptions,
 ) -> (Running, Arc<ReleaseIndex>, String) {
     let bundle = generate(names, 1).unwrap();
     write(&bundle, certs).unwrap();
     let metrics = Metrics::new();
     // Assembled as `serve` assembles it, Events and Leases included.
-    let admission = helm_guard::server::assemble::admission(client, config, options, &metrics);
-    let index = admission.index.clone();
+    let admission = helm_guard::live::admission(client, Settings::new(config), options, &metrics);
+    let index = admission.index().clone();
     let running = server::start(
         settings(listen, certs),
         Arc::new(AppState::new(admission, metrics, RequestLimits::default())),

@@ -5,15 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Metrics;
-use crate::admission::Admission;
+use crate::admission::{Admission, LiveParts, Settings};
 use crate::cluster::claim_books::{self, BookCoordinator};
 use crate::cluster::coordination::{self, LeaseCoordinator};
 use crate::cluster::events::{self, EventQueue};
 use crate::cluster::{DeleteCoordinator, watch};
-use crate::policy::PolicyConfig;
 use crate::recycle_bin::api::{self as recycle_bin, ApiRecycleBin, RecycleBin};
-use crate::release::DecodeLimits;
+use crate::server::Metrics;
 
 /// Notices waiting to become Events; more are dropped (and counted) rather than waited for.
 pub const EVENT_QUEUE: usize = 256;
@@ -23,8 +21,6 @@ pub const EVENT_QUEUE: usize = 256;
 pub struct LiveOptions {
     /// How long an approved deletion stays hidden (and its claim holds).
     pub tombstone_ttl: Duration,
-    /// Bounds on reading payloads.
-    pub limits: DecodeLimits,
     /// Where the deletion Leases live; `None`: no agreement (a single replica).
     pub lease_namespace: Option<String>,
     /// Agree through per-replica claim books read from a watch (`cluster::claim_books`), not a
@@ -53,19 +49,17 @@ pub struct RecycleOptions {
     pub namespace: String,
     /// What it holds at most.
     pub bounds: crate::recycle_bin::copy::BinBounds,
-    /// Approve a deletion whose copy could not be stored, with a warning.
-    pub best_effort: bool,
 }
 
 /// How often the bin is swept besides after each copy (for the TTL).
 const RECYCLE_SWEEP_EVERY: Duration = Duration::from_secs(300);
 
 /// Starts the watchers (the index is ready once their first lists are done), the Event writer
-/// and the Lease sweep, and returns the decision context they feed. Must be called within a
-/// Tokio runtime.
+/// and the Lease sweep, and returns the decision context they feed, deciding as `settings` say.
+/// Must be called within a Tokio runtime.
 pub fn admission(
     client: kube::Client,
-    config: PolicyConfig,
+    settings: Settings,
     options: LiveOptions,
     metrics: &Metrics,
 ) -> Admission {
@@ -75,7 +69,6 @@ pub fn admission(
         tokio::spawn(events::write_events(client.clone(), notices, options.identity.clone(), failed));
         queue
     });
-    let recycle_best_effort = options.recycle_bin.as_ref().is_some_and(|bin| bin.best_effort);
     let recycle_bin = options.recycle_bin.map(|bin| {
         tracing::info!(namespace = %bin.namespace, ?bin.bounds, "copies of let-go records kept in the recycle bin");
         let stored = Arc::new(tokio::sync::Notify::new());
@@ -110,7 +103,7 @@ pub fn admission(
     let (index, fetcher) = watch::watch(
         client.clone(),
         options.tombstone_ttl,
-        options.limits,
+        settings.limits,
         metrics.watch_restarts.clone(),
         fence,
         read_ahead,
@@ -141,16 +134,6 @@ pub fn admission(
         };
         Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
     });
-    Admission {
-        limits: options.limits,
-        fetcher: Some(fetcher),
-        deadline_exceeded: metrics.decision_deadline_exceeded.clone(),
-        confirmed_by_listing: metrics.confirmed_by_listing.clone(),
-        coordinator,
-        coordination_refused: metrics.delete_coordination_refused.clone(),
-        events,
-        recycle_bin,
-        recycle_best_effort,
-        ..Admission::new(index, config)
-    }
+    let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
+    Admission::new(index, settings, live, metrics.decision_counts.clone())
 }
