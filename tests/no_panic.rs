@@ -91,3 +91,109 @@ proptest! {
         let _ = classify(&facts, now, 900);
     }
 }
+
+/// Where one input stopped: the layer whose error it got, or read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    Base64,
+    Gzip,
+    JsonReader,
+    Read,
+}
+
+fn reach(payload: &[u8]) -> Reach {
+    use helm_guard::release::decode::DecodeError;
+    let json = match decode_secret_payload(payload, SMALL) {
+        Ok(json) => json,
+        Err(DecodeError::ApiBase64(_) | DecodeError::HelmBase64(_)) => return Reach::Base64,
+        Err(DecodeError::Gzip(_) | DecodeError::TooLarge { .. }) => return Reach::Gzip,
+        Err(other) => panic!("the codec answered {other:?}"),
+    };
+    match read_release_json(&json, SMALL) {
+        Ok(_) => Reach::Read,
+        Err(_) => Reach::JsonReader,
+    }
+}
+
+/// Random bytes rarely get past base64 (`random_bytes_never_panic_any_decoder`), so the layers
+/// under it would go untested by them. Here the input is built as Helm and the API server build
+/// it: the real release's JSON, mutated (bytes changed, cut, spliced with JSON's own tokens),
+/// gzipped, base64 for Helm and base64 again for the Secret, sometimes with the gzip stream
+/// itself damaged. Seeded and reproducible (`NO_PANIC_SEED`); it must reach every layer, most
+/// inputs the Go JSON reader, and never panic on the way.
+#[test]
+fn inputs_built_as_helm_builds_them_reach_every_layer_and_never_panic() {
+    use base64::Engine;
+    use std::io::Write;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let seed = std::env::var("NO_PANIC_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261202);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let helm_layer = b64.decode(b64.decode(real_payload()).unwrap()).unwrap();
+    let release_json = {
+        let mut json = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&helm_layer[..]), &mut json).unwrap();
+        json
+    };
+    const TOKENS: &[&[u8]] = &[
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b"\"",
+        b":",
+        b",",
+        b"null",
+        b"1e999",
+        b"-0",
+        b"\\u00",
+        b"\\ud800",
+        b"\"info\":",
+        b"\"status\":\"deployed\"",
+        b"\"version\":",
+    ];
+    let mut reached = std::collections::BTreeMap::<Reach, usize>::new();
+    let cases = 2_000;
+    for _ in 0..cases {
+        let mut json = release_json.clone();
+        for _ in 0..rng.usize(0..4) {
+            match rng.u8(0..4) {
+                0 if !json.is_empty() => {
+                    let at = rng.usize(0..json.len());
+                    json[at] = rng.u8(..);
+                }
+                1 => json.truncate(rng.usize(0..=json.len())),
+                _ => {
+                    let at = rng.usize(0..=json.len());
+                    let token = TOKENS[rng.usize(0..TOKENS.len())];
+                    json.splice(at..at, token.iter().copied());
+                }
+            }
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(rng.u32(0..10)));
+        gz.write_all(&json).unwrap();
+        let mut gzipped = gz.finish().unwrap();
+        if rng.u8(0..8) == 0 && !gzipped.is_empty() {
+            // The gzip stream damaged: a flipped byte (header, data or CRC) or a cut.
+            if rng.bool() {
+                let at = rng.usize(0..gzipped.len());
+                gzipped[at] ^= 1 << rng.u8(0..8);
+            } else {
+                gzipped.truncate(rng.usize(0..gzipped.len()));
+            }
+        }
+        let secret_data = b64.encode(b64.encode(&gzipped));
+        let got = std::panic::catch_unwind(|| reach(secret_data.as_bytes()))
+            .unwrap_or_else(|_| panic!("a panic on seed {seed}"));
+        *reached.entry(got).or_default() += 1;
+    }
+    eprintln!("seed {seed}: {cases} inputs stopped at {reached:?}");
+    let share = |layer| reached.get(&layer).copied().unwrap_or(0) as f64 / cases as f64;
+    assert_eq!(share(Reach::Base64), 0.0, "well-formed base64 passes both base64 layers: {reached:?}");
+    assert!(share(Reach::Gzip) > 0.02, "damaged gzip streams are refused by the gzip layer: {reached:?}");
+    assert!(
+        share(Reach::JsonReader) > 0.3,
+        "most mutated JSON reaches the Go JSON reader and is refused there: {reached:?}"
+    );
+    assert!(share(Reach::Read) > 0.05, "some mutations leave a release Helm reads: {reached:?}");
+    assert!(share(Reach::JsonReader) + share(Reach::Read) > 0.8, "{reached:?}");
+}
