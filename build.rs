@@ -27,9 +27,11 @@ fn main() {
     // A new commit moves HEAD or the branch it names. Only files that exist are watched: cargo
     // takes a missing one (a fresh clone has no packed-refs) as changed, and would rebuild the
     // crate on every build.
-    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+    // In a worktree HEAD is its own, the branches are the common directory's.
+    let dirs = [git(&["rev-parse", "--git-dir"]), git(&["rev-parse", "--git-common-dir"])];
+    for dir in dirs.iter().flatten() {
         for path in ["HEAD", "refs/heads", "packed-refs"] {
-            let watched = std::path::Path::new(&dir).join(path);
+            let watched = std::path::Path::new(dir).join(path);
             if watched.exists() {
                 println!("cargo:rerun-if-changed={}", watched.display());
             }

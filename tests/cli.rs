@@ -898,3 +898,52 @@ fn scan_repair_plan_gives_a_command_for_each_release_it_can_repair() {
     assert_eq!(plans.len(), 2);
     assert_eq!(plans.iter().find(|p| p["release"] == "web").unwrap()["steps"][0]["to"], "failed");
 }
+
+#[test]
+fn scan_writes_a_policy_report_per_namespace_with_a_result_per_release() {
+    let output = helm_guard(&["scan", "--from-file", SNAPSHOT, "--now", NOW, "-o", "policyreport"]);
+    assert_eq!(output.status.code(), Some(1), "broken releases found: {}", stderr(&output));
+    let text = stdout(&output);
+    let reports: Vec<Value> = text
+        .split("\n---\n")
+        .map(|document| serde_json::to_value(serde_saphyr::from_str::<Value>(document).unwrap()).unwrap())
+        .collect();
+    let namespaces: Vec<&str> =
+        reports.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
+    assert_eq!(namespaces, ["demo", "orphan", "pending", "stuck"]);
+    for report in &reports {
+        assert_eq!(
+            (report["apiVersion"].as_str(), report["kind"].as_str()),
+            (Some("wgpolicyk8s.io/v1alpha2"), Some("PolicyReport"))
+        );
+    }
+    // Every release of the snapshot, with its rule, outcome and severity, and scan's hint.
+    let results: Vec<(&str, &str, &str, &str)> = reports
+        .iter()
+        .flat_map(|r| r["results"].as_array().unwrap())
+        .map(|r| {
+            let text = |key: &str| r[key].as_str().unwrap();
+            (r["properties"]["release"].as_str().unwrap(), text("rule"), text("result"), text("severity"))
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("web", "failed", "warn", "medium"),
+            ("app", "orphaned-superseded", "fail", "critical"),
+            ("first", "pending-install", "pass", "info"),
+            ("gone", "uninstalled", "pass", "info"),
+            ("rb", "healthy", "pass", "info"),
+            ("job", "healthy", "pass", "info"),
+        ]
+    );
+    let orphan = &reports[1]["results"][0];
+    assert!(orphan["message"].as_str().unwrap().ends_with("`helm rollback app 1 -n orphan`"), "{orphan}");
+    assert_eq!(orphan["resources"][0]["name"], "sh.helm.release.v1.app.v1");
+    assert_eq!(reports[2]["summary"]["pass"], 3);
+
+    // It writes nothing and reports releases only.
+    let mixed = helm_guard(&["scan", "--from-file", SNAPSHOT, "-o", "policyreport", "--repair-plan"]);
+    assert_eq!(mixed.status.code(), Some(2));
+    assert!(stderr(&mixed).contains("does not go with"), "{}", stderr(&mixed));
+}

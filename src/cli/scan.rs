@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::{ClusterArgs, table};
 use super::{
-    ClusterUnavailable, DecodeArgs, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, Output, count, exit_code_of,
-    input_name, now_secs, read_input,
+    ClusterUnavailable, DecodeArgs, EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, Output, count,
+    exit_code_of, input_name, now_secs, read_input,
 };
 use crate::cluster::connect::connect;
 use crate::cluster::listing::{list_namespaces, list_records};
@@ -58,10 +58,11 @@ pub struct ScanArgs {
     pub repair_plan: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Output format: a table with a summary line, or a JSON or YAML array (`[]` when nothing
-    /// matched).
+    /// Output format: a table with a summary line, a JSON or YAML array (`[]` when nothing
+    /// matched), or `policyreport`: a `wgpolicyk8s.io/v1alpha2` PolicyReport per namespace, one
+    /// result per release, as YAML documents (written nowhere: for GitOps audits).
     #[arg(short, long, value_enum, default_value_t)]
-    pub output: Output,
+    pub output: ScanOutput,
     /// A pending revision unchanged for longer than this is stuck.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
@@ -72,7 +73,38 @@ pub struct ScanArgs {
     pub decode: DecodeArgs,
 }
 
+/// `scan`'s output formats: the common ones and PolicyReports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ScanOutput {
+    /// For people: a table and a summary.
+    #[default]
+    Text,
+    /// A JSON array.
+    Json,
+    /// A YAML array.
+    Yaml,
+    /// PolicyReports (`wgpolicyk8s.io/v1alpha2`), one per namespace, as YAML documents.
+    Policyreport,
+}
+
+impl ScanOutput {
+    /// The common format (PolicyReports are printed as YAML data).
+    fn common(self) -> Output {
+        match self {
+            ScanOutput::Text => Output::Text,
+            ScanOutput::Json => Output::Json,
+            ScanOutput::Yaml | ScanOutput::Policyreport => Output::Yaml,
+        }
+    }
+}
+
 pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
+    if args.output == ScanOutput::Policyreport && (args.opted_out || args.repair_plan || args.recycle_bin) {
+        eprintln!(
+            "error: -o policyreport reports releases; it does not go with --opted-out, --repair-plan or --recycle-bin"
+        );
+        return Ok(EXIT_BAD_INPUT);
+    }
     if args.recycle_bin {
         return scan_bin(args);
     }
@@ -91,10 +123,10 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     let opted_out: Vec<OptedOut> =
         namespaces.iter().filter_map(|meta| OptedOut::of(meta, crate::policy::Mode::Enforce)).collect();
     if args.opted_out {
-        if opted_out.is_empty() && args.output == Output::Text {
+        if opted_out.is_empty() && args.output.common() == Output::Text {
             outln!("No namespace in {source}{} is opted out of helm-guard.", scope(args))?;
         } else {
-            print_opted_out(&opted_out, args.output)?;
+            print_opted_out(&opted_out, args.output.common())?;
         }
         return Ok(if opted_out.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
     }
@@ -108,22 +140,43 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         releases.retain(|r| r.broken);
     }
     if args.repair_plan {
-        print_repair_plans(&records, &releases, now_secs(args.now.as_ref()), stuck_after, args.output)?;
+        print_repair_plans(
+            &records,
+            &releases,
+            now_secs(args.now.as_ref()),
+            stuck_after,
+            args.output.common(),
+        )?;
         return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
     }
-    if releases.is_empty() && args.output == Output::Text {
+    if args.output == ScanOutput::Policyreport {
+        print_policy_reports(&releases, now_secs(args.now.as_ref()))?;
+        return Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK });
+    }
+    if releases.is_empty() && args.output.common() == Output::Text {
         outln!("No {}releases found in {source}{}.", if args.broken { "broken " } else { "" }, scope(args))?;
     } else {
-        print_reports(&releases, args.output)?;
+        print_reports(&releases, args.output.common())?;
     }
-    if !opted_out.is_empty() && args.output == Output::Text {
+    if !opted_out.is_empty() && args.output.common() == Output::Text {
         outln!("\nNot (fully) guarded by their namespace's labels (`helm-guard scan --opted-out`):")?;
         print_opted_out(&opted_out, Output::Text)?;
     }
-    if args.output == Output::Text {
+    if args.output.common() == Output::Text {
         print_bin_summary(&bin)?;
     }
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
+}
+
+/// Each namespace's PolicyReport, as YAML documents (`---` between them).
+fn print_policy_reports(releases: &[ReleaseReport], now: i64) -> anyhow::Result<()> {
+    for (n, report) in crate::release::policy_report::reports(releases, now).iter().enumerate() {
+        if n > 0 {
+            outln!("---")?;
+        }
+        outln!("{}", serde_saphyr::to_string(report)?.trim_end())?;
+    }
+    Ok(())
 }
 
 /// The repair of each broken release: a command to paste, or why there is none.
@@ -262,7 +315,7 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_FAILURE);
         }
     };
-    if super::print_data(&entries, args.output)? {
+    if super::print_data(&entries, args.output.common())? {
         return Ok(EXIT_OK);
     }
     if entries.is_empty() {

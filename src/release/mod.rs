@@ -4,6 +4,7 @@
 pub mod decode;
 pub mod history;
 pub mod objects;
+pub mod policy_report;
 pub mod record;
 pub mod repair;
 pub mod status;
