@@ -263,6 +263,28 @@ mod tests {
     /// (rule, revision deleted, its status, the history, allowed, reason)
     type Row = (&'static str, u32, Option<Status>, &'static [(u32, Status)], bool, Reason);
 
+    /// A refusal says what Helm would see next, and names K3s/RKE2's crash loop only when it
+    /// would follow: a superseded latest with nothing deployed.
+    #[test]
+    fn a_refusal_names_the_crash_loop_only_when_nothing_would_be_deployed() {
+        let message = |revisions: &'static [(u32, Status)]| {
+            let verdict = decide(3, Some(Deployed), revisions);
+            assert!(!verdict.allowed);
+            verdict.message.unwrap_or_default()
+        };
+        let orphaned = message(&[(2, Superseded), (3, Deployed)]);
+        assert!(
+            orphaned
+                .contains("revision 2 would become the latest and it is superseded, with nothing deployed"),
+            "{orphaned}"
+        );
+        assert!(orphaned.contains("cannot re-use a name that is still in use"), "{orphaned}");
+        // Revision 1 is still deployed (a stale record Helm left): no crash loop to foretell.
+        let stale = message(&[(1, Deployed), (2, Superseded), (3, Deployed)]);
+        assert!(stale.contains("revision 2 would become the latest and it is superseded"), "{stale}");
+        assert!(!stale.contains("nothing deployed") && !stale.contains("re-use"), "{stale}");
+    }
+
     /// One row per rule of POLICY.md, in its order.
     #[test]
     fn the_rules_of_policy_md() {

@@ -142,6 +142,15 @@ mod tests {
         assert_eq!((audit.allowed, audit.decision, audit.warnings.len()), (true, Decision::Warned, 0));
     }
 
+    /// The spelling the `decision` audit annotation, the ledger line and the metrics' label
+    /// carry, which alerts, dashboards and `helm-guard audit --denied` match on.
+    #[test]
+    fn decisions_are_spelt_as_the_annotations_and_alerts_expect() {
+        let spelt: Vec<&str> =
+            <Decision as strum::VariantArray>::VARIANTS.iter().map(|d| d.as_str()).collect();
+        assert_eq!(spelt, ["allowed", "denied", "warned"]);
+    }
+
     #[test]
     fn long_warnings_are_cut_to_what_the_api_server_keeps() {
         let long = Verdict::deny(Reason::WouldOrphanRelease, "é".repeat(400));
