@@ -199,7 +199,7 @@ impl Fence {
 
     /// Runs `driver`'s rounds until the process ends, each begun when a verdict waits for one.
     /// Rounds overlap (a round in flight does not hold back the next), but under load they begin
-    /// no closer together than a quarter more than the last round took (at most [`MAX_GATHER`]):
+    /// no closer together than a quarter more than the last round took (at most 50 ms):
     /// each then answers for the verdicts of that time, so a verdict waits some half a round for
     /// its round to begin and one round for it to complete (before, a round waited for the one
     /// under way to end: two rounds and more), and the writes stay under one per round's time.
