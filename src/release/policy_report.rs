@@ -114,7 +114,7 @@ fn report(namespace: &str, releases: &[&ReleaseReport], now: i64) -> Value {
             let outcome: &'static str = finding.outcome.into();
             let severity: &'static str = finding.severity.into();
             *summary.entry(outcome).or_default() += 1;
-            let result = json!({
+            let mut result = json!({
                 "policy": POLICY,
                 "rule": finding.rule,
                 "result": outcome,
@@ -125,13 +125,10 @@ fn report(namespace: &str, releases: &[&ReleaseReport], now: i64) -> Value {
                 "timestamp": {"seconds": now, "nanos": 0},
                 "properties": properties(release),
             });
-            match (result, latest_record(release)) {
-                (Value::Object(mut result), Some(resource)) => {
-                    result.insert("resources".into(), json!([resource]));
-                    Value::Object(result)
-                }
-                (result, _) => result,
+            if let (Some(fields), Some(resource)) = (result.as_object_mut(), latest_record(release)) {
+                fields.insert("resources".into(), json!([resource]));
             }
+            result
         })
         .collect();
     json!({

@@ -362,21 +362,9 @@ mod tests {
     /// The router a filter builds, asked once: the lines it wrote.
     async fn lines_of_one_request(filter: &str) -> String {
         use tower::ServiceExt;
-        #[derive(Clone, Default)]
-        struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
+        let lines = crate::server::log_format::Captured::default();
         let subscriber =
-            tracing_subscriber::fmt().with_env_filter(filter).with_writer(move || writer.clone()).finish();
+            tracing_subscriber::fmt().with_env_filter(filter).with_writer(lines.clone()).finish();
         let _default = tracing::subscriber::set_default(subscriber);
         let index = Arc::new(crate::cluster::ReleaseIndex::new(crate::cluster::SourceKind::Snapshot));
         let admission = crate::admission::Admission::snapshot(index, Default::default());
@@ -384,7 +372,7 @@ mod tests {
         let request = axum::http::Request::post("/validate").body(axum::body::Body::from("{}")).unwrap();
         let response = webhook_router(state).oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "an empty review is refused either way");
-        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+        lines.text()
     }
 
     #[tokio::test(flavor = "current_thread")]
