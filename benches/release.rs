@@ -24,7 +24,7 @@ fn largest_fixture_record() -> Record {
             let text = std::fs::read(file.unwrap().path()).unwrap();
             for object in parse_objects(&text).unwrap() {
                 if let Ok(Some(record)) = Record::from_object(&object, None) {
-                    let size = |r: &Record| r.payload.as_ref().map_or(0, Vec::len);
+                    let size = |r: &Record| r.payload.as_ref().map_or(0, |p| p.len());
                     if largest.as_ref().is_none_or(|l| size(&record) > size(l)) {
                         largest = Some(record);
                     }
@@ -49,7 +49,7 @@ fn decode(c: &mut Criterion) {
     release["manifest"] = manifest.into();
     let json = serde_json::to_vec(&release).unwrap();
     let mut big = record.clone();
-    big.payload = Some(helm_guard::release::decode::codec::encode_secret_payload(&json));
+    big.payload = Some(helm_guard::release::decode::codec::encode_secret_payload(&json).into());
     let decoded_mib = json.len() as f64 / (1024.0 * 1024.0);
     c.bench_function(&format!("decode {decoded_mib:.1} MiB release"), |b| {
         b.iter(|| black_box(&big).decode(limits).unwrap())

@@ -257,6 +257,53 @@ async fn while_shutting_down_answers_close_their_connections() {
     stopping.await.unwrap();
 }
 
+/// A rollout's last instant: connections the guard accepted before it stopped listening, over
+/// HTTP/1.1 and HTTP/2, whose first request comes only after it did, are answered (and then
+/// closed); a connection idle since an earlier answer is closed at once; the listener refuses
+/// new ones; and the server is done as soon as its connections are.
+#[tokio::test]
+async fn after_the_delay_every_accepted_connection_gets_its_first_request_answered() {
+    let (mut guard, records) =
+        guard_over_a_release(Options { shutdown_delay: Duration::from_millis(500), ..Options::default() })
+            .await;
+    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
+    let addr = guard.running().addr;
+    let h2_client = common::guard::HttpsClient { addr, config: client_config(&guard.ca_pem, &[b"h2"]) };
+    let mut idle = guard.client.connect().await;
+    assert_eq!(common::guard::send(&mut idle, "POST", "/validate", body.clone()).await.0, 200);
+    let mut fresh_h1 = guard.client.connect().await;
+    let (mut fresh_h2, h2_conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(h2_client.tls().await.unwrap()),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(h2_conn);
+    let running = guard.running.take().unwrap();
+    let started = Instant::now();
+    let stopping = tokio::spawn(running.shutdown());
+    // Past the delay: the listener is closed, the two fresh connections are still open.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener refuses new connections");
+    assert!(idle.ready().await.is_err(), "the connection idle since its answer was closed");
+    let h1 = hyper::Request::post("/validate")
+        .header("host", "localhost")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())))
+        .unwrap();
+    let answer = fresh_h1.send_request(h1).await.expect("the HTTP/1.1 request is answered");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers().get("connection").map(|v| v.to_str().unwrap()), Some("close"));
+    let h2 = hyper::Request::post("https://localhost/validate")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    assert_eq!(fresh_h2.send_request(h2).await.expect("the HTTP/2 request is answered").status(), 200);
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the server stops once its connections are done")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(6), "well within --shutdown-grace");
+}
+
 /// A release of two revisions (2 superseded, 3 deployed), and a guard started over them with
 /// `options`.
 async fn guard_over_a_release(options: Options) -> (Guard, Vec<Value>) {

@@ -72,6 +72,24 @@ fn start_replica(
     Replica(child)
 }
 
+/// `examples/floor.rs` (a webhook that only parses the review and allows) on `port`: the cost of
+/// any webhook at all, for the uninstall measurement's third column. Built with the tests' own
+/// profile (`cargo build --release --example floor` first).
+fn start_floor(port: u16, certs: &std::path::Path) -> Replica {
+    let guard = std::path::Path::new(env!("CARGO_BIN_EXE_helm-guard"));
+    let floor = guard.with_file_name("examples").join("floor");
+    let mut child = Command::new(&floor)
+        .arg(certs.join("tls.crt"))
+        .arg(certs.join("tls.key"))
+        .arg(format!("127.0.0.1:{port}"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} (cargo build --release --example floor): {e}", floor.display()));
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok);
+    assert!(lines.any(|line| line.contains("allow-all floor")), "the floor did not start");
+    Replica(child)
+}
+
 /// The shipped validating webhooks, split between the replicas on `ports` (with one, not split),
 /// scoped to the guarded namespace.
 fn register(guarded: &str, ca_pem: &str, ports: &[u16]) {
@@ -126,9 +144,16 @@ impl Twins {
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": namespaces[0], "labels": {"helm-guard-e2e": namespaces[0]}}}));
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[1]}}));
-        let names: &[&str] = if coordination == "none" { &["a"] } else { &["a", "b"] };
+        let names: &[&str] = if matches!(coordination, "none" | "floor") { &["a"] } else { &["a", "b"] };
         let first = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
         let ports = [first, first + 1];
+        if coordination == "floor" {
+            let floor = start_floor(first, certs);
+            register(&namespaces[0], ca_pem, &ports[..1]);
+            // The floor refuses nothing to probe with: the configuration's propagation, waited out.
+            std::thread::sleep(Duration::from_secs(5));
+            return Twins { namespaces, replicas: vec![floor] };
+        }
         let replicas = names
             .iter()
             .zip(ports)
@@ -224,13 +249,16 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
 /// ten DELETEs), behind two replicas agreeing through Leases, against the unguarded twin: the
 /// medians of `HELM_FLOWS_ROUNDS` (default 7) rounds, the order of the two alternating. Printed,
 /// not asserted (BENCHMARKS.md records the runs); run it on a release build.
+/// `UNINSTALL_WEBHOOK=floor`: the same behind `examples/floor.rs` instead of the guard, the cost
+/// of any validating webhook on those DELETEs.
 #[test]
 #[ignore = "a measurement on a real API server: cargo test --release --test e2e_flows -- --ignored uninstall --nocapture"]
 fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
     let rounds: usize = std::env::var("HELM_FLOWS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let bench = Bench::new();
     let chart = bench.chart.as_str();
-    let twins = bench.twins("lease");
+    let webhook = std::env::var("UNINSTALL_WEBHOOK").unwrap_or_else(|_| "lease".into());
+    let twins = bench.twins(&webhook);
     let mut took: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds {
         let release = format!("u{round}");
@@ -259,7 +287,7 @@ fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
     };
     let (guarded, twin) = (median(&mut took[0].clone()), median(&mut took[1].clone()));
     eprintln!(
-        "helm uninstall of 10 revisions, {rounds} rounds: behind the guard {took0:?}, without {took1:?}; \
+        "helm uninstall of 10 revisions, {rounds} rounds: behind the webhook ({webhook}) {took0:?}, without {took1:?}; \
          medians {guarded:?} and {twin:?}: {:.3}x",
         guarded.as_secs_f64() / twin.as_secs_f64(),
         took0 = took[0],

@@ -30,8 +30,9 @@ pub struct ReviewObject {
     pub metadata: ObjectMeta,
     /// A Secret's `type`.
     pub secret_type: Option<String>,
-    /// `data.release` when it is a string: the payload Helm reads (for a Secret, the API's base64).
-    pub release_data: Option<Vec<u8>>,
+    /// `data.release` when it is a string: the payload Helm reads (for a Secret, the API's
+    /// base64); a slice of the review's body when read by [`super::review::parse_body`].
+    pub release_data: Option<bytes::Bytes>,
     /// The other string keys of `data` (Helm writes none; kept for the recycle bin).
     pub other_data: std::collections::BTreeMap<String, String>,
     /// A pod's `spec`, as far as the helm-install pod rules read it.

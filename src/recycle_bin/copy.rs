@@ -479,7 +479,7 @@ mod tests {
             finalizers: Vec::new(),
             secret_type: (driver == Driver::Secret).then(|| "helm.sh/release.v1".to_owned()),
             identity_agrees: true,
-            payload: Some(payload.as_bytes().to_vec()),
+            payload: Some(bytes::Bytes::copy_from_slice(payload.as_bytes())),
             other_data: [("note".to_owned(), "aGk=".to_owned())].into(),
         }
     }
@@ -556,7 +556,7 @@ mod tests {
     #[test]
     fn a_payload_that_is_not_text_is_not_copied() {
         let mut bad = record(Driver::Secret, "");
-        bad.payload = Some(vec![0xff, 0xfe]);
+        bad.payload = Some(bytes::Bytes::from_static(&[0xff, 0xfe]));
         assert_eq!(copy_body(&bad, &KEEPING, "helm-guard"), Err(CopyError::NotText));
     }
 

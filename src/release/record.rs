@@ -278,8 +278,9 @@ pub struct Record {
     /// Whether the object is named `sh.helm.release.v1.<name label>.v<version label>`, as Helm
     /// names its records (Helm does not need it to be).
     pub identity_agrees: bool,
-    /// `data.release` exactly as stored in the object (for a Secret: the API's base64).
-    pub payload: Option<Vec<u8>>,
+    /// `data.release` exactly as stored in the object (for a Secret: the API's base64); from a
+    /// review, a slice of its body.
+    pub payload: Option<bytes::Bytes>,
     /// The other string keys of `data`, as stored (Helm writes none).
     pub other_data: BTreeMap<String, String>,
 }
@@ -304,7 +305,7 @@ impl Record {
     pub fn from_parts(
         metadata: ObjectMeta,
         secret_type: Option<String>,
-        payload: Option<Vec<u8>>,
+        payload: Option<bytes::Bytes>,
         other_data: BTreeMap<String, String>,
         driver: Driver,
     ) -> (Record, bool) {

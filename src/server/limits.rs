@@ -4,14 +4,12 @@
 //! Per request the bounds are in [`super::routes`]'s handler (a request timeout, a concurrency
 //! permit taken before the body is read, the body-read deadline).
 
-use std::future::Ready;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
@@ -57,18 +55,14 @@ impl LimitAcceptor {
     }
 }
 
-impl<I, S> Accept<I, S> for LimitAcceptor {
-    type Stream = Bounded<I>;
-    type Service = S;
-    type Future = Ready<io::Result<(Bounded<I>, S)>>;
-
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        let result = match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => Ok((Bounded::new(stream, self.idle_timeout, slot), service)),
-            // Dropping the stream closes it: the client retries elsewhere or later.
+impl LimitAcceptor {
+    /// Takes a connection slot for `stream`; `Err` when all are taken (dropping the stream then
+    /// closes it: the client retries elsewhere or later).
+    pub fn admit<I>(&self, stream: I) -> io::Result<Bounded<I>> {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => Ok(Bounded::new(stream, self.idle_timeout, slot)),
             Err(_) => Err(io::Error::other("too many open connections")),
-        };
-        std::future::ready(result)
+        }
     }
 }
 
@@ -151,7 +145,7 @@ mod tests {
         let acceptor =
             LimitAcceptor::new(ConnectionLimits { max_connections: 1, idle_timeout: Duration::from_secs(5) });
         let (client, server) = tokio::io::duplex(64);
-        let (mut bounded, ()) = acceptor.accept(server, ()).await.unwrap();
+        let mut bounded = acceptor.admit(server).unwrap();
         let (_client_read, mut client_write) = tokio::io::split(client);
         let talker = tokio::spawn(async move {
             for _ in 0..3 {
@@ -173,11 +167,11 @@ mod tests {
     async fn connections_past_the_cap_are_refused_until_one_closes() {
         let limits = ConnectionLimits { max_connections: 2, idle_timeout: Duration::from_secs(60) };
         let acceptor = LimitAcceptor::new(limits);
-        let first = acceptor.accept(tokio::io::duplex(8).0, ()).await.unwrap();
-        let _second = acceptor.accept(tokio::io::duplex(8).0, ()).await.unwrap();
+        let first = acceptor.admit(tokio::io::duplex(8).0).unwrap();
+        let _second = acceptor.admit(tokio::io::duplex(8).0).unwrap();
         assert_eq!(acceptor.open(limits), 2);
-        assert!(acceptor.accept(tokio::io::duplex(8).0, ()).await.is_err());
+        assert!(acceptor.admit(tokio::io::duplex(8).0).is_err());
         drop(first);
-        assert!(acceptor.accept(tokio::io::duplex(8).0, ()).await.is_ok());
+        assert!(acceptor.admit(tokio::io::duplex(8).0).is_ok());
     }
 }

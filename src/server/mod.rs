@@ -7,19 +7,19 @@ pub mod limits;
 pub mod log_format;
 pub mod metrics;
 pub mod routes;
+pub mod serve;
 pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use axum_server::Handle;
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
 pub use metrics::Metrics;
+pub use serve::Phase;
 pub use tls::TlsFiles;
 
 /// Listener settings.
@@ -81,7 +81,8 @@ pub struct AppState {
     pub limits: RequestLimits,
     /// Decisions under way at once; the permit is taken before the body is read.
     pub(crate) reviews: Arc<tokio::sync::Semaphore>,
-    shutting_down: AtomicBool,
+    /// Where the server is in its life; the connections watch it.
+    phase: tokio::sync::watch::Sender<Phase>,
 }
 
 impl AppState {
@@ -92,7 +93,7 @@ impl AppState {
             metrics,
             limits,
             reviews: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_CONCURRENT_REVIEWS)),
-            shutting_down: AtomicBool::new(false),
+            phase: tokio::sync::watch::Sender::new(Phase::Serving),
         }
     }
 
@@ -105,12 +106,12 @@ impl AppState {
 
     /// SIGTERM came: answers now close their connections.
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Acquire)
+        *self.phase.borrow() != Phase::Serving
     }
 
     /// Ready: the index has a complete view and the server is not shutting down.
     pub fn is_ready(&self) -> bool {
-        self.admission.index().is_ready() && !self.shutting_down.load(Ordering::Acquire)
+        self.admission.index().is_ready() && !self.is_shutting_down()
     }
 }
 
@@ -127,9 +128,8 @@ pub struct Running {
     /// The shared state.
     pub state: Arc<AppState>,
     settings: ServerSettings,
-    handle: Handle<SocketAddr>,
     metrics_shutdown: tokio::sync::watch::Sender<bool>,
-    /// The HTTPS server: stopped gracefully by `handle`.
+    /// The HTTPS server: it drains and ends when the phase is [`Phase::Draining`].
     https: JoinHandle<()>,
     /// The plain-HTTP metrics and probes server: stopped gracefully by `metrics_shutdown`.
     metrics: JoinHandle<()>,
@@ -140,31 +140,13 @@ pub struct Running {
 /// Binds the HTTPS and metrics listeners and starts serving.
 pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Result<Running> {
     let (tls_config, loaded_pem) = tls::load(&settings.tls, &state.metrics)?;
-    let handle: Handle<SocketAddr> = Handle::new();
-
-    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config.clone())
-        .handshake_timeout(Duration::from_secs(10))
-        .acceptor(limits::LimitAcceptor::new(settings.connections));
     // Bound here rather than inside the server task, so that a busy port fails the start with
     // its reason ("Address already in use").
     let listener = std::net::TcpListener::bind(settings.listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .and_then(tokio::net::TcpListener::from_std)
         .with_context(|| format!("binding {}", settings.listen))?;
-    let mut server = axum_server::from_tcp(listener)
-        .with_context(|| format!("listening on {}", settings.listen))?
-        .acceptor(acceptor)
-        .handle(handle.clone())
-        .first_request_timeout(Duration::from_secs(10));
-    let http = server.http_builder();
-    // A client that never finishes its headers must not hold a connection forever. hyper times
-    // the headers from the end of the previous answer, so this also closes a kept-alive
-    // connection that waits this long for its next request: it is the idle timeout, which the
-    // API server's own (90 s) undercuts, so that it is the client that closes: a server that
-    // closed first would close the API server's idle connections under it, and a request sent as
-    // one closes fails.
-    http.http1().header_read_timeout(settings.connections.idle_timeout).max_buf_size(64 * 1024);
-    // The API server multiplexes its calls; a handful of streams each is plenty, and each
-    // stream's body waits for a permit before it is read.
-    http.http2().max_concurrent_streams(32).max_header_list_size(64 * 1024).max_send_buf_size(256 * 1024);
+    let addr = listener.local_addr()?;
     let app = routes::webhook_router(state.clone());
     // Both listeners are bound before any task starts, so that a failed start leaves nothing
     // running.
@@ -174,18 +156,14 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
     let metrics_listener = tokio::net::TcpListener::from_std(metrics_listener)?;
     let metrics_addr = metrics_listener.local_addr()?;
 
-    let https = tokio::spawn(async move {
-        if let Err(error) = server.serve(app.into_make_service()).await {
-            tracing::error!(%error, "HTTPS server stopped");
-        }
-    });
-    let addr = match handle.listening().await {
-        Some(addr) => addr,
-        None => {
-            https.abort();
-            anyhow::bail!("the HTTPS server on {} stopped before it listened", settings.listen);
-        }
-    };
+    let https = tokio::spawn(serve::serve(
+        listener,
+        tls_config.clone(),
+        settings.connections,
+        app,
+        state.phase.subscribe(),
+        settings.shutdown_grace,
+    ));
     let tls_reload = tokio::spawn(tls::reload_on_change(
         settings.tls.clone(),
         tls_config,
@@ -204,7 +182,7 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
         }
     });
     tracing::info!(%addr, %metrics_addr, "serving");
-    Ok(Running { addr, metrics_addr, state, settings, handle, metrics_shutdown, https, metrics, tls_reload })
+    Ok(Running { addr, metrics_addr, state, settings, metrics_shutdown, https, metrics, tls_reload })
 }
 
 impl Running {
@@ -220,11 +198,12 @@ impl Running {
     /// Stops being ready, waits `shutdown_delay`, lets in-flight requests finish (up to
     /// `shutdown_grace`), then stops.
     pub async fn shutdown(self) {
-        self.state.shutting_down.store(true, Ordering::Release);
+        self.state.phase.send_replace(Phase::Closing);
         tracing::info!(delay = ?self.settings.shutdown_delay, "shutting down: no longer ready");
         tokio::time::sleep(self.settings.shutdown_delay).await;
-        // The HTTPS server finishes the requests it has read, within the grace period.
-        self.handle.graceful_shutdown(Some(self.settings.shutdown_grace));
+        // The HTTPS server answers every request sent on a connection it accepted, within the
+        // grace period.
+        self.state.phase.send_replace(Phase::Draining);
         let _ = self.https.await;
         // The metrics server finishes its scrapes; a scrape takes milliseconds.
         let _ = self.metrics_shutdown.send(true);

@@ -6,17 +6,17 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, RawQuery, State};
-use axum::http::{StatusCode, Version, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kube::core::admission::AdmissionRequest;
 use serde_json::json;
 
-use axum_server::ConnectionShutdown;
 use tower_http::trace::TraceLayer;
 
 use super::AppState;
 use super::metrics::DecisionLabels;
+use super::serve::LastRequest;
 use crate::admission::{NeedsIo, Reviewed, Webhook, review};
 use crate::cluster::Blocking;
 
@@ -55,34 +55,31 @@ pub fn metrics_router(state: Arc<AppState>) -> Router {
 }
 
 /// The connection a request came on (absent when the router is served by something other than
-/// axum-server, as in some tests).
-type Connection = Option<Extension<ConnectionShutdown>>;
+/// [`super::serve`], as in some tests).
+type Connection = Option<Extension<LastRequest>>;
 
 async fn validate(
     state: State<Arc<AppState>>,
-    version: Version,
     query: RawQuery,
     connection: Connection,
     body: Body,
 ) -> Response {
-    webhook(Webhook::Validate, state, version, query, connection, body).await
+    webhook(Webhook::Validate, state, query, connection, body).await
 }
 
 async fn mutate(
     state: State<Arc<AppState>>,
-    version: Version,
     query: RawQuery,
     connection: Connection,
     body: Body,
 ) -> Response {
-    webhook(Webhook::Mutate, state, version, query, connection, body).await
+    webhook(Webhook::Mutate, state, query, connection, body).await
 }
 
 /// One webhook request: reviewed within its bounds, and answered.
 async fn webhook(
     webhook: Webhook,
     State(state): State<Arc<AppState>>,
-    version: Version,
     RawQuery(query): RawQuery,
     connection: Connection,
     body: Body,
@@ -93,8 +90,7 @@ async fn webhook(
     let waits = api_server_timeout(query.as_deref())
         .map_or(state.limits.request_timeout, |timeout| timeout.min(state.limits.request_timeout));
     let deadline = state.admission.deadline(arrived, Some(waits));
-    let response = bounded(&state, webhook, admit(state.clone(), webhook, connection, body, deadline)).await;
-    closing(&state, version, response)
+    bounded(&state, webhook, admit(state.clone(), webhook, connection, body, deadline)).await
 }
 
 /// The `timeout` the API server puts in a webhook's URL, in Go's duration format (`5s`, `30s`;
@@ -137,16 +133,6 @@ async fn bounded(state: &AppState, webhook: Webhook, review: impl Future<Output 
     }
 }
 
-/// While shutting down, an HTTP/1.1 answer says `Connection: close` itself: the client then
-/// knows before it sends another request on this connection (the graceful close of the
-/// connection may take effect only once the answer is out). HTTP/2 gets its GOAWAY instead.
-fn closing(state: &AppState, version: Version, mut response: Response) -> Response {
-    if state.is_shutting_down() && version == Version::HTTP_11 {
-        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-    }
-    response
-}
-
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into(), "code": status.as_u16()}))).into_response()
 }
@@ -159,13 +145,6 @@ async fn admit(
     deadline: Instant,
 ) -> Response {
     let started = Instant::now();
-    // During a rollout each answer closes its connection (HTTP/1.1 `Connection: close`, HTTP/2
-    // GOAWAY), so the API server moves to another replica before this one drains.
-    if state.is_shutting_down()
-        && let Some(Extension(connection)) = &connection
-    {
-        connection.graceful_shutdown();
-    }
     let limits = state.limits;
     let bytes = match read_body(body, limits.max_body_bytes, limits.body_read_timeout).await {
         Ok(bytes) => bytes,
@@ -183,7 +162,7 @@ async fn admit(
         Err(BodyError::Late) => {
             // A client that cannot send its body in time does not keep the connection either.
             if let Some(Extension(connection)) = &connection {
-                connection.graceful_shutdown();
+                connection.close();
             }
             state.metrics.rejected(webhook, "body-timeout");
             return error(
@@ -204,7 +183,7 @@ async fn admit(
     if let Pending::Body(bytes) = &pending
         && bytes.len() <= INLINE_MAX_BODY_BYTES
     {
-        let request = match review::parse(bytes) {
+        let request = match review::parse_body(bytes) {
             Ok(request) => request,
             Err(bad) => return bad_request(&state, webhook, &bad),
         };
@@ -221,7 +200,7 @@ async fn admit(
     let decided = Blocking::spawn(move |blocking| {
         let request = match pending {
             Pending::Parsed(request) => *request,
-            Pending::Body(bytes) => review::parse(&bytes)?,
+            Pending::Body(bytes) => review::parse_body(&bytes)?,
         };
         Ok::<_, review::ReviewError>(worker.admission.review_by(webhook, request, Some(blocking), deadline))
     })

@@ -3,8 +3,11 @@
 //! (`admission::object`): one list of the metadata read, one reading of `data.release`.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
+
+use bytes::Bytes;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::Deserialize;
@@ -144,7 +147,7 @@ impl<'de> Visitor<'de> for TextVisitor {
 /// someone added); a value of another shape there is left out.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct ReleaseData {
-    pub(crate) release: Option<Vec<u8>>,
+    pub(crate) release: Option<Bytes>,
     pub(crate) other: BTreeMap<String, String>,
 }
 
@@ -183,7 +186,7 @@ impl<'de> Visitor<'de> for DataVisitor {
 }
 
 /// The `release` string's bytes ([`ReleaseData`]); an array is skipped.
-struct ReleaseBytes(Option<Vec<u8>>);
+struct ReleaseBytes(Option<Bytes>);
 
 impl<'de> Deserialize<'de> for ReleaseBytes {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ReleaseBytes, D::Error> {
@@ -191,33 +194,70 @@ impl<'de> Deserialize<'de> for ReleaseBytes {
     }
 }
 
+thread_local! {
+    /// The body being read by [`borrowing_from`] on this thread.
+    static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// Runs `read`, a deserialisation of `source`, so that a payload read as it is written (no
+/// escapes: Go's encoder writes none in base64) is kept as a slice of `source` rather than
+/// copied: an UPDATE review's two payloads then take no memory beyond its body's.
+pub(crate) fn borrowing_from<T>(source: &Bytes, read: impl FnOnce() -> T) -> T {
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            SOURCE.with(|source| source.borrow_mut().take());
+        }
+    }
+    SOURCE.with(|slot| *slot.borrow_mut() = Some(source.clone()));
+    let _clear = Clear;
+    read()
+}
+
+/// `value` as a slice of the body being read, when it lies in it; else a copy.
+fn kept(value: &[u8]) -> Bytes {
+    SOURCE
+        .with(|source| {
+            let source = source.borrow();
+            let source = source.as_ref()?;
+            let (start, at) = (source.as_ptr() as usize, value.as_ptr() as usize);
+            let within = at >= start && at.checked_add(value.len())? <= start.checked_add(source.len())?;
+            within.then(|| source.slice_ref(value))
+        })
+        .unwrap_or_else(|| Bytes::copy_from_slice(value))
+}
+
 struct BytesVisitor;
 
 impl<'de> Visitor<'de> for BytesVisitor {
-    type Value = Option<Vec<u8>>;
+    type Value = Option<Bytes>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a string")
     }
 
-    fn visit_bytes<E: de::Error>(self, value: &[u8]) -> Result<Option<Vec<u8>>, E> {
-        Ok(Some(value.to_vec()))
+    fn visit_borrowed_bytes<E: de::Error>(self, value: &'de [u8]) -> Result<Option<Bytes>, E> {
+        Ok(Some(kept(value)))
     }
 
-    fn visit_byte_buf<E: de::Error>(self, value: Vec<u8>) -> Result<Option<Vec<u8>>, E> {
-        Ok(Some(value))
+    fn visit_bytes<E: de::Error>(self, value: &[u8]) -> Result<Option<Bytes>, E> {
+        Ok(Some(Bytes::copy_from_slice(value)))
+    }
+
+    fn visit_byte_buf<E: de::Error>(self, value: Vec<u8>) -> Result<Option<Bytes>, E> {
+        Ok(Some(value.into()))
     }
 
     // A JSON tree (a dump's object) hands over its strings as strings.
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<Vec<u8>>, E> {
-        Ok(Some(value.as_bytes().to_vec()))
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Option<Bytes>, E> {
+        Ok(Some(Bytes::copy_from_slice(value.as_bytes())))
     }
 
-    fn visit_string<E: de::Error>(self, value: String) -> Result<Option<Vec<u8>>, E> {
-        Ok(Some(value.into_bytes()))
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Option<Bytes>, E> {
+        Ok(Some(value.into_bytes().into()))
     }
 
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Vec<u8>>, A::Error> {
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Bytes>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(None)
     }
