@@ -1,6 +1,7 @@
 //! The HTTPS server the API server calls, and the plain-HTTP metrics and health listener.
 //!
-//! [`start`] binds both listeners and returns a [`Running`] server; [`routes`] holds the
+//! [`start`] binds both listeners and returns a [`Running`] server; [`serve`] accepts the HTTPS
+//! connections and drains them at shutdown, [`limits`] bounds each, [`routes`] holds the
 //! handlers, [`tls`] the certificate and its reload, [`metrics`] the Prometheus registry.
 
 pub mod limits;
