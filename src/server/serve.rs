@@ -94,7 +94,7 @@ pub async fn serve(
         Ok(listener) => {
             while let Ok((tcp, _)) = listener.accept() {
                 if let Ok(tcp) = tcp.set_nonblocking(true).and_then(|()| TcpStream::from_std(tcp)) {
-                    connections.spawn(connection(tcp, shared.clone(), phase.clone()));
+                    connections.spawn(connection(tcp, shared.clone(), each_connection.clone()));
                 }
             }
         }
