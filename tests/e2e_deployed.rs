@@ -517,9 +517,15 @@ fn steps() -> usize {
 /// The defaults (two replicas): random Helm 3 and 4 flows agree with the twin while one replica
 /// is killed and restarted in the middle; the certificate rotated in the mounted files is served
 /// without a restart; `helm uninstall` completes and leaves no webhook.
+/// Each test installs the chart, whose webhooks are cluster-wide and fail closed: run side by
+/// side (the default of `cargo test`), one's webhooks refuse the other's install before its
+/// pods answer. They take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 #[ignore = "needs a real API server, podman, the image and root: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
 fn the_chart_as_deployed_guards_helm_through_a_replica_crash_and_a_certificate_rotation() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (namespaces, _dir, chart) = twins("deployed");
     let deployed = Deployed::install("helm", "deployed", &[]);
     assert_eq!(deployed.replicas.len(), 2);
@@ -636,6 +642,7 @@ fn the_chart_as_deployed_guards_helm_through_a_replica_crash_and_a_certificate_r
 #[test]
 #[ignore = "needs a real API server, podman, the image and root: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
 fn three_replicas_and_host_network_guard_helm_as_deployed() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for (release, sets) in [
         ("three", vec!["replicas=3", "recycleBin.bestEffort=true"]),
         ("host", vec!["replicas=1", "hostNetwork=true", "ports.https=10443", "ports.metrics=10090"]),
