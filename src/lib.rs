@@ -79,6 +79,7 @@ pub mod cli;
 pub mod cluster;
 pub mod live;
 pub mod policy;
+pub mod policy_reports;
 pub mod recycle_bin;
 pub mod release;
 pub mod server;

@@ -1,6 +1,6 @@
 //! The live guard's decision context, assembled once for `serve` and the tests: the index fed
 //! by the watchers, payload reads, agreement between replicas through Leases, refusal Events,
-//! the recycle bin.
+//! the recycle bin, the PolicyReport writer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +40,8 @@ pub struct LiveOptions {
     pub emit_events: bool,
     /// The recycle bin; `None`: no copies kept.
     pub recycle_bin: Option<RecycleOptions>,
+    /// The PolicyReport writer; `None`: no reports written.
+    pub policy_reports: Option<crate::policy_reports::writer::WriterOptions>,
 }
 
 /// Where the recycle bin is and what it holds.
@@ -134,6 +136,15 @@ pub fn admission(
         };
         Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
     });
+    if let Some(reports) = options.policy_reports {
+        let writer = crate::policy_reports::writer::run(
+            client.clone(),
+            index.clone(),
+            reports,
+            metrics.policy_reports.clone(),
+        );
+        tokio::spawn(writer);
+    }
     let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
     Admission::new(index, settings, live, metrics.decision_counts.clone())
 }

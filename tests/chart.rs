@@ -83,6 +83,8 @@ fn the_chart_lints_for_every_documented_option() {
             "monitoring.dashboard.enabled=true",
         ],
         vec!["recycleBin.enabled=false", "recycleBin.bestEffort=true", "recycleBin.maxBytes=1GiB"],
+        vec!["policyReports.enabled=false"],
+        vec!["policyReports.api=openreports", "policyReports.debounce=30s"],
     ] {
         let mut command = Command::new("helm");
         command.args(["lint", "--strict", CHART]);
@@ -418,6 +420,39 @@ fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
     }
     let mut argv = vec!["helm-guard".to_owned()];
     argv.extend(changed);
+    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
+}
+
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn policy_reports_are_on_by_default_and_one_value_turns_them_and_their_role_off() {
+    let args = |objects: &[Value]| -> Vec<String> {
+        let deployment = one(objects, "Deployment");
+        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+        args.iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+    };
+    let report_role = |objects: &[Value]| {
+        find(objects, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"].as_str().unwrap().ends_with("-policy-reports"))
+            .cloned()
+    };
+    let defaults = render(&[]);
+    let default_args = args(&defaults);
+    for flag in ["--policy-reports=auto", "--policy-report-debounce=5s", "--policy-report-resync=10m"] {
+        assert!(default_args.iter().any(|a| a == flag), "{flag}: {default_args:?}");
+    }
+    let role = report_role(&defaults).expect("a ClusterRole for the reports");
+    let groups: Vec<&Value> = role["rules"].as_array().unwrap().iter().map(|r| &r["apiGroups"][0]).collect();
+    assert_eq!(groups, [&json!("wgpolicyk8s.io"), &json!("openreports.io")]);
+    let off = render(&["policyReports.enabled=false"]);
+    assert!(args(&off).iter().any(|a| a == "--policy-reports=off"), "{:?}", args(&off));
+    assert!(report_role(&off).is_none(), "no RBAC for reports that are not written");
+    let one_api = args(&render(&["policyReports.api=openreports"]));
+    assert!(one_api.iter().any(|a| a == "--policy-reports=openreports"), "{one_api:?}");
+    let mut argv = vec!["helm-guard".to_owned()];
+    argv.extend(one_api);
     let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
     assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
 }

@@ -568,6 +568,7 @@ async fn a_verdict_waits_for_the_fence_round_and_sees_what_the_watch_lagged() {
         fence_namespace: Some("helm-guard".into()),
         read_ahead: false,
         recycle_bin: None,
+        policy_reports: None,
         ..common::cluster::live_options(None, Default::default())
     };
     let names = ["localhost".to_owned()];

@@ -208,10 +208,25 @@ fn the_cluster_role_is_read_only() {
 }
 
 #[test]
-fn events_are_the_only_thing_written_cluster_wide() {
+fn events_and_the_guards_own_reports_are_all_it_writes_cluster_wide() {
     let rbac = documents("rbac.yaml");
     let roles: Vec<&serde_json::Value> = rbac.iter().filter(|d| d["kind"] == "ClusterRole").collect();
-    assert_eq!(roles.len(), 2);
+    assert_eq!(roles.len(), 3, "read-only, Events, PolicyReports");
+    let reports = roles.iter().find(|r| r["metadata"]["name"] == "helm-guard-policy-reports").unwrap();
+    let verbs = serde_json::json!(["get", "list", "create", "patch", "delete"]);
+    assert_eq!(
+        reports["rules"],
+        serde_json::json!([
+            {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": verbs},
+            {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": verbs},
+        ]),
+        "the two report APIs' reports, nothing else (not their CRDs)"
+    );
+    let binding = rbac
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == "helm-guard-policy-reports")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "helm-guard");
     let events = roles.iter().find(|r| r["metadata"]["name"] == "helm-guard-events").unwrap();
     assert_eq!(
         events["rules"],

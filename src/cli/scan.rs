@@ -170,7 +170,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
 
 /// Each namespace's PolicyReport, as YAML documents (`---` between them).
 fn print_policy_reports(releases: &[ReleaseReport], now: i64) -> anyhow::Result<()> {
-    for (n, report) in crate::release::policy_report::reports(releases, now).iter().enumerate() {
+    for (n, report) in crate::policy_reports::build::reports(releases, now).iter().enumerate() {
         if n > 0 {
             outln!("---")?;
         }

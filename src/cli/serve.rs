@@ -14,6 +14,7 @@ use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::{Admission, LiveParts, Settings};
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
+use crate::policy_reports::writer::{ApiChoice, WriterOptions};
 use crate::recycle_bin::copy::BinBounds;
 use crate::server::limits::ConnectionLimits;
 use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format};
@@ -194,6 +195,21 @@ pub struct ServeArgs {
     /// A pending revision unchanged for longer than this is stuck.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
+    /// Write release health as PolicyReports (one replica at a time, holding a Lease): into
+    /// every report API the cluster serves (`auto`: wgpolicyk8s.io and openreports.io, whichever
+    /// CRDs are installed, looked for again every 30 s), one of them, or none.
+    #[arg(long, env = "HELM_GUARD_POLICY_REPORTS", value_enum, default_value_t)]
+    pub policy_reports: crate::policy_reports::writer::ApiChoice,
+    /// How often changed releases are written to their reports: a report lags the index by at
+    /// most this (and one write).
+    #[arg(long, env = "HELM_GUARD_POLICY_REPORT_DEBOUNCE", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub policy_report_debounce: Duration,
+    /// How often every report is read back and put right (one edited or deleted by hand).
+    #[arg(long, env = "HELM_GUARD_POLICY_REPORT_RESYNC", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub policy_report_resync: Duration,
+    /// The most namespace reports written; namespaces past it (in name order) get none.
+    #[arg(long, env = "HELM_GUARD_POLICY_REPORT_MAX_REPORTS", default_value_t = 5000)]
+    pub policy_report_max_reports: usize,
     /// How often to check the certificate files for changes.
     #[arg(long, env = "HELM_GUARD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
@@ -343,6 +359,18 @@ async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) ->
         Coordination::Lease | Coordination::Watch => Some(guard_namespace.clone()),
     };
     let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
+    let policy_reports = (args.policy_reports != ApiChoice::Off).then(|| WriterOptions {
+        apis: args.policy_reports,
+        debounce: args.policy_report_debounce,
+        resync: args.policy_report_resync,
+        rediscover: std::time::Duration::from_secs(30),
+        lease_namespace: guard_namespace.clone(),
+        identity: identity.clone(),
+        stuck_after_secs: i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX),
+        default_mode: decide.policy.default_mode,
+        bin_namespace: args.recycle_bin.then(|| guard_namespace.clone()),
+        max_reports: args.policy_report_max_reports,
+    });
     let recycle_bin = args
         .recycle_bin
         .then(|| crate::live::RecycleOptions { namespace: guard_namespace, bounds: recycle_bounds(args) });
@@ -357,6 +385,7 @@ async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) ->
         identity,
         emit_events: args.emit_events,
         recycle_bin,
+        policy_reports,
     };
     Ok(crate::live::admission(client, decide, options, metrics))
 }

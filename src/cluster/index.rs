@@ -13,7 +13,7 @@
 //! so two concurrent deletions of one release are decided one after the other and the second
 //! sees the first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -174,9 +174,21 @@ type ReleaseRecords = BTreeMap<Box<str>, Entry>;
 struct IndexState {
     releases: HashMap<ReleaseKey, ReleaseRecords>,
     namespaces: HashMap<String, NamespaceInfo>,
+    /// The namespaces whose records changed since the last [`ReleaseIndex::take_touched`], when
+    /// someone asked to know ([`ReleaseIndex::track_touched`]; else nothing is kept).
+    touched: Option<BTreeSet<String>>,
 }
 
 impl IndexState {
+    /// Notes that a record of `namespace` changed, for whoever tracks changes.
+    fn touch(&mut self, namespace: &str) {
+        if let Some(touched) = &mut self.touched
+            && !touched.contains(namespace)
+        {
+            touched.insert(namespace.to_owned());
+        }
+    }
+
     /// The entry of the object named `object` with `uid`, if the index holds that object.
     fn entry(&mut self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> Option<&mut Entry> {
         self.releases.get_mut(key)?.get_mut(object).filter(|entry| entry.is(uid))
@@ -196,6 +208,7 @@ impl IndexState {
     }
 
     fn remove(&mut self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+        self.touch(&key.namespace);
         if let Some(records) = self.releases.get_mut(key) {
             if records.get(object).is_some_and(|entry| entry.is(uid)) {
                 records.remove(object);
@@ -284,6 +297,7 @@ impl ReleaseIndex {
     pub fn upsert(&self, record: IndexedRecord) {
         let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
         let mut state = self.lock();
+        state.touch(&record.key.namespace);
         let records = state.releases.entry(record.key).or_default();
         entry.keep_from(records.get(record.object.as_str()));
         records.insert(record.object.into(), entry);
@@ -315,6 +329,13 @@ impl ReleaseIndex {
                 entry.keep_from(old.get(object));
             }
         }
+        if state.touched.is_some() {
+            let namespaces: BTreeSet<String> = (state.releases.keys().chain(fresh.keys()))
+                .filter(|key| drivers.contains(&key.driver))
+                .map(|key| key.namespace.clone())
+                .collect();
+            namespaces.iter().for_each(|namespace| state.touch(namespace));
+        }
         state.releases.retain(|key, _| !drivers.contains(&key.driver));
         state.releases.extend(fresh);
     }
@@ -325,6 +346,7 @@ impl ReleaseIndex {
     /// its resourceVersion, a pending approved deletion) stays.
     pub fn sync_release(&self, key: &ReleaseKey, listed: Vec<IndexedRecord>) {
         let mut state = self.lock();
+        state.touch(&key.namespace);
         let old = state.releases.remove(key).unwrap_or_default();
         let fresh: ReleaseRecords = listed
             .into_iter()
@@ -443,6 +465,7 @@ impl ReleaseIndex {
     /// otherwise the watch brought something newer than the read, which is dropped.
     pub fn verified(&self, key: &ReleaseKey, object: &str, seen: Option<&str>, read: super::ReadRecord) {
         let mut state = self.lock();
+        state.touch(&key.namespace);
         if let Some(entry) = state.releases.get_mut(key).and_then(|records| records.get_mut(object)) {
             let now = entry.resource_version.as_deref();
             if now == seen || now == read.resource_version.as_deref() {
@@ -469,6 +492,9 @@ impl ReleaseIndex {
         let now = Instant::now();
         let mut state = self.lock();
         let (result, change) = verdict(&state.visible(key, except, now));
+        if change.is_some() {
+            state.touch(&key.namespace);
+        }
         match (change, self.source) {
             (None, _) => {}
             (Some(IndexChange::Upsert { object, facts }), SourceKind::Snapshot) => {
@@ -494,14 +520,18 @@ impl ReleaseIndex {
     /// (its claim, see [`super::coordination`]). A record this index does not hold, or a later
     /// object of that name, is left alone; a longer hiding stays.
     pub fn hide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>, until: Instant) {
-        if let Some(entry) = self.lock().entry(key, object, uid) {
+        let mut state = self.lock();
+        state.touch(&key.namespace);
+        if let Some(entry) = state.entry(key, object, uid) {
             entry.hidden_until = Some(entry.hidden_until.map_or(until, |before| before.max(until)));
         }
     }
 
     /// Shows a record hidden by an approval that did not stand (its claim was not written).
     pub fn unhide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
-        if let Some(entry) = self.lock().entry(key, object, uid) {
+        let mut state = self.lock();
+        state.touch(&key.namespace);
+        if let Some(entry) = state.entry(key, object, uid) {
             entry.hidden_until = None;
         }
     }
@@ -532,6 +562,42 @@ impl ReleaseIndex {
             }
         }
         census
+    }
+
+    /// From now on, remember which namespaces' records change, for [`ReleaseIndex::take_touched`]
+    /// (the PolicyReport writer; nothing is kept for anyone else).
+    pub fn track_touched(&self) {
+        let mut state = self.lock();
+        if state.touched.is_none() {
+            state.touched = Some(BTreeSet::new());
+        }
+    }
+
+    /// The namespaces whose records changed since the last call (or since
+    /// [`ReleaseIndex::track_touched`]), and forgets them.
+    pub fn take_touched(&self) -> BTreeSet<String> {
+        self.lock().touched.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Every release of the namespaces in `namespaces` (of every namespace when `None`) with
+    /// the records verdicts see, by namespace: what the PolicyReport writer classifies, outside
+    /// the lock.
+    pub fn releases_in(
+        &self,
+        namespaces: Option<&BTreeSet<String>>,
+    ) -> BTreeMap<String, Vec<(ReleaseKey, Vec<RevisionFacts>)>> {
+        let now = Instant::now();
+        let state = self.lock();
+        let mut found: BTreeMap<String, Vec<(ReleaseKey, Vec<RevisionFacts>)>> = BTreeMap::new();
+        for (key, records) in &state.releases {
+            if namespaces.is_some_and(|wanted| !wanted.contains(&key.namespace)) {
+                continue;
+            }
+            let facts: Vec<RevisionFacts> =
+                records.values().filter(|entry| entry.visible(now)).map(|entry| entry.facts).collect();
+            found.entry(key.namespace.clone()).or_default().push((key.clone(), facts));
+        }
+        found
     }
 
     /// How many records the index holds (hidden ones included).
@@ -698,5 +764,28 @@ mod tests {
         assert_eq!(index.unverified(&key(), None).len(), 1, "a read newer than a lagging watch is taken");
         index.upsert(record(2, Status::Deployed, "8"));
         assert_eq!(index.unverified(&key(), None).len(), 1, "and kept when the watch catches up");
+    }
+
+    #[test]
+    fn the_namespaces_whose_records_changed_are_told_once_and_only_when_asked() {
+        let index = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+        assert!(index.take_touched().is_empty(), "nothing kept before anyone asks");
+        index.track_touched();
+        index.upsert(record(3, Status::Deployed, "3"));
+        let mut other = record(1, Status::Deployed, "1");
+        other.key.namespace = "other".into();
+        index.upsert(other);
+        assert_eq!(index.take_touched().into_iter().collect::<Vec<_>>(), ["demo", "other"]);
+        assert!(index.take_touched().is_empty(), "told once");
+        index.decide(&key(), None, |_| ((), delete(1)));
+        assert_eq!(index.take_touched().len(), 1, "an approved deletion hides a record: the history changed");
+        index.decide(&key(), None, |_| ((), None));
+        assert!(index.take_touched().is_empty(), "a verdict that changes nothing");
+        let by_namespace = index.releases_in(None);
+        assert_eq!(by_namespace.keys().collect::<Vec<_>>(), ["demo", "other"]);
+        let demo: Vec<u32> = by_namespace["demo"][0].1.iter().map(|f| f.revision).collect();
+        assert_eq!(demo.len(), 2, "the hidden revision 1 is not seen: {demo:?}");
+        let only: BTreeSet<String> = ["other".to_owned()].into();
+        assert_eq!(index.releases_in(Some(&only)).keys().collect::<Vec<_>>(), ["other"]);
     }
 }

@@ -4,7 +4,6 @@
 pub mod decode;
 pub mod history;
 pub mod objects;
-pub mod policy_report;
 pub mod record;
 pub mod repair;
 pub mod status;

@@ -101,28 +101,33 @@ pub fn report(records: &[DecodedRecord], now: i64, stuck_after_secs: i64) -> Vec
         .into_iter()
         .map(|(key, records)| {
             let facts: Vec<RevisionFacts> = records.iter().map(|r| r.facts()).collect();
-            let classification = classify(&facts, now, stuck_after_secs);
-            let history = super::history::History::new(&facts)
-                .revisions()
+            let mut report = from_facts(key, &facts, now, stuck_after_secs);
+            let latest = records
                 .iter()
-                .map(|&(revision, status)| RevisionReport { revision, status })
-                .collect();
-            release_report(key, &records, &classification, history)
+                .filter(|r| r.payload.is_ok())
+                .find(|r| Some(r.record.id.revision) == report.revision)
+                .and_then(|r| Summary::of(r));
+            report.chart = latest.as_ref().and_then(Summary::chart_ref);
+            report.app_version = latest.and_then(|s| s.app_version);
+            report
         })
         .collect()
 }
 
-fn release_report(
+/// One release's report from the facts of its records (one per record), without the chart and
+/// app version (they are in payloads the facts do not keep): what the live index can tell.
+pub fn from_facts(
     key: &ReleaseKey,
-    records: &[&DecodedRecord],
-    c: &Classification,
-    history: Vec<RevisionReport>,
+    facts: &[RevisionFacts],
+    now: i64,
+    stuck_after_secs: i64,
 ) -> ReleaseReport {
-    let latest = records
+    let c: Classification = classify(facts, now, stuck_after_secs);
+    let history = super::history::History::new(facts)
+        .revisions()
         .iter()
-        .filter(|r| r.payload.is_ok())
-        .find(|r| Some(r.record.id.revision) == c.revision)
-        .and_then(|r| Summary::of(r));
+        .map(|&(revision, status)| RevisionReport { revision, status })
+        .collect();
     ReleaseReport {
         namespace: key.namespace.clone(),
         release: key.release.clone(),
@@ -132,12 +137,12 @@ fn release_report(
         status: c.status,
         stuck: c.stuck,
         deployed_revisions: c.deployed.clone(),
-        chart: latest.as_ref().and_then(Summary::chart_ref),
-        app_version: latest.and_then(|s| s.app_version),
+        chart: None,
+        app_version: None,
         anomalies: c.anomalies.iter().map(|a| a.as_str().to_owned()).collect(),
         history,
         broken: c.is_broken(),
         hint: c.hint(&key.release, &key.namespace),
-        records: records.len(),
+        records: facts.len(),
     }
 }

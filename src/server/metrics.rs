@@ -161,6 +161,8 @@ pub struct Metrics {
     pub tls_certificate_expiry: Gauge,
     /// The recycle bin's counts.
     pub recycle_bin: crate::recycle_bin::api::BinStats,
+    /// What the PolicyReport writer did.
+    pub policy_reports: crate::policy_reports::writer::WriterStats,
 }
 
 impl Metrics {
@@ -238,6 +240,22 @@ impl Metrics {
             "delete_coordination_refused",
             "Deletions refused because their approval could not be agreed with the other replicas in time",
             decision_counts.coordination_refused.clone(),
+        );
+        let policy_reports = crate::policy_reports::writer::WriterStats::default();
+        registry.register(
+            "policy_reports_written",
+            "PolicyReports created or changed by this replica (the holder of the writer's Lease)",
+            policy_reports.written.clone(),
+        );
+        registry.register(
+            "policy_reports_deleted",
+            "PolicyReports deleted because their namespace has no release left",
+            policy_reports.deleted.clone(),
+        );
+        registry.register(
+            "policy_report_errors",
+            "PolicyReport API calls that failed (retried the next round)",
+            policy_reports.failed.clone(),
         );
         let events_dropped = Family::default();
         registry.register(
@@ -321,6 +339,7 @@ impl Metrics {
             seconds_since_sync,
             tls_certificate_expiry,
             recycle_bin,
+            policy_reports,
         })
     }
 

@@ -56,6 +56,7 @@ pub fn live_options(
         emit_events: true,
         recycle_bin: guard_namespace
             .map(|namespace| helm_guard::live::RecycleOptions { namespace: namespace.to_owned(), bounds }),
+        policy_reports: None,
     }
 }
 
