@@ -3,7 +3,7 @@
 //!
 //!     cargo run --release --example live_load -- seed NAMESPACES RELEASES REVISIONS
 //!     cargo run --release --example live_load -- reviews refusal|approval SPREAD OUT.jsonl
-//!     cargo run --release --example live_load -- apicalls
+//!     cargo run --release --example live_load -- apicalls [RESOURCE...]
 //!
 //! `seed` writes NAMESPACES x RELEASES releases of REVISIONS revisions each (namespaces
 //! `bench-NNN`, releases `rNNNN`; revisions 1.. superseded, the last deployed) into the cluster in
@@ -11,8 +11,8 @@
 //! `reviews` writes DELETE reviews (the real API server's DELETE request, carrying each record as
 //! stored: uid and resourceVersion) over SPREAD releases: `refusal` deletes each release's
 //! latest deployed revision, `approval` its revision 1 (history pruning). `apicalls` prints the
-//! API server's own count of the requests it served for secrets, configmaps and leases, other
-//! than watches (`apiserver_request_total`): run it before and after a load run, the difference
+//! API server's own count of the requests it served for secrets, configmaps and leases (or the
+//! resources named), other than watches (`apiserver_request_total`): run it before and after a load run, the difference
 //! is what the guard asked. The load itself is `examples/load.rs`; BENCHMARKS.md has the runs.
 
 #![allow(
@@ -154,16 +154,19 @@ async fn main() {
             std::fs::write(out, lines).unwrap();
         }
         Some("apicalls") => {
+            // The resources counted: secrets, configmaps and leases unless named.
+            let named: Vec<String> = args.iter().skip(1).cloned().collect();
+            let resources: Vec<String> = if named.is_empty() {
+                ["secrets", "configmaps", "leases"].map(String::from).to_vec()
+            } else {
+                named
+            };
             let request = hyper::Request::get("/metrics").body(Vec::new()).unwrap();
             let text = client.request_text(request).await.unwrap();
             let total: f64 = text
                 .lines()
                 .filter(|line| line.starts_with("apiserver_request_total{"))
-                .filter(|line| {
-                    ["\"secrets\"", "\"configmaps\"", "\"leases\""]
-                        .iter()
-                        .any(|r| line.contains(&format!("resource={r}")))
-                })
+                .filter(|line| resources.iter().any(|r| line.contains(&format!("resource=\"{r}\""))))
                 .filter(|line| !line.contains("verb=\"WATCH\""))
                 .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum();

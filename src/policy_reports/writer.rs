@@ -202,7 +202,8 @@ impl Writer {
                 absent_logged = served.is_empty();
                 self.served = served;
             }
-            if !self.served.is_empty() {
+            // A view still being listed would delete the reports of namespaces not yet seen.
+            if !self.served.is_empty() && self.index.is_ready() {
                 if full {
                     synced = Some(Instant::now());
                 }
