@@ -153,13 +153,15 @@ fn writer(namespace: &str, identity: &str) -> WriterOptions {
         stuck_after_secs: 5,
         default_mode: Mode::Enforce,
         bin_namespace: Some(format!("{namespace}-guard")),
-        max_reports: 100,
+        max_reports: 10_000,
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real API server, helm, kubectl and git: cargo test --test e2e_policy_reports -- --ignored"]
 async fn broken_releases_show_in_policy_reports_and_turn_to_pass_when_repaired() {
+    // The writer's log lines, shown with --nocapture.
+    let _ = tracing_subscriber::fmt().with_env_filter("helm_guard::policy_reports=info").try_init();
     let scratch = tempfile::tempdir().unwrap();
     let (wgpolicy, openreports) = (crds(WGPOLICY, scratch.path()), crds(OPENREPORTS, scratch.path()));
     for crd in CRD_NAMES {
@@ -187,8 +189,16 @@ async fn broken_releases_show_in_policy_reports_and_turn_to_pass_when_repaired()
             assert!(done.status.success(), "{}", said(&done));
         }
 
-        // No CRD: nothing written, the guard healthy (the installs above went through it).
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // No CRD: nothing written, the guard healthy (the installs above went through it), once
+        // this replica holds the writer's Lease and has looked for the APIs.
+        let holding = common::eventually(Duration::from_secs(30), || {
+            let lease = run(&["kubectl", "get", "lease", "helm-guard-policy-reports", "-n", &guard_ns, "-o",
+                "jsonpath={.spec.holderIdentity}"]);
+            async move { lease.stdout == b"replica-a" }
+        })
+        .await;
+        assert!(holding, "the only replica holds the writer's Lease");
+        tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(report("policyreports.wgpolicyk8s.io", Some(&ns)).is_none());
         assert_eq!(metric(&running, "helm_guard_policy_reports_written_total"), 0);
 

@@ -16,6 +16,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
@@ -33,6 +34,8 @@ pub const LEASE_NAME: &str = "helm-guard-policy-reports";
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by=helm-guard";
 /// How long the Lease holds without renewal (seconds); the holder renews well before.
 const LEASE_SECONDS: u64 = 15;
+/// Writes under way at once.
+const WRITES_AT_ONCE: usize = 8;
 /// How long after a failed Lease setup it is tried again.
 const RETRY_LEASE: Duration = Duration::from_secs(10);
 
@@ -161,6 +164,8 @@ struct Writer {
     written: BTreeMap<(ReportApi, String), u64>,
     /// Namespaces holding a pending release not yet stuck: classified again every round.
     pending: BTreeSet<String>,
+    /// Whether the bound on reports was met (said once).
+    capped: bool,
 }
 
 impl Writer {
@@ -179,6 +184,7 @@ impl Writer {
             seen: BTreeMap::new(),
             written: BTreeMap::new(),
             pending: BTreeSet::new(),
+            capped: false,
         }
     }
 
@@ -234,7 +240,8 @@ impl Writer {
         served
     }
 
-    /// One round: what changed (everything when `full`) is classified and written.
+    /// One round: what changed (everything when `full`) is classified and written, a chunk of
+    /// namespaces at a time with [`WRITES_AT_ONCE`] writes under way.
     async fn round(&mut self, full: bool) {
         let touched = self.index.take_touched();
         if full {
@@ -250,6 +257,7 @@ impl Writer {
         namespaces.extend(wanted.unwrap_or_else(|| self.written.keys().map(|(_, ns)| ns.clone()).collect()));
         namespaces.remove("");
         let mut kept = 0usize;
+        let mut jobs = Vec::new();
         for namespace in namespaces {
             let mut results = Vec::new();
             self.pending.remove(&namespace);
@@ -270,36 +278,40 @@ impl Writer {
                 kept += 1;
             }
             if results.is_empty() || kept > self.options.max_reports {
-                if kept == self.options.max_reports + 1 {
-                    tracing::warn!(
-                        max = self.options.max_reports,
-                        "more namespaces with releases than --policy-report-max-reports: the rest get no report"
-                    );
+                if kept == self.options.max_reports + 1 && !self.capped {
+                    tracing::warn!(max = self.options.max_reports, from = %namespace, "more namespaces with releases than --policy-report-max-reports: the rest (in name order) get no report");
+                    self.capped = true;
                 }
-                self.remove(&namespace).await;
-                continue;
+                jobs.extend(self.removal(&namespace));
+            } else {
+                jobs.extend(self.writes(Some(&namespace), results, now));
             }
-            self.write(Some(&namespace), results, now).await;
+            if jobs.len() >= WRITES_AT_ONCE * 4 {
+                self.run(std::mem::take(&mut jobs)).await;
+            }
         }
         if full || !touched.is_empty() {
             let results = self.cluster_results().await;
-            self.write(None, results, now).await;
+            jobs.extend(self.writes(None, results, now));
         }
+        self.run(jobs).await;
     }
 
     /// What each report of `api` holds now, read back: a report edited by hand no longer
     /// matches what the writer would write and is rewritten; timestamps carry over a restart.
     async fn read_back(&mut self, api: ReportApi) {
         for cluster in [false, true] {
-            let listed =
-                match self.api(api, None, cluster).list(&ListParams::default().labels(MANAGED_BY)).await {
-                    Ok(listed) => listed,
-                    Err(error) => {
-                        self.stats.failed.inc();
-                        tracing::warn!(%error, api = api.as_str(), "cannot list the PolicyReports written");
-                        continue;
-                    }
-                };
+            let listed = match reports_api(self.client.clone(), api, None, cluster)
+                .list(&ListParams::default().labels(MANAGED_BY))
+                .await
+            {
+                Ok(listed) => listed,
+                Err(error) => {
+                    self.stats.failed.inc();
+                    tracing::warn!(%error, api = api.as_str(), "cannot list the PolicyReports written");
+                    continue;
+                }
+            };
             self.written
                 .retain(|(written_api, namespace), _| *written_api != api || namespace.is_empty() != cluster);
             for report in listed.items {
@@ -319,9 +331,9 @@ impl Writer {
         }
     }
 
-    /// Writes the report of `namespace` (`None`: the cluster's) in every API served, unless it
-    /// already says this.
-    async fn write(&mut self, namespace: Option<&str>, results: Vec<(String, Value)>, now: i64) {
+    /// The writes that make the report of `namespace` (`None`: the cluster's) say `results`, in
+    /// every API served: none where it already does.
+    fn writes(&mut self, namespace: Option<&str>, results: Vec<(String, Value)>, now: i64) -> Vec<Job> {
         let slot = namespace.unwrap_or_default().to_owned();
         let seen = self.seen.entry(slot.clone()).or_default();
         let mut next = BTreeMap::new();
@@ -334,50 +346,62 @@ impl Writer {
             stamped.push(result);
         }
         *seen = next;
-        for api in self.served.clone() {
+        let mut jobs = Vec::new();
+        for &api in &self.served {
             let report = build::report(api, namespace, stamped.clone());
             let content = report_content(&report);
-            if self.written.get(&(api, slot.clone())) == Some(&content) {
-                continue;
-            }
-            let params = PatchParams::apply(POLICY).force();
-            match self
-                .api(api, namespace, namespace.is_none())
-                .patch(POLICY, &params, &Patch::Apply(&report))
-                .await
-            {
-                Ok(_) => {
-                    self.stats.written.inc();
-                    self.written.insert((api, slot.clone()), content);
-                }
-                Err(error) => {
-                    self.stats.failed.inc();
-                    self.written.remove(&(api, slot.clone()));
-                    tracing::warn!(%error, api = api.as_str(), namespace = %slot, "cannot write the PolicyReport; retrying next round");
-                    // Try again next round: the namespace is looked at again.
-                    if !slot.is_empty() {
-                        self.pending.insert(slot.clone());
-                    }
-                }
+            if self.written.get(&(api, slot.clone())) != Some(&content) {
+                jobs.push(Job { api, slot: slot.clone(), write: Some((report, content)) });
             }
         }
+        jobs
     }
 
-    /// Deletes the report of a namespace without releases, in every API served.
-    async fn remove(&mut self, namespace: &str) {
+    /// The deletions of the reports of a namespace without releases, in every API served.
+    fn removal(&mut self, namespace: &str) -> Vec<Job> {
         self.seen.remove(namespace);
-        for api in self.served.clone() {
-            if self.written.remove(&(api, namespace.to_owned())).is_none() {
-                continue;
-            }
-            match self.api(api, Some(namespace), false).delete(POLICY, &DeleteParams::default()).await {
-                Ok(_) => self.stats.deleted.inc(),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(error) => {
+        let served = self.served.clone();
+        served
+            .into_iter()
+            .filter(|&api| self.written.remove(&(api, namespace.to_owned())).is_some())
+            .map(|api| Job { api, slot: namespace.to_owned(), write: None })
+            .collect()
+    }
+
+    /// Runs `jobs`, [`WRITES_AT_ONCE`] at a time, and notes what each did; one that failed is
+    /// tried again next round.
+    async fn run(&mut self, jobs: Vec<Job>) {
+        let client = self.client.clone();
+        let done: Vec<(Job, Result<(), kube::Error>)> = futures::stream::iter(jobs)
+            .map(|job| {
+                let client = client.clone();
+                async move {
+                    let outcome = job.run(client).await;
+                    (job, outcome)
+                }
+            })
+            .buffer_unordered(WRITES_AT_ONCE)
+            .collect()
+            .await;
+        for (job, outcome) in done {
+            let key = (job.api, job.slot.clone());
+            match (outcome, job.write) {
+                (Ok(()), Some((_, content))) => {
+                    self.stats.written.inc();
+                    self.written.insert(key, content);
+                }
+                (Ok(()), None) => self.stats.deleted.inc(),
+                (Err(error), write) => {
                     self.stats.failed.inc();
-                    tracing::warn!(%error, api = api.as_str(), %namespace, "cannot delete the PolicyReport; retrying next round");
-                    self.written.insert((api, namespace.to_owned()), 0);
-                    self.pending.insert(namespace.to_owned());
+                    tracing::warn!(%error, api = job.api.as_str(), namespace = %job.slot, "cannot write the PolicyReport; retrying next round");
+                    match write {
+                        Some(_) => self.written.remove(&key),
+                        // Still there: deleted again next round.
+                        None => self.written.insert(key, 0),
+                    };
+                    if !job.slot.is_empty() {
+                        self.pending.insert(job.slot);
+                    }
                 }
             }
         }
@@ -405,14 +429,46 @@ impl Writer {
             .map(|result| (subject(&result).unwrap_or_default(), result))
             .collect()
     }
+}
 
-    fn api(&self, api: ReportApi, namespace: Option<&str>, cluster: bool) -> Api<DynamicObject> {
-        let gvk = GroupVersionKind::gvk(api.group(), api.version(), api.kind(cluster));
-        let resource = ApiResource::from_gvk_with_plural(&gvk, api.plural(cluster));
-        match namespace {
-            Some(namespace) if !cluster => Api::namespaced_with(self.client.clone(), namespace, &resource),
-            _ => Api::all_with(self.client.clone(), &resource),
+/// A report to write (`write`: it and its content) or delete (`None`), in one API, of a namespace
+/// (`slot`; `""`: the cluster's).
+struct Job {
+    api: ReportApi,
+    slot: String,
+    write: Option<(Value, u64)>,
+}
+
+impl Job {
+    async fn run(&self, client: kube::Client) -> Result<(), kube::Error> {
+        let namespace = (!self.slot.is_empty()).then_some(self.slot.as_str());
+        let reports = reports_api(client, self.api, namespace, namespace.is_none());
+        match &self.write {
+            Some((report, _)) => {
+                reports.patch(POLICY, &PatchParams::apply(POLICY).force(), &Patch::Apply(report)).await?;
+            }
+            None => match reports.delete(POLICY, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error),
+            },
         }
+        Ok(())
+    }
+}
+
+/// The reports of `api` in `namespace` (all namespaces when `None`), or the cluster reports.
+fn reports_api(
+    client: kube::Client,
+    api: ReportApi,
+    namespace: Option<&str>,
+    cluster: bool,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(api.group(), api.version(), api.kind(cluster));
+    let resource = ApiResource::from_gvk_with_plural(&gvk, api.plural(cluster));
+    match namespace {
+        Some(namespace) if !cluster => Api::namespaced_with(client, namespace, &resource),
+        _ => Api::all_with(client, &resource),
     }
 }
 
