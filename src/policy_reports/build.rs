@@ -191,6 +191,15 @@ pub fn release_result(release: &ReleaseReport) -> Value {
     result
 }
 
+/// Adds `resource` (a reference: apiVersion, kind, namespace, name) to a result's `resources`,
+/// after the record: on K3s/RKE2 the HelmChart that manages the release.
+pub fn add_resource(result: &mut Value, resource: Value) {
+    match result.get_mut("resources").and_then(Value::as_array_mut) {
+        Some(resources) => resources.push(resource),
+        None => set(result, "resources", json!([resource])),
+    }
+}
+
 /// A result's common fields.
 fn result(finding: Finding, message: String) -> Value {
     let outcome: &'static str = finding.outcome.into();
@@ -544,5 +553,18 @@ mod tests {
         assert!(message.contains("2 deleted record(s)") && message.contains("revisions 1, 2"), "{message}");
         assert!(message.contains("helm-guard restore web -n demo --guard-namespace helm-guard"), "{message}");
         assert_eq!(web["resources"][1]["name"], "c1");
+    }
+
+    #[test]
+    fn the_helmchart_that_manages_a_release_is_named_after_its_record() {
+        let mut result = release_result(&release(ReleaseState::OrphanedSuperseded, 2, &[], false, &[]));
+        let chart = json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart", "namespace": "kube-system", "name": "web"});
+        add_resource(&mut result, chart.clone());
+        assert_eq!(result["resources"][0]["name"], "sh.helm.release.v1.web.v2", "the record first");
+        assert_eq!(result["resources"][1], chart);
+        let mut without_record = result.clone();
+        without_record.as_object_mut().unwrap().remove("resources");
+        add_resource(&mut without_record, chart.clone());
+        assert_eq!(without_record["resources"], json!([chart]));
     }
 }

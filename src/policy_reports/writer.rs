@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::build::{self, POLICY, ReportApi};
-use crate::cluster::ReleaseIndex;
+use crate::cluster::{ReleaseIndex, helmcharts};
 use crate::policy::Mode;
 use crate::release::ReleaseState;
 use crate::release::scan::from_facts;
@@ -269,10 +269,13 @@ impl Writer {
                 if is_pending(report.state) && !report.stuck {
                     self.pending.insert(namespace.clone());
                 }
-                results.push((
-                    format!("{}/{}", key.release, key.driver.as_str()),
-                    build::release_result(&report),
-                ));
+                let mut result = build::release_result(&report);
+                if let Some(chart) = self.index.charts.managing(&key.namespace, &key.release) {
+                    let chart = json!({"apiVersion": helmcharts::API_VERSION, "kind": helmcharts::KIND,
+                        "namespace": chart.namespace, "name": chart.name, "uid": chart.uid});
+                    build::add_resource(&mut result, chart);
+                }
+                results.push((format!("{}/{}", key.release, key.driver.as_str()), result));
             }
             if !results.is_empty() {
                 kept += 1;
@@ -553,7 +556,6 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn a_result_read_back_is_the_same_content_whatever_its_key_order_and_timestamp() {
