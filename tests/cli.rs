@@ -942,6 +942,40 @@ fn scan_writes_a_policy_report_per_namespace_with_a_result_per_release() {
     assert_eq!(orphan["resources"][0]["name"], "sh.helm.release.v1.app.v1");
     assert_eq!(reports[2]["summary"]["pass"], 3);
 
+    // In OpenReports' kinds, with the cluster's report of a namespace opted out, as the live
+    // writer writes them.
+    let mut dump: Value = serde_json::from_slice(&std::fs::read(SNAPSHOT).unwrap()).unwrap();
+    dump["items"].as_array_mut().unwrap().push(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "lab", "labels": {"helm-guard.io/ignore": "true"}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let with_namespace = dir.path().join("dump.json");
+    std::fs::write(&with_namespace, dump.to_string()).unwrap();
+    let open = helm_guard(&[
+        "scan",
+        "--from-file",
+        with_namespace.to_str().unwrap(),
+        "--now",
+        NOW,
+        "-o",
+        "policyreport",
+        "--report-api",
+        "openreports",
+    ]);
+    let reports: Vec<Value> = stdout(&open)
+        .split("\n---\n")
+        .map(|document| serde_json::to_value(serde_saphyr::from_str::<Value>(document).unwrap()).unwrap())
+        .collect();
+    let kinds: Vec<&str> = reports.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Report", "Report", "Report", "Report", "ClusterReport"], "{}", stdout(&open));
+    let cluster = &reports[4];
+    assert_eq!(cluster["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(cluster["source"], "helm-guard");
+    assert_eq!(
+        (cluster["results"][0]["rule"].as_str(), cluster["results"][0]["properties"]["namespace"].as_str()),
+        (Some("namespace-opted-out"), Some("lab"))
+    );
+    assert_eq!(cluster["summary"]["warn"], 1);
+
     // It writes nothing and reports releases only.
     let mixed = helm_guard(&["scan", "--from-file", SNAPSHOT, "-o", "policyreport", "--repair-plan"]);
     assert_eq!(mixed.status.code(), Some(2));

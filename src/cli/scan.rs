@@ -14,6 +14,7 @@ use super::{
 use crate::cluster::connect::connect;
 use crate::cluster::listing::{list_namespaces, list_records};
 use crate::policy::namespace::OptedOut;
+use crate::policy_reports::build::{ReportApi, cluster_results};
 use crate::recycle_bin::api::list_bin;
 use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;
@@ -59,10 +60,15 @@ pub struct ScanArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Output format: a table with a summary line, a JSON or YAML array (`[]` when nothing
-    /// matched), or `policyreport`: a `wgpolicyk8s.io/v1alpha2` PolicyReport per namespace, one
-    /// result per release, as YAML documents (written nowhere: for GitOps audits).
+    /// matched), or `policyreport`: a PolicyReport per namespace, one result per release, and the
+    /// cluster's (opted-out namespaces, the recycle bin), as YAML documents, the reports the guard
+    /// writes live (written nowhere here: for GitOps audits; `--report-api`).
     #[arg(short, long, value_enum, default_value_t)]
     pub output: ScanOutput,
+    /// With `-o policyreport`: the report API, `wgpolicyk8s` (PolicyReport, ClusterPolicyReport)
+    /// or `openreports` (Report, ClusterReport).
+    #[arg(long, value_enum, default_value_t = ReportApiArg::Wgpolicyk8s)]
+    pub report_api: ReportApiArg,
     /// A pending revision unchanged for longer than this is stuck.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
@@ -71,6 +77,24 @@ pub struct ScanArgs {
     pub now: Option<jiff::Timestamp>,
     #[command(flatten)]
     pub decode: DecodeArgs,
+}
+
+/// The report API `scan -o policyreport` writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportApiArg {
+    /// `wgpolicyk8s.io/v1alpha2`.
+    Wgpolicyk8s,
+    /// `openreports.io/v1alpha1`.
+    Openreports,
+}
+
+impl From<ReportApiArg> for ReportApi {
+    fn from(api: ReportApiArg) -> ReportApi {
+        match api {
+            ReportApiArg::Wgpolicyk8s => ReportApi::WgPolicy,
+            ReportApiArg::Openreports => ReportApi::OpenReports,
+        }
+    }
 }
 
 /// `scan`'s output formats: the common ones and PolicyReports.
@@ -83,7 +107,7 @@ pub enum ScanOutput {
     Json,
     /// A YAML array.
     Yaml,
-    /// PolicyReports (`wgpolicyk8s.io/v1alpha2`), one per namespace, as YAML documents.
+    /// PolicyReports, one per namespace and the cluster's, as YAML documents.
     Policyreport,
 }
 
@@ -150,7 +174,8 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
     }
     if args.output == ScanOutput::Policyreport {
-        print_policy_reports(&releases, now_secs(args.now.as_ref()))?;
+        let cluster = cluster_results(&opted_out, &bin, &args.guard_namespace);
+        print_policy_reports(args.report_api.into(), &releases, cluster, now_secs(args.now.as_ref()))?;
         return Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK });
     }
     if releases.is_empty() && args.output.common() == Output::Text {
@@ -168,9 +193,26 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
 }
 
-/// Each namespace's PolicyReport, as YAML documents (`---` between them).
-fn print_policy_reports(releases: &[ReleaseReport], now: i64) -> anyhow::Result<()> {
-    for (n, report) in crate::policy_reports::build::reports(releases, now).iter().enumerate() {
+/// Each namespace's report, then the cluster's (opted-out namespaces, the recycle bin's copies)
+/// when it has results, as YAML documents (`---` between them): what the live writer writes.
+fn print_policy_reports(
+    api: ReportApi,
+    releases: &[ReleaseReport],
+    cluster: Vec<Value>,
+    now: i64,
+) -> anyhow::Result<()> {
+    let mut reports = crate::policy_reports::build::reports(api, releases, now);
+    if !cluster.is_empty() {
+        let stamped = cluster
+            .into_iter()
+            .map(|mut result| {
+                crate::policy_reports::build::stamp(&mut result, now);
+                result
+            })
+            .collect();
+        reports.push(crate::policy_reports::build::report(api, None, stamped));
+    }
+    for (n, report) in reports.iter().enumerate() {
         if n > 0 {
             outln!("---")?;
         }

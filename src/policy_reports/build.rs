@@ -165,19 +165,16 @@ impl ReportApi {
 /// counts every release.
 pub const MAX_RESULTS: usize = 1000;
 
-/// The PolicyReports of `releases`, one per namespace (sorted), at `now` (Unix seconds): what
-/// `scan -o policyreport` prints.
-pub fn reports(releases: &[ReleaseReport], now: i64) -> Vec<Value> {
+/// The reports of `releases` in `api`'s kinds, one per namespace (sorted), at `now` (Unix
+/// seconds): what `scan -o policyreport` prints.
+pub fn reports(api: ReportApi, releases: &[ReleaseReport], now: i64) -> Vec<Value> {
     let mut by_namespace: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for release in releases {
         let mut result = release_result(release);
         stamp(&mut result, now);
         by_namespace.entry(release.namespace.as_str()).or_default().push(result);
     }
-    by_namespace
-        .into_iter()
-        .map(|(namespace, results)| report(ReportApi::WgPolicy, Some(namespace), results))
-        .collect()
+    by_namespace.into_iter().map(|(namespace, results)| report(api, Some(namespace), results)).collect()
 }
 
 /// One release's result, without its `timestamp` (the writer keeps the time a result was first
@@ -458,7 +455,7 @@ mod tests {
         config_map.driver = Driver::ConfigMap;
         config_map.release = "db".into();
         let healthy = release(ReleaseState::Healthy, 3, &[3], false, &[]);
-        let reports = reports(&[healthy, orphan, config_map], 1_800_000_000);
+        let reports = reports(ReportApi::WgPolicy, &[healthy, orphan, config_map], 1_800_000_000);
         let namespaces: Vec<&str> =
             reports.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
         assert_eq!(namespaces, ["a", "demo"]);
