@@ -329,7 +329,9 @@ async fn slow_bodies(binary: &str) {
 async fn sigterm_run(binary: &str, h2: bool, term_at: Duration) -> (usize, usize, usize) {
     let delay = Duration::from_secs(5);
     let guard = Arc::new(Guard::start(binary, &["--shutdown-delay", "5s"]).await);
-    let body = small_review();
+    // Each request its own uid, so that a lost one can be looked for in the guard's ledger.
+    let template: Arc<Value> = Arc::new(serde_json::from_slice(&small_review()).unwrap());
+    let lost_uids = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
     let start = Instant::now();
     let (answered, lost, not_sent) =
         (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -337,10 +339,12 @@ async fn sigterm_run(binary: &str, h2: bool, term_at: Duration) -> (usize, usize
     // What each client is doing (0 done, 1 connecting, 2 sending), told if one never ends.
     let doing: Arc<[std::sync::atomic::AtomicU8; 16]> = Arc::new(Default::default());
     for worker in 0..16 {
-        let (guard, body, doing) = (guard.clone(), body.clone(), doing.clone());
+        let (guard, template, doing, lost_uids) =
+            (guard.clone(), template.clone(), doing.clone(), lost_uids.clone());
         let (answered, lost, not_sent) = (answered.clone(), lost.clone(), not_sent.clone());
         tasks.push(tokio::spawn(async move {
             let mut sender: Option<Sender> = None;
+            let mut sequence = 0u64;
             loop {
                 if sender.is_none() {
                     // The endpoint is gone once the delay ends: no new connections.
@@ -361,7 +365,12 @@ async fn sigterm_run(binary: &str, h2: bool, term_at: Duration) -> (usize, usize
                 }
                 let Some(s) = sender.as_mut() else { continue };
                 doing[worker].store(2, Ordering::Relaxed);
-                match s.send("/validate?timeout=5s", body.clone()).await {
+                sequence += 1;
+                let uid = format!("sigterm-{worker}-{sequence}");
+                let mut review = (*template).clone();
+                review["request"]["uid"] = json!(uid);
+                let body = Bytes::from(serde_json::to_vec(&review).unwrap());
+                match s.send("/validate?timeout=5s", body).await {
                     Outcome::Answered(200, close) => {
                         answered.fetch_add(1, Ordering::Relaxed);
                         if close {
@@ -381,6 +390,7 @@ async fn sigterm_run(binary: &str, h2: bool, term_at: Duration) -> (usize, usize
                         if lost.fetch_add(1, Ordering::Relaxed) < 3 {
                             eprintln!("  lost at {:?}: {why}", start.elapsed());
                         }
+                        lost_uids.lock().unwrap().push((uid, why));
                         sender = None;
                     }
                 }
@@ -411,6 +421,16 @@ async fn sigterm_run(binary: &str, h2: bool, term_at: Duration) -> (usize, usize
             eprintln!("  the guard had not exited 25 s after the delay ended");
         }
         guard.stop();
+    }
+    // Whether the guard decided each lost request (its ledger line is in the log): if so, the
+    // answer was lost between the guard's decision and the client.
+    let log = std::fs::read_to_string(guard::LOG).unwrap_or_default();
+    for (uid, why) in lost_uids.lock().unwrap().iter() {
+        let decided = log.contains(&format!("\"{uid}\""));
+        eprintln!(
+            "  lost {uid} ({why}): {}",
+            if decided { "decided by the guard (in its ledger)" } else { "not in the guard's ledger" }
+        );
     }
     (answered.load(Ordering::Relaxed), lost.load(Ordering::Relaxed), not_sent.load(Ordering::Relaxed))
 }

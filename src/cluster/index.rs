@@ -23,6 +23,10 @@ use crate::release::ReleaseKey;
 use crate::release::history::{PayloadStatus, RevisionFacts, classify};
 use crate::release::record::same_object;
 
+/// What [`ReleaseIndex::take_touched`] says when a namespace itself (its labels) changed: no
+/// namespace is named so.
+pub const NAMESPACES_TOUCHED: &str = "";
+
 /// Where the index's contents come from, which decides what an approved write does to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {
@@ -364,17 +368,25 @@ impl ReleaseIndex {
 
     /// Adds or changes a namespace.
     pub fn set_namespace(&self, name: &str, info: NamespaceInfo) {
-        self.lock().namespaces.insert(name.to_owned(), info);
+        let mut state = self.lock();
+        if state.namespaces.get(name) != Some(&info) {
+            state.touch(NAMESPACES_TOUCHED);
+        }
+        state.namespaces.insert(name.to_owned(), info);
     }
 
     /// Forgets a namespace.
     pub fn remove_namespace(&self, name: &str) {
-        self.lock().namespaces.remove(name);
+        let mut state = self.lock();
+        state.touch(NAMESPACES_TOUCHED);
+        state.namespaces.remove(name);
     }
 
     /// Replaces every namespace at once (a completed list).
     pub fn replace_namespaces(&self, namespaces: impl IntoIterator<Item = (String, NamespaceInfo)>) {
-        self.lock().namespaces = namespaces.into_iter().collect();
+        let mut state = self.lock();
+        state.touch(NAMESPACES_TOUCHED);
+        state.namespaces = namespaces.into_iter().collect();
     }
 
     /// The namespaces whose labels leave them less protected than the global `default` mode, by
@@ -785,6 +797,14 @@ mod tests {
         assert_eq!(by_namespace.keys().collect::<Vec<_>>(), ["demo", "other"]);
         let demo: Vec<u32> = by_namespace["demo"][0].1.iter().map(|f| f.revision).collect();
         assert_eq!(demo.len(), 2, "the hidden revision 1 is not seen: {demo:?}");
+        index.set_namespace("demo", NamespaceInfo::default());
+        assert_eq!(
+            index.take_touched().into_iter().collect::<Vec<_>>(),
+            [NAMESPACES_TOUCHED],
+            "a namespace's labels"
+        );
+        index.set_namespace("demo", NamespaceInfo::default());
+        assert!(index.take_touched().is_empty(), "the same labels again");
         let only: BTreeSet<String> = ["other".to_owned()].into();
         assert_eq!(index.releases_in(Some(&only)).keys().collect::<Vec<_>>(), ["other"]);
     }

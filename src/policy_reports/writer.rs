@@ -22,6 +22,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::build::{self, POLICY, ReportApi};
+use crate::cluster::index::NAMESPACES_TOUCHED;
 use crate::cluster::{ReleaseIndex, helmcharts};
 use crate::policy::Mode;
 use crate::release::ReleaseState;
@@ -255,7 +256,7 @@ impl Writer {
         let releases = self.index.releases_in(wanted.as_ref());
         let mut namespaces: BTreeSet<String> = releases.keys().cloned().collect();
         namespaces.extend(wanted.unwrap_or_else(|| self.written.keys().map(|(_, ns)| ns.clone()).collect()));
-        namespaces.remove("");
+        namespaces.remove(NAMESPACES_TOUCHED);
         let mut kept = 0usize;
         let mut jobs = Vec::new();
         for namespace in namespaces {

@@ -92,17 +92,6 @@ impl History {
         self.revisions.last().copied()
     }
 
-    /// The highest revision below the latest.
-    pub fn previous(&self) -> Option<(u32, Status)> {
-        let (latest, _) = self.latest()?;
-        self.revisions.iter().rev().find(|(r, _)| *r < latest).copied()
-    }
-
-    /// The status Helm reads for `revision`.
-    pub fn status_of(&self, revision: u32) -> Option<Status> {
-        self.revisions.iter().rev().find(|(r, _)| *r == revision).map(|(_, s)| *s)
-    }
-
     /// Revisions with a `deployed` record, ascending, each once.
     pub fn deployed(&self) -> impl Iterator<Item = u32> + '_ {
         let mut last = None;
@@ -441,5 +430,85 @@ mod tests {
         assert_eq!(c.deployed, vec![1, 2]);
         assert!(c.anomalies.contains(&Anomaly::MultipleDeployed));
         assert!(c.is_broken());
+    }
+
+    /// Two records of one revision (a name reused, a copy restored beside Helm's): the deployed
+    /// one counts, in whichever order they are listed.
+    #[test]
+    fn a_revision_held_twice_reads_as_deployed_whichever_record_comes_first() {
+        use Status::*;
+        for facts in [
+            [rev(1, Superseded), rev(2, Deployed), rev(2, Failed)],
+            [rev(1, Superseded), rev(2, Failed), rev(2, Deployed)],
+        ] {
+            let history = History::new(&facts);
+            // As `helm history` lists them: each record, ascending, the one that counts last.
+            assert_eq!(history.revisions(), [(1, Superseded), (2, Failed), (2, Deployed)]);
+            assert_eq!(history.latest(), Some((2, Deployed)), "{facts:?}");
+            assert_eq!(state_of(&facts), ReleaseState::Healthy, "{facts:?}");
+        }
+    }
+
+    /// `scan --broken` and the PolicyReports: an operator looks at any state but healthy,
+    /// absent or uninstalled, and at any anomaly.
+    #[test]
+    fn broken_is_every_state_an_operator_must_look_at_and_every_anomaly() {
+        use Status::*;
+        // (records, the state is fine, broken)
+        let table = [
+            (vec![rev(1, Superseded), rev(2, Deployed)], true, false),
+            (vec![], true, false),
+            (vec![rev(1, Uninstalled)], true, false),
+            (vec![rev(3, Deployed), rev(4, Failed)], false, true),
+            (vec![rev(1, Superseded), rev(2, Superseded)], false, true),
+            (vec![rev(1, Deployed), rev(2, PendingUpgrade)], false, true),
+            (vec![rev(1, Superseded), rev(2, Uninstalling)], false, true),
+            // Healthy, but two revisions deployed.
+            (vec![rev(1, Deployed), rev(2, Deployed)], true, true),
+        ];
+        for (facts, ok, broken) in table {
+            let c = classify(&facts, 1_000, DEFAULT_STUCK_AFTER_SECS);
+            assert_eq!(
+                (c.state.is_ok(), c.is_broken()),
+                (ok, broken),
+                "{facts:?}: {:?} {:?}",
+                c.state,
+                c.anomalies
+            );
+        }
+    }
+
+    /// README and `--stuck-after`: 15 minutes.
+    #[test]
+    fn by_default_a_pending_revision_is_stuck_after_fifteen_minutes() {
+        let pending = [rev(1, Status::PendingUpgrade)];
+        assert!(!classify(&pending, 1_000 + 14 * 60, DEFAULT_STUCK_AFTER_SECS).stuck);
+        assert!(classify(&pending, 1_000 + 16 * 60, DEFAULT_STUCK_AFTER_SECS).stuck);
+    }
+
+    #[test]
+    fn a_failed_upgrade_hint_names_the_revision_still_deployed() {
+        let c = classify(&[rev(3, Status::Deployed), rev(4, Status::Failed)], 1_000, 900);
+        let hint = c.hint("web", "demo");
+        assert!(
+            hint.contains("revision 3 is still deployed") && hint.contains("`helm rollback web 3 -n demo`"),
+            "{hint}"
+        );
+        let alone = classify(&[rev(1, Status::Failed)], 1_000, 900).hint("web", "demo");
+        assert!(alone.contains("nothing deployed"), "{alone}");
+    }
+
+    /// A record about to be created, inserted where Helm would list it.
+    #[test]
+    fn a_history_with_one_more_record_keeps_the_order_helm_lists() {
+        use Status::*;
+        let history = History::new(&[rev(1, Superseded), rev(3, Deployed)]);
+        assert_eq!(history.with(2, Failed).revisions(), [(1, Superseded), (2, Failed), (3, Deployed)]);
+        assert_eq!(history.with(4, PendingUpgrade).latest(), Some((4, PendingUpgrade)));
+        assert_eq!(
+            history.with(3, Failed).latest(),
+            Some((3, Deployed)),
+            "the deployed record of a revision counts"
+        );
     }
 }
