@@ -6,7 +6,8 @@
 //! the kubelet does and restarts it when it dies; kube-proxy forwards the Service's ClusterIP,
 //! which the API server calls for the rendered webhooks, to the ready containers only. Then real
 //! Helm 3 and 4 run random flows through it beside an unguarded twin namespace, a container is
-//! killed in the middle (the other answers, the kubelet restarts it), the serving certificate is
+//! killed in the middle (the other answers, the kubelet restarts it), both are replaced by a
+//! rolling restart (SIGTERM, the shutdown delay, the drain) while the flow goes on, the serving certificate is
 //! rotated by replacing the mounted files, and `helm uninstall` of the chart completes and leaves
 //! no webhook.
 //!
@@ -65,6 +66,9 @@ struct Replica {
     https: SocketAddr,
     metrics: SocketAddr,
     ready: AtomicBool,
+    /// Being terminated (a rolling restart): out of the Service's endpoints whatever its probes
+    /// say, as the endpoints controller drops a terminating pod; cleared when it starts again.
+    terminating: AtomicBool,
     /// The pod's volumes as the kubelet lays them out, by mount path.
     volumes: Vec<(String, PathBuf)>,
 }
@@ -216,10 +220,13 @@ impl Deployed {
                     if !replica.running() {
                         replica.ready.store(false, Ordering::SeqCst);
                         let _ = podman(&["start", &replica.container]);
+                        replica.terminating.store(false, Ordering::SeqCst);
                         (ready_failures, live_failures) = (0, 0);
                     }
                     let now = Instant::now();
-                    if now >= next_ready {
+                    if replica.terminating.load(Ordering::SeqCst) {
+                        replica.ready.store(false, Ordering::SeqCst);
+                    } else if now >= next_ready {
                         if probe(replica.metrics, &ready_path) {
                             ready_failures = 0;
                             replica.ready.store(true, Ordering::SeqCst);
@@ -455,8 +462,28 @@ fn start_pod(pod: &Value, dir: &Path) -> Replica {
         https,
         metrics,
         ready: AtomicBool::new(false),
+        terminating: AtomicBool::new(false),
         volumes,
     }
+}
+
+/// A rolling restart (`kubectl rollout restart`, one pod unavailable at a time): each replica in
+/// turn is taken out of the endpoints and sent SIGTERM, as the kubelet does; it drains and exits,
+/// the kubelet loop starts it again, and the next goes once it is ready. Runs beside the caller.
+fn rolling_restart(replicas: Arc<Vec<Replica>>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for replica in replicas.iter() {
+            let before = replica.restarts();
+            replica.terminating.store(true, Ordering::SeqCst);
+            replica.ready.store(false, Ordering::SeqCst);
+            assert!(podman(&["kill", "--signal", "TERM", &replica.container]).status.success());
+            let started = Instant::now();
+            while replica.restarts() == before || !replica.ready.load(Ordering::SeqCst) {
+                assert!(started.elapsed() < Duration::from_secs(90), "{} never came back ready", replica.pod);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    })
 }
 
 /// The guarded namespace and its unguarded twin (`helm-guard.io/ignore=true`, made before any
@@ -515,7 +542,7 @@ fn steps() -> usize {
 }
 
 /// The defaults (two replicas): random Helm 3 and 4 flows agree with the twin while one replica
-/// is killed and restarted in the middle; the certificate rotated in the mounted files is served
+/// is killed and restarted in the middle and, later, both are replaced by a rolling restart; the certificate rotated in the mounted files is served
 /// without a restart; `helm uninstall` completes and leaves no webhook.
 /// Each test installs the chart, whose webhooks are cluster-wide and fail closed: run side by
 /// side (the default of `cargo test`), one's webhooks refuse the other's install before its
@@ -524,7 +551,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 #[ignore = "needs a real API server, podman, the image and root: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
-fn the_chart_as_deployed_guards_helm_through_a_replica_crash_and_a_certificate_rotation() {
+fn the_chart_as_deployed_guards_helm_through_a_crash_a_rollout_and_a_certificate_rotation() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (namespaces, _dir, chart) = twins("deployed");
     let deployed = Deployed::install("helm", "deployed", &[]);
@@ -534,6 +561,7 @@ fn the_chart_as_deployed_guards_helm_through_a_replica_crash_and_a_certificate_r
         let helm = if i % 2 == 0 { "helm" } else { "helm3" };
         let mut flow = flow(helm, seed, &namespaces, &chart);
         let steps = steps();
+        let mut rollout = None;
         for step in 0..steps {
             if step == steps / 3 {
                 // A crash, not a shutdown: SIGKILL, no drain.
@@ -541,10 +569,21 @@ fn the_chart_as_deployed_guards_helm_through_a_replica_crash_and_a_certificate_r
                 assert!(podman(&["kill", "--signal", "KILL", &victim.container]).status.success());
                 flow.log.push(format!("(killed {})", victim.pod));
             }
+            if step == 2 * steps / 3 {
+                // A rollout: both replicas replaced one after the other while Helm runs.
+                rollout = Some(rolling_restart(deployed.replicas.clone()));
+                flow.log.push("(rolling restart)".to_owned());
+            }
             let op = random_op(&mut flow.rng, RELEASES.len());
             flow.step(&op);
         }
-        eprintln!("seed {seed}: {steps} steps agree ({helm}, HELM_DRIVER={})", flow.driver);
+        if let Some(rollout) = rollout {
+            rollout.join().unwrap();
+        }
+        eprintln!(
+            "seed {seed}: {steps} steps agree ({helm}, HELM_DRIVER={}) through a crash and a rollout",
+            flow.driver
+        );
     }
     let started = Instant::now();
     while !deployed.replicas.iter().all(|r| r.ready.load(Ordering::SeqCst)) {
