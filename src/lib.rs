@@ -30,8 +30,9 @@
 //! The [`cluster::index::ReleaseIndex`] is filled by [`cluster::snapshot`] (a dump file) or by
 //! [`cluster::watch`] (kube-rs metadata watchers, and K3s's HelmCharts in
 //! [`cluster::helmcharts`]; what a verdict reads beyond them, [`cluster::fetch`]); [`live`]
-//! starts them and the rest of the live guard (Events, agreement, the recycle bin) once, for
-//! `serve` and the tests. The command line is in [`cli`]; the webhook's certificates in
+//! starts them and the rest of the live guard (Events, agreement, the recycle bin, the
+//! [`policy_reports`] writer, which keeps release health as PolicyReports) once, for `serve` and
+//! the tests. The command line is in [`cli`]; the webhook's certificates in
 //! [`certs`].
 //!
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:

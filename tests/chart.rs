@@ -60,6 +60,13 @@ fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// The guard container's args in the Deployment of `objects`.
+fn args(objects: &[Value]) -> Vec<String> {
+    let deployment = one(objects, "Deployment");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    args.iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+}
+
 fn manifest_documents(name: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(format!("{}/manifests/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
     serde_saphyr::from_multiple::<Value>(&text).unwrap().into_iter().filter(|o| !o.is_null()).collect()
@@ -392,11 +399,6 @@ fn real_helm_installs_the_chart_into_a_real_api_server() {
 #[test]
 #[ignore = "needs helm: cargo test --test chart -- --ignored"]
 fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
-    let args = |objects: &[Value]| -> Vec<String> {
-        let deployment = one(objects, "Deployment");
-        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
-        args.iter().map(|a| a.as_str().unwrap().to_owned()).collect()
-    };
     let defaults = render(&[]);
     let default_args = args(&defaults);
     for flag in
@@ -427,11 +429,6 @@ fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
 #[test]
 #[ignore = "needs helm: cargo test --test chart -- --ignored"]
 fn policy_reports_are_on_by_default_and_one_value_turns_them_and_their_role_off() {
-    let args = |objects: &[Value]| -> Vec<String> {
-        let deployment = one(objects, "Deployment");
-        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
-        args.iter().map(|a| a.as_str().unwrap().to_owned()).collect()
-    };
     let report_role = |objects: &[Value]| {
         find(objects, "ClusterRole")
             .into_iter()

@@ -128,3 +128,40 @@ impl PolicyConfig {
         i64::try_from(self.stuck_after.as_secs()).unwrap_or(i64::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Reason, Verdict};
+
+    /// A refusal of a break-glass deletion by someone the annotation does not count for says so;
+    /// nothing else is touched.
+    #[test]
+    fn only_a_refusal_the_annotation_did_not_unlock_says_who_it_counts_for() {
+        let config = PolicyConfig { break_glass_groups: vec!["sre".into()], ..PolicyConfig::default() };
+        let (sre, dev) = (["sre".to_owned()], ["dev".to_owned()]);
+        let member = Requester { username: "alice", groups: &sre };
+        let other = Requester { username: "bob", groups: &dev };
+        let refused = || Verdict::deny(Reason::LatestDeployedRevision, "refused");
+        let allowed = Verdict::warn(Reason::BreakGlass, "kept a copy");
+        let explained = config.explain_break_glass(refused(), Some("INC-1"), other).message.unwrap();
+        assert!(explained.starts_with("refused (the helm-guard.io/allow-delete annotation"), "{explained}");
+        assert!(explained.contains("members of group sre, and bob is not one"), "{explained}");
+        assert_eq!(config.explain_break_glass(refused(), None, other), refused(), "no annotation");
+        assert_eq!(config.explain_break_glass(refused(), Some("INC-1"), member), refused(), "a member");
+        assert_eq!(
+            config.explain_break_glass(allowed.clone(), Some("INC-1"), other),
+            allowed,
+            "not a refusal"
+        );
+    }
+
+    #[test]
+    fn stuck_after_is_given_to_the_classifier_in_seconds() {
+        let config =
+            PolicyConfig { stuck_after: std::time::Duration::from_secs(15 * 60), ..PolicyConfig::default() };
+        assert_eq!(config.stuck_after_secs(), 900);
+        let forever = PolicyConfig { stuck_after: std::time::Duration::MAX, ..PolicyConfig::default() };
+        assert_eq!(forever.stuck_after_secs(), i64::MAX);
+    }
+}
