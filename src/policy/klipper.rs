@@ -273,8 +273,10 @@ mod tests {
         const BROKEN: ScriptVersion = (0, 13, 0);
         const HEAD: ScriptVersion = (0, 13, 3);
         type Row = (ScriptVersion, Asked, Option<(u32, Status)>, Option<&'static str>, &'static str);
-        let table: [Row; 24] = [
+        let table: [Row; 25] = [
             (HEAD, Asked::Install, None, None, "install"),
+            // `helm upgrade` of a release that is not there: Helm says so and the job fails.
+            (HEAD, Asked::Upgrade, None, None, "upgrade"),
             (HEAD, Asked::Install, Some((3, Deployed)), None, "upgrade"),
             (
                 OLD,

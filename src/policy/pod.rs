@@ -336,6 +336,16 @@ mod tests {
             ("kube-system", Driver::Secret, PodCommand::Delete)
         );
         assert_eq!(defaults.env, ScriptEnv::default());
+        assert_eq!(defaults.chart, ("kube-system".to_owned(), "web".to_owned()), "the pod's namespace");
+
+        // The HelmChart lives where helm-controller says (Events and protection are read there).
+        let elsewhere =
+            json!([{"name": "NAME", "value": "web"}, {"name": "CHART_NAMESPACE", "value": "charts"}]);
+        let found = HelmInstallPod::from_pod(&typed(&pod("install", elsewhere)), "x").unwrap();
+        assert_eq!(found.chart, ("charts".to_owned(), "web".to_owned()));
+        let empty = json!([{"name": "NAME", "value": "web"}, {"name": "CHART_NAMESPACE", "value": ""}]);
+        let found = HelmInstallPod::from_pod(&typed(&pod("install", empty)), "x").unwrap();
+        assert_eq!(found.chart.0, "kube-system", "an empty CHART_NAMESPACE is no namespace");
     }
 
     #[test]
