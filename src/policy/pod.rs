@@ -158,13 +158,6 @@ pub struct PodPlan {
     pub action: ScriptAction,
 }
 
-impl PodPlan {
-    /// Whether the plan changes what the pod does (not only its annotations).
-    pub fn rewrites(&self) -> bool {
-        self.rewrite_to_upgrade || self.failure_policy.is_some()
-    }
-}
-
 /// Plans the mutation from the release's classification. `protected` names what asks for
 /// protection (`helmchart kube-system/traefik`), when the chart or its namespace does.
 pub fn plan(pod: &HelmInstallPod, release: &Classification, protected: Option<&str>) -> PodPlan {
@@ -427,7 +420,8 @@ mod tests {
         );
         // Nothing to protect from: an upgrade, or a policy that already keeps the release.
         let healthy = plan(&target(HEAD_IMAGE, json!([])), &state(&[(2, Status::Deployed)]), why);
-        assert!(!healthy.rewrites() && !healthy.annotations.contains_key(POLICY_REWRITTEN_ANNOTATION));
+        assert!(!healthy.rewrite_to_upgrade && healthy.failure_policy.is_none());
+        assert!(!healthy.annotations.contains_key(POLICY_REWRITTEN_ANNOTATION));
         let abort =
             plan(&target(HEAD_IMAGE, json!([{"name": "FAILURE_POLICY", "value": "abort"}])), &failed, why);
         assert_eq!(abort.failure_policy, None);
