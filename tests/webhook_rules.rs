@@ -102,6 +102,19 @@ async fn d3_an_undecodable_record_may_go_with_a_warning() {
     assert!(response["warnings"][0].as_str().unwrap().contains("does not decode"));
 }
 
+/// Fails closed: a DELETE whose review carries no oldObject cannot be shown harmless.
+#[tokio::test]
+async fn a_delete_review_without_its_old_object_is_refused() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let guard = guard_with(records.clone()).await;
+    let mut review = delete_review(&records[0]);
+    review["request"].as_object_mut().unwrap().remove("oldObject");
+    let response = guard.validate(&review).await;
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "no-old-object"));
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("carries no oldObject"), "{message}");
+}
+
 #[tokio::test]
 async fn d4_to_d9_on_real_records() {
     // (history, revision deleted, allowed, reason)
