@@ -161,7 +161,10 @@ fn writer(namespace: &str, identity: &str) -> WriterOptions {
 #[ignore = "needs a real API server, helm, kubectl and git: cargo test --test e2e_policy_reports -- --ignored"]
 async fn broken_releases_show_in_policy_reports_and_turn_to_pass_when_repaired() {
     // The writer's log lines, shown with --nocapture.
-    let _ = tracing_subscriber::fmt().with_env_filter("helm_guard::policy_reports=info").try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("helm_guard::policy_reports=info")
+        .with_test_writer()
+        .try_init();
     let scratch = tempfile::tempdir().unwrap();
     let (wgpolicy, openreports) = (crds(WGPOLICY, scratch.path()), crds(OPENREPORTS, scratch.path()));
     for crd in CRD_NAMES {
