@@ -102,6 +102,25 @@ async fn d3_an_undecodable_record_may_go_with_a_warning() {
     assert!(response["warnings"][0].as_str().unwrap().contains("does not decode"));
 }
 
+/// The view follows what the guard let through: an edit it refused changes nothing of what the
+/// next verdict sees.
+#[tokio::test]
+async fn a_refused_edit_leaves_the_view_as_it_was() {
+    let records = web(&[(1, "superseded"), (2, "deployed"), (3, "failed")]);
+    let guard = guard_with(records.clone()).await;
+    // Revision 1 made deployed again by hand: not an edit Helm makes (a rollback writes a new
+    // revision). Had the view taken it, revision 2 would no longer be the only one deployed.
+    let forged = rewrite(&records[0], 1, "deployed");
+    let refused = guard.validate(&update_review(&records[0], &forged)).await;
+    assert_eq!(refused["allowed"], false, "{refused}");
+    let delete = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(
+        (delete["allowed"].as_bool(), reason(&delete)),
+        (Some(false), "last-deployed-revision"),
+        "{delete}"
+    );
+}
+
 /// Fails closed: a DELETE whose review carries no oldObject cannot be shown harmless.
 #[tokio::test]
 async fn a_delete_review_without_its_old_object_is_refused() {
