@@ -279,6 +279,14 @@ async fn a_dry_run_gets_the_real_verdict_and_changes_nothing() {
     assert_eq!(guard.validate(&delete_review(&records[2])).await["allowed"], true);
     let response = guard.validate(&delete_review(&records[1])).await;
     assert_eq!(reason(&response), "latest-deployed-revision");
+
+    // A dry-run CREATE of revision 5, deployed, adds nothing either: revision 3 is still the
+    // only one deployed, and the latest.
+    let fifth = web(&[(5, "deployed")]).remove(0);
+    let created = guard.validate(&dry_run(create_review(&fifth))).await;
+    assert_eq!(created["allowed"], true, "{created}");
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(reason(&response), "latest-deployed-revision");
 }
 
 #[tokio::test]
