@@ -135,8 +135,7 @@ fn helm(args: &[&str]) -> std::process::Output {
 }
 
 fn metric(running: &helm_guard::server::Running, name: &str) -> u64 {
-    let done = run(&["curl", "-sf", &format!("http://{}/metrics", running.metrics_addr)]);
-    let text = String::from_utf8(done.stdout).unwrap();
+    let text = common::cluster::metrics_of(running);
     text.lines()
         .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
         .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}"))

@@ -21,7 +21,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{kubectl_apply, run, said};
+use common::cluster::{kubectl_apply, metrics_of, run, said};
 use futures::FutureExt;
 use helm_guard::policy::PolicyConfig;
 use helm_guard::recycle_bin::copy::BinBounds;
@@ -100,13 +100,6 @@ fn force_delete(namespace: &str, object: &str, user: Option<&str>) -> String {
     let done = run(&args);
     assert!(done.status.success(), "{}", said(&done));
     said(&done)
-}
-
-/// The guard's /metrics.
-fn metrics_of(running: &helm_guard::server::Running) -> String {
-    let done = run(&["curl", "-sf", &format!("http://{}/metrics", running.metrics_addr)]);
-    assert!(done.status.success(), "{}", said(&done));
-    String::from_utf8(done.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -210,3 +210,10 @@ pub fn kubectl_apply(object: &Value) {
     let done = waiting(|| child.wait_with_output().unwrap());
     assert!(done.status.success(), "kubectl apply of a {}: {}", object["kind"], said(&done));
 }
+
+/// The guard's `/metrics`, as Prometheus scrapes it.
+pub fn metrics_of(running: &helm_guard::server::Running) -> String {
+    let done = run(&["curl", "-sf", &format!("http://{}/metrics", running.metrics_addr)]);
+    assert!(done.status.success(), "{}", said(&done));
+    String::from_utf8(done.stdout).unwrap()
+}
