@@ -121,6 +121,30 @@ async fn a_refused_edit_leaves_the_view_as_it_was() {
     );
 }
 
+/// A record an exempt user moves to another release (its `name` label changed) leaves the
+/// release it was in: the next verdict on that release no longer counts it.
+#[tokio::test]
+async fn a_record_moved_to_another_release_leaves_its_old_one() {
+    let records = web(&[(1, "deployed"), (2, "deployed"), (3, "failed")]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        exempt_users: vec!["backup-operator".into()],
+        ..Options::default()
+    })
+    .await;
+    let mut moved = records[0].clone();
+    moved["metadata"]["labels"]["name"] = json!("other");
+    let update = guard.validate(&as_user(update_review(&records[0], &moved), "backup-operator", &[])).await;
+    assert_eq!((update["allowed"].as_bool(), reason(&update)), (Some(true), "exempt"), "{update}");
+    // Revision 2 is now the only deployed revision of web.
+    let delete = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(
+        (delete["allowed"].as_bool(), reason(&delete)),
+        (Some(false), "last-deployed-revision"),
+        "{delete}"
+    );
+}
+
 /// Fails closed: a DELETE whose review carries no oldObject cannot be shown harmless.
 #[tokio::test]
 async fn a_delete_review_without_its_old_object_is_refused() {
