@@ -145,6 +145,30 @@ async fn a_record_moved_to_another_release_leaves_its_old_one() {
     );
 }
 
+/// The ledger line says what each record went through, as the status Helm reads on each side.
+#[test]
+fn the_ledger_says_what_each_record_went_through() {
+    use helm_guard::admission::{Webhook, review as admission_review};
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let admission = common::guard::snapshot_admission(&records);
+    let transition = |review: Value| {
+        let parsed = admission_review::parse(&serde_json::to_vec(&review).unwrap()).unwrap();
+        admission.review(Webhook::Validate, parsed, None).unwrap().entry.transition
+    };
+    let mut corrupt = records[0].clone();
+    corrupt["data"]["release"] = json!("AAAA");
+    let fourth = web(&[(4, "pending-upgrade")]).remove(0);
+    let cases = [
+        (delete_review(&records[1]), "deployed -> (deleted)"),
+        (update_review(&records[1], &rewrite(&records[1], 3, "superseded")), "deployed -> superseded"),
+        (update_review(&records[0], &corrupt), "superseded -> undecodable"),
+        (create_review(&fourth), "(new) -> pending-upgrade"),
+    ];
+    for (review, said) in cases {
+        assert_eq!(transition(review).as_deref(), Some(said));
+    }
+}
+
 /// Fails closed: a DELETE whose review carries no oldObject cannot be shown harmless.
 #[tokio::test]
 async fn a_delete_review_without_its_old_object_is_refused() {
