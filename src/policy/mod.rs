@@ -62,4 +62,15 @@ mod tests {
         assert_eq!(super::echoed(&exact), exact, "a text of the limit is kept whole");
         assert!(cut.ends_with('…'));
     }
+
+    /// `helm-guard.io/allow-delete` counts only with a reason: what the audit trail records.
+    #[test]
+    fn a_break_glass_annotation_counts_with_a_reason_trimmed() {
+        let with = |value: &str| {
+            std::collections::BTreeMap::from([(super::BREAK_GLASS_ANNOTATION.to_owned(), value.to_owned())])
+        };
+        assert_eq!(super::break_glass_reason(&with("  INC-7 restore  ")).as_deref(), Some("INC-7 restore"));
+        assert_eq!(super::break_glass_reason(&with("   ")), None, "a blank reason is none");
+        assert_eq!(super::break_glass_reason(&Default::default()), None);
+    }
 }

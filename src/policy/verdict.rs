@@ -160,3 +160,30 @@ impl Verdict {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    /// Which approvals and refusals a live guard confirms against what is stored before it
+    /// answers (the doc of `rests_on_history`, rule by rule).
+    #[test]
+    fn the_verdicts_read_off_the_rest_of_the_history_are_the_ones_confirmed() {
+        let resting = [
+            Reason::UninstallPurge,
+            Reason::LastDeployedRevision,
+            Reason::HistoryPruning,
+            Reason::StuckRevisionRecovery,
+            Reason::LatestDeployedRevision,
+            Reason::WouldOrphanRelease,
+        ];
+        for reason in resting {
+            assert!(reason.rests_on_history(), "{reason}");
+        }
+        for reason in
+            [Reason::NamespaceTeardown, Reason::BreakGlass, Reason::Exempt, Reason::UndecodableRecord]
+        {
+            assert!(!reason.rests_on_history(), "{reason} holds whatever else is stored");
+        }
+    }
+}
