@@ -25,7 +25,7 @@ use super::build::{self, POLICY, ReportApi};
 use crate::cluster::index::NAMESPACES_TOUCHED;
 use crate::cluster::{ReleaseIndex, helmcharts};
 use crate::policy::Mode;
-use crate::release::ReleaseState;
+use crate::release::Status;
 use crate::release::scan::from_facts;
 use crate::tally::Tally;
 
@@ -252,7 +252,7 @@ impl Writer {
         }
         let wanted: Option<BTreeSet<String>> =
             (!full).then(|| touched.iter().chain(&self.pending).cloned().collect());
-        let now = unix_now();
+        let now = jiff::Timestamp::now().as_second();
         let releases = self.index.releases_in(wanted.as_ref());
         let mut namespaces: BTreeSet<String> = releases.keys().cloned().collect();
         namespaces.extend(wanted.unwrap_or_else(|| self.written.keys().map(|(_, ns)| ns.clone()).collect()));
@@ -267,7 +267,8 @@ impl Writer {
                     continue;
                 }
                 let report = from_facts(key, facts, now, self.options.stuck_after_secs);
-                if is_pending(report.state) && !report.stuck {
+                // Only a pending status can become stuck (the classifier's rule).
+                if report.status.is_some_and(Status::is_pending) && !report.stuck {
                     self.pending.insert(namespace.clone());
                 }
                 let mut result = build::release_result(&report);
@@ -476,16 +477,6 @@ fn reports_api(
     }
 }
 
-fn is_pending(state: ReleaseState) -> bool {
-    matches!(
-        state,
-        ReleaseState::PendingInstall
-            | ReleaseState::PendingUpgrade
-            | ReleaseState::PendingRollback
-            | ReleaseState::Uninstalling
-    )
-}
-
 /// What a result is about: the release (and driver), or the namespace or bin entry of the
 /// cluster report; read from its properties so that a report read back maps the same way.
 fn subject(result: &Value) -> Option<String> {
@@ -545,13 +536,6 @@ fn hash_value(value: &Value, skip: Option<&str>, hasher: &mut impl Hasher) {
         Value::Bool(flag) => flag.hash(hasher),
         Value::Null => 0u8.hash(hasher),
     }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
