@@ -21,8 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use common::leases::{Replica, SharedLeases};
 use common::*;
-use helm_guard::admission::{LiveParts, Settings, Webhook, review as admission_review};
+use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
+use helm_guard::cluster::coordination::DeleteCoordinator;
 use helm_guard::cluster::feed::record_from_meta;
 use helm_guard::cluster::{Blocking, Fetched, IndexedRecord, PayloadFetcher};
 use helm_guard::policy::PolicyConfig;
@@ -105,4 +107,126 @@ fn a_live_delete_is_sent_where_it_may_wait_before_it_is_decided() {
     // What it predicts holds: decided inline, the live DELETE would have asked to wait.
     assert!(live.review(Webhook::Validate, delete, None).is_err());
     assert!(live.review(Webhook::Validate, update, None).is_ok());
+}
+
+fn key() -> ReleaseKey {
+    ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() }
+}
+
+/// A live guard whose index holds `indexed` and whose API server stores `stored`.
+fn live_guard(indexed: &[Value], stored: &[Value], coordinator: Option<Replica>) -> (Admission, Arc<Stored>) {
+    let fetcher = Arc::new(Stored { objects: stored.to_vec(), listings: AtomicUsize::new(0) });
+    let live = LiveParts {
+        fetcher: Some(fetcher.clone() as Arc<dyn PayloadFetcher>),
+        coordinator: coordinator.map(|c| Arc::new(c) as Arc<dyn DeleteCoordinator>),
+        ..LiveParts::default()
+    };
+    (common::guard::snapshot_admission_with(indexed, Settings::new(PolicyConfig::default()), live), fetcher)
+}
+
+/// Decides a review where waiting is allowed: (allowed, reason).
+fn decide(admission: &Admission, review: &Value) -> (bool, String) {
+    let body = serde_json::to_vec(review).unwrap();
+    let reviewed = admission
+        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
+        .unwrap();
+    let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
+    (reviewed.response.allowed, reason)
+}
+
+fn revisions(admission: &Admission) -> Vec<u32> {
+    let mut revisions: Vec<u32> = admission.index().history(&key()).iter().map(|r| r.revision).collect();
+    revisions.sort_unstable();
+    revisions
+}
+
+/// What a live DELETE costs the API server, by what it is decided on: a verdict read off the rest
+/// of the history is confirmed by one listing (the watch may lag), whichever way it goes; one
+/// the rest of the history cannot turn (teardown of a namespace, a record that does not decode)
+/// costs nothing; and a verdict of "could not read the rest" is confirmed too, because the
+/// listing reads what was missing.
+#[test]
+fn which_live_verdicts_are_confirmed_against_what_is_stored() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let mut undecodable = records[0].clone();
+    undecodable["data"]["release"] = Value::String("bm90IGEgcmVsZWFzZQ==".into());
+    let teardown = |record: &Value| {
+        as_user(delete_review(record), "system:serviceaccount:kube-system:namespace-controller", &[])
+    };
+    // (what, the records, the review, the verdict, listings)
+    let cases: [(&str, Vec<Value>, Value, (bool, &str), usize); 4] = [
+        (
+            "Helm pruning its history",
+            records.clone(),
+            delete_review(&records[0]),
+            (true, "history-pruning"),
+            1,
+        ),
+        (
+            "the latest deployed revision",
+            records.clone(),
+            delete_review(&records[1]),
+            (false, "latest-deployed-revision"),
+            1,
+        ),
+        ("a namespace's teardown", records.clone(), teardown(&records[1]), (true, "namespace-teardown"), 0),
+        (
+            "a record that does not decode",
+            vec![undecodable.clone(), records[1].clone()],
+            delete_review(&undecodable),
+            (true, "undecodable-record"),
+            0,
+        ),
+    ];
+    for (what, stored, review, (allowed, reason), listings) in cases {
+        let (admission, store) = live_guard(&stored, &stored, None);
+        assert_eq!(decide(&admission, &review), (allowed, reason.to_owned()), "{what}");
+        assert_eq!(store.listings.load(Ordering::SeqCst), listings, "{what}: listings");
+    }
+
+    // A guard just started knows revision 2 by its labels alone (the read-ahead has not read its
+    // payload): deciding on the index says "could not read"; the listing reads it, and Helm's
+    // pruning of revision 1 is approved.
+    let (admission, store) = live_guard(&[], &records, None);
+    let labels_only = records
+        .iter()
+        .map(|o| {
+            let meta: ObjectMeta = serde_json::from_value(o["metadata"].clone()).unwrap();
+            record_from_meta(Driver::Secret, &meta).unwrap()
+        })
+        .collect();
+    admission.index().sync_release(&key(), labels_only);
+    let first = records[0]["metadata"]["name"].as_str();
+    assert_eq!(admission.index().unverified(&key(), first).len(), 1, "revision 2 not read yet");
+    assert_eq!(decide(&admission, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
+    assert_eq!(store.listings.load(Ordering::SeqCst), 1);
+}
+
+/// An approval confirmed against what is stored takes effect in the view at once (the record is
+/// hidden until the watch brings its deletion; `inspect`, the metrics and the reports read the
+/// view); one that still needs the other replicas' agreement takes effect only once agreed,
+/// and not at all when no agreement comes.
+#[test]
+fn a_confirmed_approval_hides_the_record_unless_the_replicas_have_not_agreed() {
+    // v1 and v2 both deployed, v3 failed: deleting v1 is approved, and needs agreement (deleting
+    // v2 at the same time would leave nothing to roll back to).
+    let records = web(&[(1, "deployed"), (2, "deployed"), (3, "failed")]);
+
+    let (alone, _) = live_guard(&records, &records, None);
+    assert_eq!(decide(&alone, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
+    assert_eq!(revisions(&alone), [2, 3], "hidden once confirmed");
+
+    let leases = Arc::new(SharedLeases::new(0));
+    let (agreed, _) = live_guard(&records, &records, Some(Replica { leases: leases.clone(), name: "a" }));
+    assert_eq!(decide(&agreed, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
+    assert_eq!(revisions(&agreed), [2, 3], "hidden once agreed");
+
+    let mut silent = SharedLeases::new(0);
+    silent.unavailable = true;
+    let (unagreed, _) = live_guard(&records, &records, Some(Replica { leases: Arc::new(silent), name: "a" }));
+    assert_eq!(
+        decide(&unagreed, &delete_review(&records[0])),
+        (false, "coordination-unavailable".to_owned())
+    );
+    assert_eq!(revisions(&unagreed), [1, 2, 3], "still there: the deletion did not happen");
 }
