@@ -140,6 +140,9 @@ fn revisions(admission: &Admission) -> Vec<u32> {
     revisions
 }
 
+/// A row of the table: what, the records, the review, the verdict, the listings it costs.
+type Confirmation = (&'static str, Vec<Value>, Value, (bool, &'static str), usize);
+
 /// What a live DELETE costs the API server, by what it is decided on: a verdict read off the rest
 /// of the history is confirmed by one listing (the watch may lag), whichever way it goes; one
 /// the rest of the history cannot turn (teardown of a namespace, a record that does not decode)
@@ -153,8 +156,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
     let teardown = |record: &Value| {
         as_user(delete_review(record), "system:serviceaccount:kube-system:namespace-controller", &[])
     };
-    // (what, the records, the review, the verdict, listings)
-    let cases: [(&str, Vec<Value>, Value, (bool, &str), usize); 4] = [
+    let cases: [Confirmation; 4] = [
         (
             "Helm pruning its history",
             records.clone(),
