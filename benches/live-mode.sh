@@ -1,6 +1,8 @@
 #!/bin/bash
 # Live mode against the real API server, beside snapshot mode over the same records: DELETE
-# verdicts (a refusal, and an approval of history pruning) spread over SPREAD releases, at
+# verdicts (a refusal; approvals of history pruning, of a break-glass deletion that keeps a copy
+# in the recycle bin, and of a stuck revision's removal agreed with the other replicas; KINDS
+# picks some) spread over SPREAD releases, at
 # concurrency 1 and 16, with the defaults (the watch's fence, payloads read ahead, claim books)
 # and as the guard did before them (a listing, GETs and a Lease per release per verdict), and the
 # API server's count of the requests the guard made. Prints one table row per run.
@@ -8,14 +10,14 @@
 # Seeds 100 namespaces x 10 releases x 10 revisions first unless bench-000 exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-requests=${1:-4000}; spread=${2:-200}
+requests=${1:-4000}; spread=${2:-200}; kinds=${KINDS:-refusal approval keep coordinated}
 cargo build --release --locked --bin helm-guard --example load --example live_load >&2
 bin=target/release/helm-guard; rig=target/release/examples/live_load; load=target/release/examples/load
 kubectl get ns bench-000 >/dev/null 2>&1 || $rig seed 100 10 10 >&2
 kubectl create ns hg-bench >/dev/null 2>&1 || true
 certs=target/live-mode-certs
 $bin certs --out $certs --san localhost --san 127.0.0.1 --force >/dev/null
-for kind in refusal approval; do [ -s target/$kind.jsonl ] || $rig reviews $kind "$spread" target/$kind.jsonl; done
+for kind in $kinds; do [ -s target/$kind.jsonl ] || $rig reviews $kind "$spread" target/$kind.jsonl; done
 kubectl get secrets -A -l owner=helm -o json > target/live-mode-dump.json
 records=$(jq '.items | length' target/live-mode-dump.json)
 
@@ -32,7 +34,7 @@ run() {  # mode label, serve args...
       [ "${read_ahead:-0}" -ge "$records" ] && break; sleep 0.1
     done
   fi
-  for kind in refusal approval; do
+  for kind in $kinds; do
     for c in 1 16; do
       local n=$requests; [ "$c" = 1 ] && n=$((requests / 4))
       local before; before=$($rig apicalls)

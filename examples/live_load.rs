@@ -2,15 +2,19 @@
 //! server would send for them, and the API server's count of the requests it served.
 //!
 //!     cargo run --release --example live_load -- seed NAMESPACES RELEASES REVISIONS
-//!     cargo run --release --example live_load -- reviews refusal|approval SPREAD OUT.jsonl
+//!     cargo run --release --example live_load -- reviews KIND SPREAD OUT.jsonl
 //!     cargo run --release --example live_load -- apicalls [RESOURCE...]
 //!
 //! `seed` writes NAMESPACES x RELEASES releases of REVISIONS revisions each (namespaces
 //! `bench-NNN`, releases `rNNNN`; revisions 1.. superseded, the last deployed) into the cluster in
 //! KUBECONFIG, re-encoded from a real Helm 4 record of tests/fixtures, 32 writes at a time.
 //! `reviews` writes DELETE reviews (the real API server's DELETE request, carrying each record as
-//! stored: uid and resourceVersion) over SPREAD releases: `refusal` deletes each release's
-//! latest deployed revision, `approval` its revision 1 (history pruning). `apicalls` prints the
+//! stored: uid and resourceVersion) over SPREAD releases, each KIND over releases of its own:
+//! `refusal` deletes each release's latest deployed revision (D8), `approval` its revision 1
+//! (history pruning, D5: confirmed, no agreement), `keep` the latest deployed revision annotated
+//! `helm-guard.io/allow-delete` (break-glass, D2: approved once a copy is in the recycle bin),
+//! `coordinated` a `failed` revision written above the latest deployed one first (stuck-revision
+//! recovery, D7: confirmed and agreed with the other replicas). `apicalls` prints the
 //! API server's own count of the requests it served for secrets, configmaps and leases (or the
 //! resources named), other than watches (`apiserver_request_total`): run it before and after a load run, the difference
 //! is what the guard asked. The load itself is `examples/load.rs`; BENCHMARKS.md has the runs.
@@ -78,6 +82,30 @@ fn record(
     record
 }
 
+/// The revision of a `failed` upgrade written above the `revisions` of `name` (once: a second
+/// call finds it), copied from its latest deployed record: the latest then is `failed`.
+async fn failed_above(api: &Api<Secret>, name: &str, revisions: usize) -> usize {
+    let latest = format!("sh.helm.release.v1.{name}.v{revisions}");
+    let stored = serde_json::to_value(api.get(&latest).await.unwrap()).unwrap();
+    let status = stored["metadata"]["labels"]["status"].as_str().unwrap_or_default();
+    if status == "failed" {
+        return revisions;
+    }
+    let payload: Value = serde_json::from_slice(
+        &decode_secret_payload(
+            stored["data"]["release"].as_str().unwrap().as_bytes(),
+            DecodeLimits::default(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let namespace = stored["metadata"]["namespace"].as_str().unwrap();
+    let object = record(&stored, &payload, namespace, name, revisions + 1, "failed");
+    let secret: Secret = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &secret).await.unwrap();
+    revisions + 1
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -120,14 +148,21 @@ async fn main() {
             println!("{done} records in {:.1} s", started.elapsed().as_secs_f64());
         }
         Some("reviews") => {
-            let kind = args.get(1).expect("refusal|approval");
+            let kind = args.get(1).expect("refusal|approval|keep|coordinated").as_str();
+            // Each kind over releases of its own, so that one kind's writes change no other's.
+            let offset = match kind {
+                "refusal" | "approval" => 0,
+                "keep" => 2,
+                "coordinated" => 4,
+                other => panic!("{other}: refusal, approval, keep or coordinated"),
+            };
             let spread: usize = args.get(2).and_then(|a| a.parse().ok()).expect("SPREAD");
             let out = args.get(3).expect("OUT.jsonl");
             let template = read(DELETE);
             let mut lines = String::new();
             for i in 0..spread {
                 // Spread over the namespaces first, then over the releases of each.
-                let (n, r) = (i % 100, i / 100);
+                let (n, r) = (i % 100, offset + i / 100);
                 let api = Api::<Secret>::namespaced(client.clone(), &namespace(n));
                 let revisions = api
                     .list_metadata(
@@ -140,9 +175,17 @@ async fn main() {
                 if revisions == 0 {
                     continue;
                 }
-                let revision = if kind == "refusal" { revisions } else { 1 };
+                let revision = match kind {
+                    "approval" => 1,
+                    "coordinated" => failed_above(&api, &release(r), revisions).await,
+                    _ => revisions,
+                };
                 let name = format!("sh.helm.release.v1.{}.v{revision}", release(r));
-                let stored = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
+                let mut stored = serde_json::to_value(api.get(&name).await.unwrap()).unwrap();
+                if kind == "keep" {
+                    stored["metadata"]["annotations"]["helm-guard.io/allow-delete"] =
+                        json!("live-mode bench");
+                }
                 let mut review = template.clone();
                 review["request"]["uid"] = json!(format!("live-load-{kind}-{i}"));
                 review["request"]["name"] = json!(name);
@@ -173,7 +216,7 @@ async fn main() {
             println!("{total}");
         }
         _ => {
-            eprintln!("usage: live_load seed N R V | reviews refusal|approval SPREAD OUT.jsonl | apicalls");
+            eprintln!("usage: live_load seed N R V | reviews KIND SPREAD OUT.jsonl | apicalls [RESOURCE...]");
             std::process::exit(2);
         }
     }

@@ -189,6 +189,11 @@ fn status_text(status: Option<Status>) -> &'static str {
     status.map_or("undecodable", Status::as_str)
 }
 
+/// A DELETE of a release record, in four steps: decided on the index as it is; confirmed against
+/// what is stored when the verdict rests on the rest of the history; a copy kept in the recycle
+/// bin when the approval is not one of Helm's own deletions; agreed with the other replicas when
+/// another's approval could turn it. Each step past the first may wait on the API server, so a
+/// live DELETE comes here on the blocking pool (`blocking`), decided once.
 fn delete(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
@@ -199,81 +204,116 @@ fn delete(
 ) -> Result<Decided, NeedsIo> {
     let id = &record.record.id;
     let object = record.record.object_name.as_str();
-    let claimed = ClaimedRecord { object, uid: record.record.uid.as_deref() };
     describe_record(entry, &record);
     let status = record.status();
     entry.transition = Some(format!("{} -> (deleted)", status_text(status)));
     let (namespace, mode) = admission.namespace(&id.key.namespace);
     let glass = break_glass_reason(&record.record.annotations);
-    let facts = DeleteFacts {
-        namespace: &id.key.namespace,
-        release: &id.key.release,
-        revision: id.revision,
-        status,
-        namespace_terminating: namespace.terminating,
-        requester: requester(request),
-        break_glass: glass.as_deref(),
+    let dry_run = request.dry_run;
+    let deletion = Deletion {
+        admission,
+        facts: DeleteFacts {
+            namespace: &id.key.namespace,
+            release: &id.key.release,
+            revision: id.revision,
+            status,
+            namespace_terminating: namespace.terminating,
+            requester: requester(request),
+            break_glass: glass.as_deref(),
+        },
+        key: &id.key,
+        claimed: ClaimedRecord { object, uid: record.record.uid.as_deref() },
+        mode,
+        dry_run,
+        confirms: admission.live.fetcher.is_some(),
+        bin: admission.live.recycle_bin.as_deref().filter(|_| !dry_run),
+        coordinator: admission.live.coordinator.as_deref().filter(|_| !dry_run),
     };
-    let coordinator = admission.live.coordinator.as_deref().filter(|_| !request.dry_run);
-    // A verdict that rests on the rest of the history is confirmed against what is stored now
-    // (the watch may not have brought the latest records yet), and an approval that needs the
-    // other replicas' agreement gets it, before the approval takes effect.
-    let confirms = admission.live.fetcher.is_some();
-    // Only an approval that stands hides the record in the index (a tombstone): one with no
-    // check left at its stage. The rest are recorded as they are decided, in one pass under the
-    // index lock. An approval that keeps a copy in the recycle bin stands once the copy is stored.
-    let stands = |decided: &Decided, stage: Stage| match stage {
-        Stage::First => {
-            let agreeing = coordinator.is_some() && decided.agree;
-            let confirming = confirms && decided.verdict.reason.rests_on_history();
-            !(agreeing || confirming)
-        }
-        Stage::Confirmed => !(coordinator.is_some() && decided.agree),
-        Stage::Agreed => true,
-    };
-    let bin = admission.live.recycle_bin.as_deref().filter(|_| !request.dry_run);
-    let decide_keeping = |stage: Stage| {
-        admission.index().decide(&id.key, Some(object), |others| {
-            let history = History::new(others);
-            let verdict = decide_delete(&facts, &history, &admission.settings().policy);
-            let outcome = apply_mode(&verdict, mode);
-            let keep = bin.is_some()
-                && outcome.allowed
-                && keeps_copy(&facts, &history, &admission.settings().policy);
-            let agree = outcome.allowed && needs_agreement(&facts, &history, verdict.reason);
-            let decided = Decided { verdict, outcome, agree };
-            let change =
-                (decided.outcome.allowed && !keep && !request.dry_run && stands(&decided, stage)).then(
-                    || IndexChange::Delete { object: object.to_owned(), uid: claimed.uid.map(str::to_owned) },
-                );
-            ((decided, keep), change)
-        })
-    };
-    let (mut decided, mut keep) = decide_keeping(Stage::First);
-    let reason = decided.verdict.reason;
-    if confirms && (reason == Reason::UnreadHistory || reason.rests_on_history()) {
+
+    let (mut decided, mut keep) = deletion.decide(Stage::First);
+    if deletion.confirms_before_it_stands(decided.verdict.reason) {
         // Decided again on what is stored now: the watch shown caught up (or the release listed),
         // and every record known only by its labels read as Helm reads it.
         let listed = admission.confirm_history(&id.key, Some(object), deadline, blocking)?;
-        (decided, keep) = decide_keeping(if listed { Stage::Confirmed } else { Stage::First });
+        (decided, keep) = deletion.decide(if listed { Stage::Confirmed } else { Stage::First });
         if !listed && decided.verdict.allowed {
             // Without the confirmation a refusal still stands (it fails closed); an approval cannot.
             return Ok(unconfirmed(&id.key, object, mode));
         }
     }
-    if let Some(bin) = bin.filter(|_| keep) {
+    if let Some(bin) = deletion.bin.filter(|_| keep) {
         // No approval that needs the replicas' agreement keeps a copy: those are Helm's own.
         debug_assert!(!decided.agree);
         let wait = Wait { blocking: blocking.ok_or(NeedsIo)?, deadline };
         return Ok(keep_copy(admission, bin, request, &record.record, decided, wait, entry));
     }
-    let Some(coordinator) = coordinator else { return Ok(decided) };
+    let Some(coordinator) = deletion.coordinator else { return Ok(decided) };
     if !decided.agree {
         // Refusals, and approvals that hold whatever else is deleted, need no agreement.
         return Ok(decided);
     }
     let wait = Wait { blocking: blocking.ok_or(NeedsIo)?, deadline };
-    Ok(coordinate(admission, coordinator, &id.key, &claimed, wait, mode, || decide_keeping(Stage::Agreed).0))
+    Ok(coordinate(admission, coordinator, &id.key, &deletion.claimed, wait, mode, || {
+        deletion.decide(Stage::Agreed).0
+    }))
+}
+
+/// One DELETE as its steps see it: what the rules are told, and which of the live guard's checks
+/// apply (none in a dry run but the confirmation: a dry run gets the real verdict).
+struct Deletion<'a> {
+    admission: &'a Admission,
+    facts: DeleteFacts<'a>,
+    key: &'a ReleaseKey,
+    claimed: ClaimedRecord<'a>,
+    mode: Mode,
+    dry_run: bool,
+    /// A live guard: verdicts that rest on the history are confirmed against what is stored.
+    confirms: bool,
+    bin: Option<&'a dyn RecycleBin>,
+    coordinator: Option<&'a dyn DeleteCoordinator>,
+}
+
+impl Deletion<'_> {
+    /// The rules on the release as the index holds it now, the mode applied, and whether an
+    /// approval keeps a copy. Decided under the index lock, with the one change it makes: an
+    /// approval that stands at `stage` hides the record at once (a tombstone, until the watch
+    /// brings the deletion), so the next request about the release is decided without it.
+    fn decide(&self, stage: Stage) -> (Decided, bool) {
+        let policy = &self.admission.settings().policy;
+        let facts = &self.facts;
+        self.admission.index().decide(self.key, Some(self.claimed.object), |others| {
+            let history = History::new(others);
+            let verdict = decide_delete(facts, &history, policy);
+            let outcome = apply_mode(&verdict, self.mode);
+            let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
+            let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
+            let decided = Decided { verdict, outcome, agree };
+            let hide = decided.outcome.allowed && !keep && !self.dry_run && self.stands(&decided, stage);
+            let change = hide.then(|| IndexChange::Delete {
+                object: self.claimed.object.to_owned(),
+                uid: self.claimed.uid.map(str::to_owned),
+            });
+            ((decided, keep), change)
+        })
+    }
+
+    /// Whether a verdict is confirmed against what is stored before it is answered: on a live
+    /// guard, one read off the rest of the history (the watch may not have brought the latest
+    /// records yet), and one that could not read the rest (the confirmation reads it).
+    fn confirms_before_it_stands(&self, reason: Reason) -> bool {
+        self.confirms && (reason == Reason::UnreadHistory || reason.rests_on_history())
+    }
+
+    /// Whether an approval stands at `stage`: no check is left for it. One that keeps a copy
+    /// stands once the copy is stored (`keep_copy`).
+    fn stands(&self, decided: &Decided, stage: Stage) -> bool {
+        let agreeing = self.coordinator.is_some() && decided.agree;
+        match stage {
+            Stage::First => !(agreeing || self.confirms_before_it_stands(decided.verdict.reason)),
+            Stage::Confirmed => !agreeing,
+            Stage::Agreed => true,
+        }
+    }
 }
 
 /// What a step that waits on the API server needs: where it may wait, and until when.
