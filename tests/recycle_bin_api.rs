@@ -36,6 +36,8 @@ struct Stub {
     quota_full: Arc<std::sync::atomic::AtomicBool>,
     /// Never answer a create (an API server in trouble).
     hang: Arc<std::sync::atomic::AtomicBool>,
+    /// Listings served (the sweep's).
+    lists: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn status(code: StatusCode, reason: &str, message: &str) -> Response {
@@ -85,6 +87,7 @@ async fn create(
 }
 
 async fn list(State(stub): State<Stub>) -> Response {
+    stub.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let items: Vec<Value> = stub
         .secrets
         .lock()
@@ -241,4 +244,39 @@ async fn the_sweep_evicts_the_oldest_copies_past_the_bounds_and_counts_them() {
         (1, 1)
     );
     assert!(stats.bytes.get() > 0);
+}
+
+/// The sweep lists the bin after each new copy (a copy can take it past its bounds), not after a
+/// retried deletion whose copy an earlier try stored: a client retrying costs no listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_new_copy_wakes_the_sweep() {
+    use std::sync::atomic::Ordering;
+    let (client, stub) = start().await;
+    let bin = bin(&client);
+    let stats = bin.stats.clone();
+    let every = Duration::from_secs(3600);
+    tokio::spawn(sweep(
+        client.clone(),
+        "helm-guard".into(),
+        BinBounds::default(),
+        stats,
+        bin.stored.clone(),
+        every,
+    ));
+    let listed = |n: usize| {
+        let lists = stub.lists.clone();
+        eventually(Duration::from_secs(5), move || {
+            let lists = lists.clone();
+            async move { lists.load(Ordering::SeqCst) >= n }
+        })
+    };
+    assert!(listed(1).await, "the first sweep at start");
+    keep(&bin, record(1), 1_800_000_000).await.unwrap();
+    assert!(listed(2).await, "a new copy is swept");
+    keep(&bin, record(1), 1_800_000_001).await.unwrap();
+    keep(&bin, record(2), 1_800_000_002).await.unwrap();
+    assert!(listed(3).await, "the next new copy is swept");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stub.lists.load(Ordering::SeqCst), 3, "the retry of revision 1 listed nothing");
+    assert_eq!(bin.stats.kept.get(), 3, "each approval that kept a copy counts, the retry too");
 }

@@ -99,18 +99,22 @@ impl RecycleBin for ApiRecycleBin {
         deadline: Instant,
         blocking: &Blocking,
     ) -> Result<(), BinError> {
-        let stored = self.store(record, keeping, deadline, blocking);
-        match &stored {
-            Ok(()) => {
+        match self.store(record, keeping, deadline, blocking) {
+            Ok(created) => {
                 self.stats.kept.inc();
-                self.stored.notify_one();
+                // Only a new copy can take the bin past its bounds: a retried deletion finds its
+                // copy stored and costs no listing.
+                if created {
+                    self.stored.notify_one();
+                }
+                Ok(())
             }
             Err(error) => {
                 self.stats.failed.inc();
                 tracing::warn!(record = %record.describe(), %error, "could not keep a copy in the recycle bin");
+                Err(error)
             }
         }
-        stored
     }
 
     fn namespace(&self) -> &str {
@@ -119,13 +123,14 @@ impl RecycleBin for ApiRecycleBin {
 }
 
 impl ApiRecycleBin {
+    /// Stores the copy: `true` when it is new, `false` when an earlier try stored it.
     fn store(
         &self,
         record: &Record,
         keeping: &Keeping<'_>,
         deadline: Instant,
         blocking: &Blocking,
-    ) -> Result<(), BinError> {
+    ) -> Result<bool, BinError> {
         let body = copy_body(record, keeping, &self.namespace)?;
         let url = format!("/api/v1/namespaces/{}/secrets", self.namespace);
         let request = kube::core::Request::new(url)
@@ -138,9 +143,9 @@ impl ApiRecycleBin {
             tokio::time::timeout_at(deadline, call).await.map(|r| r.map(drop))
         }) {
             Err(_) => Err(BinError::Deadline),
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => Ok(true),
             // The name is the object's and version's: the copy was stored by an earlier try.
-            Ok(Err(kube::Error::Api(status))) if status.code == 409 => Ok(()),
+            Ok(Err(kube::Error::Api(status))) if status.code == 409 => Ok(false),
             Ok(Err(error)) => Err(BinError::Api(error.to_string())),
         }
     }
