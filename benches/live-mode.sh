@@ -37,6 +37,11 @@ run() {  # mode label, serve args...
   for kind in $kinds; do
     for c in 1 16; do
       local n=$requests; [ "$c" = 1 ] && n=$((requests / 4))
+      if [ "$kind" = keep ]; then
+        # Each approval keeps a new copy: the bin emptied first, no review sent twice.
+        kubectl delete secrets -n hg-bench -l helm-guard.io/recycle-bin=copy >/dev/null
+        local distinct; distinct=$(wc -l < target/keep.jsonl); [ "$n" -gt "$distinct" ] && n=$distinct
+      fi
       local before; before=$($rig apicalls)
       local out; out=$(taskset -c 1 $load 127.0.0.1:18443 $certs/ca.crt target/$kind.jsonl "$n" "$c")
       local after; after=$($rig apicalls)

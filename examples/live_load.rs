@@ -12,7 +12,9 @@
 //! stored: uid and resourceVersion) over SPREAD releases, each KIND over releases of its own:
 //! `refusal` deletes each release's latest deployed revision (D8), `approval` its revision 1
 //! (history pruning, D5: confirmed, no agreement), `keep` the latest deployed revision annotated
-//! `helm-guard.io/allow-delete` (break-glass, D2: approved once a copy is in the recycle bin),
+//! `helm-guard.io/allow-delete` (break-glass, D2: approved once a copy is in the recycle bin, as
+//! only an override lets it go; releases 6 to 9 of each namespace whatever SPREAD, 400 reviews,
+//! each a record of its own, so that each keeps a new copy),
 //! `coordinated` a `failed` revision written above the latest deployed one first (stuck-revision
 //! recovery, D7: confirmed and agreed with the other replicas). `apicalls` prints the
 //! API server's own count of the requests it served for secrets, configmaps and leases (or the
@@ -152,15 +154,17 @@ async fn main() {
             // Each kind over releases of its own, so that one kind's writes change no other's.
             let offset = match kind {
                 "refusal" | "approval" => 0,
-                "keep" => 2,
                 "coordinated" => 4,
+                "keep" => 6,
                 other => panic!("{other}: refusal, approval, keep or coordinated"),
             };
             let spread: usize = args.get(2).and_then(|a| a.parse().ok()).expect("SPREAD");
             let out = args.get(3).expect("OUT.jsonl");
             let template = read(DELETE);
             let mut lines = String::new();
-            for i in 0..spread {
+            // A copy is kept once per record: `keep` deletes the latest of four releases a namespace.
+            let reviews = if kind == "keep" { 400 } else { spread };
+            for i in 0..reviews {
                 // Spread over the namespaces first, then over the releases of each.
                 let (n, r) = (i % 100, offset + i / 100);
                 let api = Api::<Secret>::namespaced(client.clone(), &namespace(n));

@@ -136,12 +136,19 @@ impl ApiRecycleBin {
         let request = kube::core::Request::new(url)
             .create(&PostParams::default(), body)
             .map_err(|e| BinError::Api(e.to_string()))?;
-        // The answer echoes the copy: not read, so that a decision holds the payload once.
-        let call = self.client.request_stream(request);
+        // The answer echoes the copy: read through and dropped chunk by chunk, so that a
+        // decision holds the payload once. Read to its end, not dropped unread: a connection
+        // whose answer is left unread is closed, and the next copy then waits on a new one
+        // (44 ms against 2.4 ms a 12 KiB copy on the real API server, BENCHMARKS.md).
+        let client = &self.client;
+        let call = async move {
+            let answer = client.request_stream(request).await?;
+            // Created is said before the echo: a read that fails after it loses no copy.
+            let _echo_read = futures::io::copy(answer, &mut futures::io::sink()).await;
+            Ok::<(), kube::Error>(())
+        };
         let deadline = tokio::time::Instant::from_std(deadline);
-        match blocking.block_on(&self.runtime, async {
-            tokio::time::timeout_at(deadline, call).await.map(|r| r.map(drop))
-        }) {
+        match blocking.block_on(&self.runtime, async { tokio::time::timeout_at(deadline, call).await }) {
             Err(_) => Err(BinError::Deadline),
             Ok(Ok(())) => Ok(true),
             // The name is the object's and version's: the copy was stored by an earlier try.
