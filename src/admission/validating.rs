@@ -1,5 +1,10 @@
 //! The validating webhook: release records (DELETE: D1–D9, UPDATE: U1–U8, CREATE: logged) and the
 //! opt-out labels of namespaces (N1–N4).
+//!
+//! A DELETE goes through up to four steps, each its own function: decided on the index
+//! (`Deletion::decide`), confirmed against what is stored (`Admission::confirm_history`), a
+//! copy kept in the recycle bin (`keep_copy`), agreed with the other replicas (`coordinate`).
+//! Only the first runs inline; the others wait on the API server and take a [`Blocking`] token.
 
 use std::time::Instant;
 
