@@ -236,7 +236,7 @@ fn delete(
     };
 
     let (mut decided, mut keep) = deletion.decide(Stage::First);
-    if deletion.confirms_before_it_stands(decided.verdict.reason) {
+    if deletion.needs_confirmation(decided.verdict.reason) {
         // Decided again on what is stored now: the watch shown caught up (or the release listed),
         // and every record known only by its labels read as Helm reads it.
         let listed = admission.confirm_history(&id.key, Some(object), deadline, blocking)?;
@@ -305,7 +305,7 @@ impl Deletion<'_> {
     /// Whether a verdict is confirmed against what is stored before it is answered: on a live
     /// guard, one read off the rest of the history (the watch may not have brought the latest
     /// records yet), and one that could not read the rest (the confirmation reads it).
-    fn confirms_before_it_stands(&self, reason: Reason) -> bool {
+    fn needs_confirmation(&self, reason: Reason) -> bool {
         self.confirms && (reason == Reason::UnreadHistory || reason.rests_on_history())
     }
 
@@ -314,7 +314,7 @@ impl Deletion<'_> {
     fn stands(&self, decided: &Decided, stage: Stage) -> bool {
         let agreeing = self.coordinator.is_some() && decided.agree;
         match stage {
-            Stage::First => !(agreeing || self.confirms_before_it_stands(decided.verdict.reason)),
+            Stage::First => !(agreeing || self.needs_confirmation(decided.verdict.reason)),
             Stage::Confirmed => !agreeing,
             Stage::Agreed => true,
         }
