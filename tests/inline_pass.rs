@@ -76,8 +76,7 @@ fn confirming_the_history_is_never_done_inline_but_handed_to_where_it_may_wait()
     let inline = admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None);
     assert!(inline.is_err(), "asks to be decided where it may wait");
     assert_eq!(fetcher.listings.load(Ordering::SeqCst), 0, "nothing listed inline");
-    let key = ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() };
-    assert_eq!(admission.index().history(&key).len(), 2, "the index as it was");
+    assert_eq!(admission.index().history(&web_key()).len(), 2, "the index as it was");
 
     let reviewed = admission
         .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
@@ -109,10 +108,6 @@ fn a_live_delete_is_sent_where_it_may_wait_before_it_is_decided() {
     assert!(live.review(Webhook::Validate, update, None).is_ok());
 }
 
-fn key() -> ReleaseKey {
-    ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() }
-}
-
 /// A live guard whose index holds `indexed` and whose API server stores `stored`.
 fn live_guard(indexed: &[Value], stored: &[Value], coordinator: Option<Replica>) -> (Admission, Arc<Stored>) {
     let fetcher = Arc::new(Stored { objects: stored.to_vec(), listings: AtomicUsize::new(0) });
@@ -124,18 +119,8 @@ fn live_guard(indexed: &[Value], stored: &[Value], coordinator: Option<Replica>)
     (common::guard::snapshot_admission_with(indexed, Settings::new(PolicyConfig::default()), live), fetcher)
 }
 
-/// Decides a review where waiting is allowed: (allowed, reason).
-fn decide(admission: &Admission, review: &Value) -> (bool, String) {
-    let body = serde_json::to_vec(review).unwrap();
-    let reviewed = admission
-        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
-        .unwrap();
-    let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
-    (reviewed.response.allowed, reason)
-}
-
 fn revisions(admission: &Admission) -> Vec<u32> {
-    let mut revisions: Vec<u32> = admission.index().history(&key()).iter().map(|r| r.revision).collect();
+    let mut revisions: Vec<u32> = admission.index().history(&web_key()).iter().map(|r| r.revision).collect();
     revisions.sort_unstable();
     revisions
 }
@@ -182,7 +167,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
     ];
     for (what, stored, review, (allowed, reason), listings) in cases {
         let (admission, store) = live_guard(&stored, &stored, None);
-        assert_eq!(decide(&admission, &review), (allowed, reason.to_owned()), "{what}");
+        assert_eq!(decide_where_it_may_wait(&admission, &review), (allowed, reason.to_owned()), "{what}");
         assert_eq!(store.listings.load(Ordering::SeqCst), listings, "{what}: listings");
     }
 
@@ -197,10 +182,13 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
             record_from_meta(Driver::Secret, &meta).unwrap()
         })
         .collect();
-    admission.index().sync_release(&key(), labels_only);
+    admission.index().sync_release(&web_key(), labels_only);
     let first = records[0]["metadata"]["name"].as_str();
-    assert_eq!(admission.index().unverified(&key(), first).len(), 1, "revision 2 not read yet");
-    assert_eq!(decide(&admission, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
+    assert_eq!(admission.index().unverified(&web_key(), first).len(), 1, "revision 2 not read yet");
+    assert_eq!(
+        decide_where_it_may_wait(&admission, &delete_review(&records[0])),
+        (true, "history-pruning".to_owned())
+    );
     assert_eq!(store.listings.load(Ordering::SeqCst), 1);
 }
 
@@ -215,19 +203,25 @@ fn a_confirmed_approval_hides_the_record_unless_the_replicas_have_not_agreed() {
     let records = web(&[(1, "deployed"), (2, "deployed"), (3, "failed")]);
 
     let (alone, _) = live_guard(&records, &records, None);
-    assert_eq!(decide(&alone, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
+    assert_eq!(
+        decide_where_it_may_wait(&alone, &delete_review(&records[0])),
+        (true, "history-pruning".to_owned())
+    );
     assert_eq!(revisions(&alone), [2, 3], "hidden once confirmed");
 
     let leases = Arc::new(SharedLeases::new(0));
     let (agreed, _) = live_guard(&records, &records, Some(Replica { leases: leases.clone(), name: "a" }));
-    assert_eq!(decide(&agreed, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
+    assert_eq!(
+        decide_where_it_may_wait(&agreed, &delete_review(&records[0])),
+        (true, "history-pruning".to_owned())
+    );
     assert_eq!(revisions(&agreed), [2, 3], "hidden once agreed");
 
     let mut silent = SharedLeases::new(0);
     silent.unavailable = true;
     let (unagreed, _) = live_guard(&records, &records, Some(Replica { leases: Arc::new(silent), name: "a" }));
     assert_eq!(
-        decide(&unagreed, &delete_review(&records[0])),
+        decide_where_it_may_wait(&unagreed, &delete_review(&records[0])),
         (false, "coordination-unavailable".to_owned())
     );
     assert_eq!(revisions(&unagreed), [1, 2, 3], "still there: the deletion did not happen");

@@ -115,12 +115,7 @@ fn keeping_a_copy_is_never_done_inline_but_handed_to_where_it_may_wait() {
     let inline = guard.admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None);
     assert!(inline.is_err(), "asks to be decided where it may wait");
     assert!(guard.bin.bodies.lock().unwrap().is_empty(), "no copy kept inline");
-    let key = helm_guard::release::ReleaseKey {
-        driver: helm_guard::release::Driver::Secret,
-        namespace: "demo".into(),
-        release: "web".into(),
-    };
-    assert_eq!(guard.admission.index().history(&key).len(), 2, "nothing hidden");
+    assert_eq!(guard.admission.index().history(&web_key()).len(), 2, "nothing hidden");
     let reviewed = guard
         .admission
         .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))

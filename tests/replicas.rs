@@ -22,7 +22,6 @@ use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::coordination::DeleteCoordinator;
 use helm_guard::policy::PolicyConfig;
-use helm_guard::release::ReleaseKey;
 use serde_json::Value;
 
 /// A replica's admission: its own index of `records`, the shared Leases (or none).
@@ -35,11 +34,7 @@ fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {
 }
 
 fn delete(admission: &Admission, record: &Value) -> (bool, String) {
-    let body = serde_json::to_vec(&delete_review(record)).unwrap();
-    let request = admission_review::parse(&body).unwrap();
-    let reviewed = admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
-    let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
-    (reviewed.response.allowed, reason)
+    decide_where_it_may_wait(admission, &delete_review(record))
 }
 
 /// v1 and v2 both deployed (an interrupted upgrade leaves that), v3 failed: deleting v1 alone
@@ -114,15 +109,7 @@ fn a_coordinator_that_does_not_answer_refuses_the_deletion_with_retry() {
     );
     assert_eq!(admission.counts().coordination_refused.get(), 1);
     // The refused approval left no tombstone: deleting v2 is still fine on its own.
-    assert!(admission.index().history(&key()).len() == 3);
-}
-
-fn key() -> ReleaseKey {
-    ReleaseKey {
-        driver: helm_guard::release::Driver::Secret,
-        namespace: "demo".into(),
-        release: "web".into(),
-    }
+    assert!(admission.index().history(&web_key()).len() == 3);
 }
 
 #[test]

@@ -155,6 +155,15 @@ pub fn web(revisions: &[(u32, &str)]) -> Vec<Value> {
     history(&helm4_secret(), revisions)
 }
 
+/// The key of release `web` in `demo` (Secret driver), as [`web`] builds it.
+pub fn web_key() -> helm_guard::release::ReleaseKey {
+    helm_guard::release::ReleaseKey {
+        driver: helm_guard::release::Driver::Secret,
+        namespace: "demo".into(),
+        release: "web".into(),
+    }
+}
+
 pub fn write_temp(dir: &tempfile::TempDir, name: &str, value: &Value) -> PathBuf {
     let path = dir.path().join(name);
     std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
@@ -252,6 +261,19 @@ pub fn indexed_release(
 /// go as far as they need, as on the server's blocking pool.
 pub fn blocking() -> helm_guard::cluster::Blocking {
     helm_guard::cluster::Blocking::outside_runtime().expect("a test thread outside any runtime")
+}
+
+/// Decides a validating review where waiting is allowed: (allowed, the `reason` annotation).
+pub fn decide_where_it_may_wait(
+    admission: &helm_guard::admission::Admission,
+    review: &Value,
+) -> (bool, String) {
+    use helm_guard::admission::{Webhook, review as admission_review};
+    let body = serde_json::to_vec(review).unwrap();
+    let request = admission_review::parse(&body).unwrap();
+    let reviewed = admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
+    let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
+    (reviewed.response.allowed, reason)
 }
 
 /// `object` as the API server's GET gives it to the guard's payload reader: read as Helm reads
