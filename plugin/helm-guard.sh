@@ -13,6 +13,7 @@ Usage:
   helm guard inspect RELEASE [--revision N] [--manifest] [--values]
   helm guard repair RELEASE [--apply] [--stuck-after 15m]
   helm guard restore RELEASE [--revision N] [--apply] [--guard-namespace helm-guard]
+  helm guard forget RELEASE [--apply] [--guard-namespace helm-guard]
 
 Helm's -n/--namespace and --kube-context apply (-A: every namespace, for scan).
 `helm-guard COMMAND --help` tells more.
@@ -21,13 +22,13 @@ USAGE
 
 command=${1:-}
 case "$command" in
-  scan | inspect | repair | restore) shift ;;
+  scan | inspect | repair | restore | forget) shift ;;
   "" | -h | --help | help)
     usage
     exit 0
     ;;
   *)
-    echo "Error: unknown command \"$command\" for \"helm guard\" (scan, inspect, repair, restore)" >&2
+    echo "Error: unknown command \"$command\" for \"helm guard\" (scan, inspect, repair, restore, forget)" >&2
     exit 1
     ;;
 esac

@@ -116,3 +116,14 @@ fn helm_guard_restore_reaches_the_restore_command_with_helms_namespace() {
     assert!(text.contains("Bring back records of a release from the guard's recycle bin"), "{text}");
     assert!(text.contains("--guard-namespace"), "{text}");
 }
+
+#[test]
+fn helm_guard_forget_reaches_the_forget_command_with_helms_namespace() {
+    let help = launcher(&[], &[], true);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("helm guard forget RELEASE [--apply]"));
+    let output = launcher(&["forget", "web", "--help"], &[("HELM_NAMESPACE", "demo")], true);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("Delete a release's whole history and keep its resources"), "{text}");
+    assert!(text.contains("helm-guard restore RELEASE -n NAMESPACE --apply"), "{text}");
+}

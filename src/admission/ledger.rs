@@ -119,6 +119,7 @@ impl LedgerEntry {
         match self.reason {
             Reason::BreakGlass => put("break-glass-reason", self.detail.clone()),
             Reason::Exempt => put("exempt-identity", self.detail.clone()),
+            Reason::ReleaseForget => put("forgetter-identity", self.detail.clone()),
             _ => {}
         }
         annotations
@@ -182,6 +183,7 @@ impl LedgerEntry {
             action: action.to_owned(),
             reason: camel_case(self.reason.as_str()),
             note,
+            type_: if self.reason == Reason::ReleaseForget { "Normal" } else { "Warning" },
         })
     }
 
@@ -200,6 +202,7 @@ impl LedgerEntry {
             uid: chart.uid.clone(),
             action: "Mutate".to_owned(),
             reason: "HelmInstallPodRewritten".to_owned(),
+            type_: "Warning",
             note: format!(
                 "rewrote the helm-install pod of release {}: {changed} (release {}, revision {}); the entry script will now: {}",
                 self.release.as_deref().unwrap_or_default(),
@@ -356,6 +359,25 @@ mod tests {
             ),
             "{note}"
         );
+    }
+
+    /// A forgetter forgetting a release is its normal course: a Normal Event naming it, the
+    /// identity in the audit annotations; an override or a refusal is a Warning.
+    #[test]
+    fn a_forgetters_forget_is_a_normal_event_and_names_the_forgetter() {
+        let mut forget = entry(Decision::Allowed, None);
+        forget.reason = Reason::ReleaseForget;
+        forget.detail = Some("group:system:serviceaccounts:cattle-fleet-system".into());
+        forget.recycled = Some("helm-guard/helm-guard-recycled-0123".into());
+        let notice = forget.notice().unwrap();
+        assert_eq!((notice.reason.as_str(), notice.type_), ("ReleaseForget", "Normal"));
+        assert_eq!(
+            forget.audit_annotations().get("forgetter-identity").map(String::as_str),
+            Some("group:system:serviceaccounts:cattle-fleet-system")
+        );
+        forget.reason = Reason::BreakGlass;
+        assert_eq!(forget.notice().unwrap().type_, "Warning");
+        assert_eq!(entry(Decision::Denied, Some("refused")).notice().unwrap().type_, "Warning");
     }
 
     #[test]

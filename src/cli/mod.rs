@@ -11,6 +11,7 @@ macro_rules! outln {
 
 mod audit;
 mod certs;
+mod forget;
 mod inspect;
 mod repair;
 mod restore;
@@ -53,6 +54,8 @@ pub enum Command {
     Repair(repair::RepairArgs),
     /// Bring back records of a release from the guard's recycle bin.
     Restore(restore::RestoreArgs),
+    /// Delete a release's whole history and keep its resources, every record kept in the recycle bin.
+    Forget(forget::ForgetArgs),
     /// Review the guard's decisions in a kube-apiserver audit log.
     Audit(audit::AuditArgs),
     /// Make a CA and a serving certificate for the webhook Service.
@@ -261,6 +264,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(args) => audit::run(&args),
         Command::Repair(args) => repair::run(&args),
         Command::Restore(args) => restore::run(&args),
+        Command::Forget(args) => forget::run(&args),
         Command::Completion { shell } => completion(shell),
     };
     match code {

@@ -79,6 +79,17 @@ pub struct ServeArgs {
     /// the record may annotate it.
     #[arg(long, env = "HELM_GUARD_BREAK_GLASS_GROUPS", value_delimiter = ',')]
     pub break_glass_group: Vec<String>,
+    /// A user that forgets releases: its deletions of records the rules would refuse are let
+    /// through, each record kept in the recycle bin first (D10; repeatable, comma-separated in the
+    /// env var).
+    #[arg(long, env = "HELM_GUARD_FORGETTER_USERS", value_delimiter = ',')]
+    pub forgetter_user: Vec<String>,
+    /// A group whose members forget releases, as --forgetter-user (repeatable, comma-separated in
+    /// the env var). Replaces the default, the service accounts of Rancher Fleet's agent
+    /// namespaces; `''` names none.
+    #[arg(long, env = "HELM_GUARD_FORGETTER_GROUPS", value_delimiter = ',', value_name = "GROUP",
+          default_values_t = crate::policy::config::DEFAULT_FORGETTER_GROUPS.iter().map(|g| (*g).to_owned()).collect::<Vec<String>>())]
+    pub forgetter_group: Vec<String>,
     /// A namespace anyone may opt out (repeatable; comma-separated in the env var).
     #[arg(long, env = "HELM_GUARD_EXEMPT_NAMESPACES", value_delimiter = ',')]
     pub exempt_namespace: Vec<String>,
@@ -288,6 +299,8 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         opt_out_groups: args.opt_out_group.clone(),
         exempt_namespaces: args.exempt_namespace.clone(),
         break_glass_groups: args.break_glass_group.clone(),
+        forgetter_users: args.forgetter_user.iter().filter(|u| !u.is_empty()).cloned().collect(),
+        forgetter_groups: args.forgetter_group.iter().filter(|g| !g.is_empty()).cloned().collect(),
     };
     let decide = Settings {
         policy: config,

@@ -38,6 +38,9 @@ pub struct Notice {
     pub reason: String,
     /// Who, the decision and the message's first sentence.
     pub note: String,
+    /// `Normal` for what a trusted writer does in its normal course (a forgetter forgetting a
+    /// release), `Warning` for the rest: refusals, warnings, overrides, opt-outs, rewrites.
+    pub type_: &'static str,
 }
 
 impl Notice {
@@ -53,6 +56,7 @@ impl Notice {
             action: self.action.clone(),
             reason: self.reason.clone(),
             note: format!("{} {}/{}: {}", self.kind, self.namespace, self.name, self.note),
+            type_: self.type_,
         }
     }
 }
@@ -253,7 +257,7 @@ fn new_event(notice: &Notice, name: &str, instance: &str) -> Event {
         action: Some(notice.action.clone()),
         reason: Some(notice.reason.clone()),
         note: Some(notice.note.chars().take(1000).collect()),
-        type_: Some("Warning".to_owned()),
+        type_: Some(notice.type_.to_owned()),
         reporting_controller: Some("helm-guard.io/helm-guard".to_owned()),
         reporting_instance: Some(instance.chars().take(128).collect()),
         regarding: Some(ObjectReference {
@@ -283,6 +287,7 @@ mod tests {
             action: "Delete".into(),
             reason: reason.into(),
             note: "denied".into(),
+            type_: "Warning",
         }
     }
 

@@ -40,7 +40,21 @@ pub struct PolicyConfig {
     pub exempt_namespaces: Vec<String>,
     /// Groups whose members' break-glass annotation counts (D2, U1); empty: anyone's.
     pub break_glass_groups: Vec<String>,
+    /// Users who forget releases (D10): their deletions that D3–D9 refuse are let through, a copy
+    /// kept. By exact name.
+    pub forgetter_users: Vec<String>,
+    /// Groups whose members forget releases (D10). Default: [`DEFAULT_FORGETTER_GROUPS`].
+    pub forgetter_groups: Vec<String>,
 }
+
+/// The default of `--forgetter-group`: the service accounts of Rancher Fleet's agent namespaces,
+/// downstream (`cattle-fleet-system`) and on Rancher's own cluster (`cattle-fleet-local-system`).
+/// Fleet's agent forgets releases by deleting their records (`internal/helmdeployer/delete.go`
+/// `deleteHistory`) as its own account `fleet-agent` or one it impersonates, which
+/// `impersonate.go` always takes from the agent's namespace (`fleet-default`, or the bundle's
+/// `serviceAccount`): every one of them is in its namespace's group.
+pub const DEFAULT_FORGETTER_GROUPS: &[&str] =
+    &["system:serviceaccounts:cattle-fleet-system", "system:serviceaccounts:cattle-fleet-local-system"];
 
 /// The default of `--protected-label`: the label K3s/RKE2's helm-controller decides by.
 pub const DEFAULT_PROTECTED_LABELS: &[&str] = &["helmcharts.helm.cattle.io/configHash"];
@@ -57,6 +71,8 @@ impl Default for PolicyConfig {
             opt_out_groups: Vec::new(),
             exempt_namespaces: Vec::new(),
             break_glass_groups: Vec::new(),
+            forgetter_users: Vec::new(),
+            forgetter_groups: DEFAULT_FORGETTER_GROUPS.iter().map(|g| (*g).to_owned()).collect(),
         }
     }
 }
@@ -73,6 +89,11 @@ impl PolicyConfig {
     /// The exempt user or group the requester matches, as `user:NAME` or `group:NAME`.
     pub fn exemption(&self, requester: Requester<'_>) -> Option<String> {
         matching(&self.exempt_users, &self.exempt_groups, requester)
+    }
+
+    /// The forgetter user or group the requester matches (D10), as `user:NAME` or `group:NAME`.
+    pub fn forgetter(&self, requester: Requester<'_>) -> Option<String> {
+        matching(&self.forgetter_users, &self.forgetter_groups, requester)
     }
 
     /// The opt-out user or group the requester matches (N3).

@@ -28,16 +28,29 @@ pub struct DeleteFacts<'a> {
 /// deleted (another record may hold the same revision).
 pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> Verdict {
     let verdict = decide_delete_rules(facts, others, config, Overrides::Count);
+    // D10: a controller that forgets releases deletes every record in the order the API lists
+    // them, so the rules refuse it somewhere in the middle; what they let through stays theirs
+    // (its Helm SDK's own uninstall and history pruning keep no copy).
+    if !verdict.allowed
+        && let Some(who) = config.forgetter(facts.requester)
+    {
+        return Verdict::allow(Reason::ReleaseForget).with_detail(who);
+    }
     config.explain_break_glass(verdict, facts.break_glass, facts.requester)
 }
 
 /// Whether an approved deletion keeps a copy in the recycle bin first (POLICY.md, "The recycle
-/// bin"): unless the rules, without the break-glass annotation and the exemptions, approve it as
-/// one of Helm's own flows (an uninstall and its purge, history pruning, stuck-revision
-/// recovery) or as namespace teardown. So a deletion let through by the annotation, an
-/// exemption or a weaker mode keeps one, and so does that of a record Helm cannot read (Helm
-/// never deletes those: its drivers skip what does not decode).
+/// bin"): every one the break-glass annotation lets through (someone chose to delete that
+/// record: `helm-guard forget` marks each record so), and otherwise unless the rules, without
+/// the annotation, the exemptions and the forgetters, approve it as one of Helm's own flows (an
+/// uninstall and its purge, history pruning, stuck-revision recovery) or as namespace teardown.
+/// So a deletion let through by an exemption, a forgetter or a weaker mode keeps one, and so
+/// does that of a record Helm cannot read (Helm never deletes those: its drivers skip what does
+/// not decode).
 pub fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> bool {
+    if decide_delete_rules(facts, others, config, Overrides::Count).reason == Reason::BreakGlass {
+        return true;
+    }
     let rules = decide_delete_rules(facts, others, config, Overrides::Ignore);
     !(rules.allowed && rules.reason.is_helm_deletion())
 }
@@ -191,7 +204,9 @@ fn aftermath(release: &str, remaining: &History) -> String {
         }
         Some((revision, Status::Superseded)) if remaining.deployed().next().is_none() => format!(
             "revision {revision} would become the latest and it is superseded, with nothing deployed; \
-             the K3s/RKE2 helm-install job would then fail with `cannot re-use a name that is still in use`"
+             the K3s/RKE2 helm-install job would then fail with `{helm3}` (Helm 4: `{helm4}`)",
+            helm3 = crate::release::NAME_IN_USE[0],
+            helm4 = crate::release::NAME_IN_USE[1],
         ),
         Some((revision, status)) => format!("revision {revision} would become the latest and it is {status}"),
     }
@@ -594,7 +609,8 @@ mod tests {
     /// (why the deletion is let go, revision deleted, its status, the history, a copy kept)
     type BinRow = (&'static str, u32, Option<Status>, &'static [(u32, Status)], bool);
 
-    /// POLICY.md, "The recycle bin": which approved deletions keep a copy first.
+    /// POLICY.md, "The recycle bin": which approved deletions keep a copy first. Whatever the
+    /// break-glass annotation lets go keeps one, even where Helm's own rules would allow it.
     #[test]
     fn the_recycle_bin_keeps_what_only_an_override_lets_go() {
         let exempt = ["platform-admins".to_owned()];
@@ -625,28 +641,28 @@ mod tests {
                 1,
                 Some(Superseded),
                 &[(1, Superseded), (2, Deployed)],
-                false,
+                true,
             ),
             (
                 "break-glass, Helm's uninstall (D6)",
                 2,
                 Some(Uninstalling),
                 &[(1, Superseded), (2, Uninstalling)],
-                false,
+                true,
             ),
             (
                 "break-glass, the purge of an uninstall (D4a)",
                 1,
                 Some(Deployed),
                 &[(1, Deployed), (2, Uninstalled)],
-                false,
+                true,
             ),
             (
                 "break-glass, a stuck revision (D7)",
                 2,
                 Some(PendingUpgrade),
                 &[(1, Deployed), (2, PendingUpgrade)],
-                false,
+                true,
             ),
             ("break-glass, a record Helm cannot read (D3)", 3, None, &[(2, Deployed)], true),
             ("exempt, latest deployed", 3, Some(Deployed), &[(2, Superseded), (3, Deployed)], true),
@@ -671,6 +687,85 @@ mod tests {
         let mut teardown = facts(3, Some(Deployed));
         teardown.namespace_terminating = true;
         assert!(!keeps_copy(&teardown, &history(&[(2, Superseded)]), &config));
+        teardown.break_glass = Some("INC-1");
+        assert!(!keeps_copy(&teardown, &history(&[(2, Superseded)]), &config), "teardown goes first");
+        // An annotation that does not count (--break-glass-group) keeps nothing of Helm's pruning.
+        let responders = PolicyConfig { break_glass_groups: vec!["sre".into()], ..PolicyConfig::default() };
+        let mut pruned = facts(1, Some(Superseded));
+        pruned.break_glass = Some("INC-1");
+        assert!(!keeps_copy(&pruned, &history(&[(2, Deployed)]), &responders));
+    }
+
+    /// D10, generatively (seeded): Rancher Fleet's agent forgets a release by deleting every
+    /// record in whatever order the API lists them (`deleteHistory`), as its own account or one
+    /// it impersonates in its namespace. Every deletion goes through; the ones the rules refuse
+    /// keep a copy, the ones they allow stay Helm's own (no copy). The same deletions by a person
+    /// are refused somewhere, and so with the forgetters turned off.
+    #[test]
+    fn d10_fleet_forgets_a_release_in_any_order_and_a_person_cannot() {
+        let statuses = [Deployed, Superseded, Failed, PendingUpgrade, Uninstalling, Uninstalled];
+        let fleet_agent = ["system:serviceaccounts:cattle-fleet-system".to_owned()];
+        let impersonated = ["system:serviceaccounts:cattle-fleet-local-system".to_owned()];
+        let requesters = [
+            Requester {
+                username: "system:serviceaccount:cattle-fleet-system:fleet-agent",
+                groups: &fleet_agent,
+            },
+            Requester {
+                username: "system:serviceaccount:cattle-fleet-local-system:fleet-default",
+                groups: &impersonated,
+            },
+        ];
+        let person = Requester { username: "alice", groups: &[] };
+        let config = PolicyConfig::default();
+        let off = PolicyConfig { forgetter_groups: Vec::new(), ..PolicyConfig::default() };
+        let mut refused_for_people = 0;
+        for seed in 0..500_u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let latest = rng.u32(1..=10);
+            // Fleet keeps 2 revisions (`MaxHelmHistory`), a person or another tool more.
+            let first = rng.u32(1..=latest);
+            let mut records: Vec<(u32, Status)> = (first..=latest).map(|r| (r, Superseded)).collect();
+            if let Some(last) = records.last_mut() {
+                last.1 = statuses[rng.usize(..statuses.len())];
+            }
+            rng.shuffle(&mut records);
+            let requester = requesters[rng.usize(..requesters.len())];
+            let (mut fleet_left, mut person_left) = (records.clone(), records.clone());
+            let mut person_refused = false;
+            for &(revision, status) in &records {
+                let mut deletion = facts(revision, Some(status));
+                deletion.requester = requester;
+                fleet_left.retain(|&record| record != (revision, status));
+                let rest = history(&fleet_left);
+                let verdict = decide_delete(&deletion, &rest, &config);
+                assert!(verdict.allowed, "seed {seed}: v{revision} {status} of {records:?}: {verdict:?}");
+                let rules = decide_delete(&DeleteFacts { requester: person, ..deletion }, &rest, &config);
+                let kept = keeps_copy(&deletion, &rest, &config);
+                assert_eq!(kept, !rules.allowed, "seed {seed}: a copy exactly where the rules refuse");
+                if rules.allowed {
+                    assert_eq!(verdict, rules, "seed {seed}: an approval of the rules stays theirs");
+                } else {
+                    assert_eq!(verdict.reason, Reason::ReleaseForget, "seed {seed}");
+                    assert_eq!(
+                        verdict.detail.as_deref(),
+                        Some(format!("group:{}", requester.groups[0]).as_str())
+                    );
+                    let without = decide_delete(&deletion, &rest, &off);
+                    assert!(!without.allowed, "seed {seed}: no forgetters, refused");
+                }
+                // A person deleting in the same order stops at the first refusal.
+                if !person_refused {
+                    person_left.retain(|&record| record != (revision, status));
+                    let person_deletion = DeleteFacts { requester: person, ..deletion };
+                    person_refused =
+                        !decide_delete(&person_deletion, &history(&person_left), &config).allowed;
+                }
+            }
+            refused_for_people += usize::from(person_refused);
+        }
+        // Every release with a latest Helm still serves is refused to people somewhere.
+        assert!(refused_for_people > 300, "{refused_for_people} of 500 refused to a person");
     }
 
     #[test]
@@ -681,7 +776,7 @@ mod tests {
             "revision 3",
             "demo/web",
             "revision 2 would become the latest and it is superseded",
-            "cannot re-use a name that is still in use",
+            "cannot re-use a name that is still in use` (Helm 4: `cannot reuse a name that is still in use`)",
             "helm uninstall web -n demo",
             "helm rollback web 2 -n demo",
             "helm-guard.io/allow-delete",

@@ -204,8 +204,13 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
             ),
         );
     }
-    // U6
-    if !helm_transition(before.status, after.status) {
+    // U6. T6: Fleet's agent, after a rollback that failed in applying its manifest (which
+    // supersedes the revision it started from), deletes the failed revision and writes that
+    // revision back as it read it before, deployed (`rollback.go` `removeFailedRollback`).
+    let fleet_puts_back = before.status == Status::Superseded
+        && after.status == Status::Deployed
+        && config.forgetter(facts.requester).is_some();
+    if !helm_transition(before.status, after.status) && !fleet_puts_back {
         return Verdict::deny(
             Reason::StatusTransition,
             format!(
@@ -485,6 +490,42 @@ mod tests {
             let verdict = decide(old, new);
             assert_eq!((verdict.allowed, verdict.reason), (allowed, reason), "{rule}: {verdict:?}");
         }
+    }
+
+    /// T6: Fleet's agent writes back the revision a failed rollback superseded, deployed
+    /// (`removeFailedRollback`); anyone else doing so is refused, and Fleet moves no other status
+    /// backwards.
+    #[test]
+    fn t6_only_fleets_agent_puts_a_superseded_revision_back_to_deployed() {
+        use Status::*;
+        let (superseded, deployed, pending) =
+            (labels("superseded"), labels("deployed"), labels("pending-upgrade"));
+        let fleet = ["system:serviceaccounts:cattle-fleet-system".to_owned()];
+        let d = payload(Deployed);
+        let decide_as = |requester, old, new| {
+            let facts = UpdateFacts {
+                namespace: "demo",
+                object_name: "sh.helm.release.v1.web.v3",
+                old,
+                new,
+                requester,
+                break_glass: None,
+            };
+            decide_update(&facts, &PolicyConfig::default())
+        };
+        let agent =
+            Requester { username: "system:serviceaccount:cattle-fleet-system:fleet-agent", groups: &fleet };
+        let person = Requester { username: "alice", groups: &[] };
+        let back =
+            |requester| decide_as(requester, side(&superseded, payload(Superseded)), side(&deployed, d));
+        assert_eq!((back(agent).allowed, back(agent).reason), (true, Reason::HelmUpdate));
+        assert_eq!((back(person).allowed, back(person).reason), (false, Reason::StatusTransition));
+        let failed = labels("failed");
+        let failed_back = decide_as(agent, side(&failed, payload(Failed)), side(&deployed, d));
+        assert_eq!(failed_back.reason, Reason::StatusTransition, "only superseded goes back");
+        let to_pending =
+            decide_as(agent, side(&superseded, payload(Superseded)), side(&pending, payload(PendingUpgrade)));
+        assert_eq!(to_pending.reason, Reason::StatusTransition);
     }
 
     /// POLICY.md's table of transitions, row by row (T1 is every status to itself); every pair

@@ -40,6 +40,9 @@ pub enum Reason {
     LatestDeployedRevision,
     /// D9: any other deletion of the latest: the release would be left orphaned.
     WouldOrphanRelease,
+    /// D10: a deletion D3–D9 refuse, by a controller that forgets releases (Rancher Fleet's
+    /// agent): let through, a copy kept.
+    ReleaseForget,
     /// U2: the `owner`, `name` or `version` label, or the Secret `type`, changed.
     IdentityLabelChange,
     /// U2b: a protected label (`helmcharts.helm.cattle.io/configHash`) added, changed or

@@ -2,6 +2,7 @@
 //! history. Pure: no I/O here.
 
 pub mod decode;
+pub mod forget;
 pub mod history;
 pub mod objects;
 pub mod record;
@@ -16,3 +17,9 @@ pub use record::{DecodedRecord, Driver, Record, RecordId, ReleaseKey};
 pub use status::Status;
 pub use summary::Summary;
 pub mod scan;
+
+/// What `helm install` answers over a release whose name is still in use (the K3s/RKE2 crash
+/// loop of PROBLEM.md): Helm 3's words, then Helm 4's (`pkg/action/install.go`). Whatever quotes
+/// or looks for the message knows both.
+pub const NAME_IN_USE: [&str; 2] =
+    ["cannot re-use a name that is still in use", "cannot reuse a name that is still in use"];

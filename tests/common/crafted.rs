@@ -269,6 +269,13 @@ pub fn cases() -> Vec<Case> {
             DEPLOYED,
             None,
         ),
+        // Helm 4.2 on writes it on a rollback's record; 4.1 and Helm 3 ignore it.
+        case(
+            "rollback-revision",
+            edit("rollback-revision", |r| r["info"]["rollback_revision"] = json!(1)),
+            DEPLOYED,
+            DEPLOYED,
+        ),
         case(
             "lock-generated-empty",
             edit("lock-generated-empty", |r| {

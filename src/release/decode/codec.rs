@@ -253,6 +253,23 @@ mod tests {
         assert_eq!(release.info.status, Status::Deployed);
     }
 
+    /// Helm 4.2 on writes `info.rollback_revision` (an int) on a rollback's record: it counts
+    /// against nothing. Of another type Helm 4.2 reads nothing of the record (4.1 ignored the
+    /// key), so it is unreadable, the strict side.
+    #[test]
+    fn helm_4_2s_rollback_revision_decodes_and_of_another_type_is_unreadable() {
+        let with = |value: &str| {
+            format!(
+                r#"{{"name":"web","version":3,"info":{{"status":"deployed","rollback_revision":{value},"description":"Rollback to 1"}}}}"#
+            )
+        };
+        let release = read_release_json(with("1").as_bytes(), DecodeLimits::default()).unwrap();
+        assert_eq!((release.version, release.info.status), (3, Status::Deployed));
+        for wrong in ["\"1\"", "1.5", "{}"] {
+            assert!(read_release_json(with(wrong).as_bytes(), DecodeLimits::default()).is_err(), "{wrong}");
+        }
+    }
+
     #[test]
     fn encode_then_decode_is_the_identity() {
         let json = br#"{"name":"x","version":7,"info":{"status":"failed"}}"#;

@@ -4,7 +4,7 @@
 //! The tables below are Helm's Go types (v3.17 `pkg/release`, `pkg/chart`; v4.1
 //! `pkg/release/v1`, `pkg/chart/v2`, `pkg/chart/common`): every field Go decodes is type-checked
 //! because one wrong type anywhere makes Helm skip the whole record. Fields only Helm 4 has
-//! (`apply_method`, `modtime`, `schemamodtime`) are checked too: a record the guard counts must
+//! (`apply_method`, `modtime`, `schemamodtime`, from 4.2 `info.rollback_revision`) are checked too: a record the guard counts must
 //! be one both Helms read alike.
 //!
 //! Where Helm 3 and Helm 4 read a record differently it counts as unreadable (the safe side: a
@@ -115,6 +115,8 @@ const INFO: &[Field] = &[
     mutable("deleted", Ty::Time, Slot::Deleted),
     mutable("description", Ty::Str, Slot::Description),
     mutable("status", Ty::Str, Slot::Status),
+    // Helm 4.2 on writes the revision a rollback went back to (`Info.RollbackRevision`).
+    mutable("rollback_revision", Ty::Int, Slot::None),
     mutable("notes", Ty::Str, Slot::None),
     mutable("resources", Ty::Resources, Slot::None),
 ];

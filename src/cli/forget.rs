@@ -1,0 +1,195 @@
+//! `helm-guard forget`: delete a release's whole history and keep its resources (moving it to
+//! Argo CD, or out of Helm's hands), every record kept in the guard's recycle bin so that
+//! `restore` brings the history back. Prints the plan; changes nothing without `--apply`. Runs
+//! as the user (their kubeconfig): each record is marked with the break-glass annotation, then
+//! deleted through the guard like anyone's deletion, and its copy found in the bin before the
+//! next one is touched.
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+
+use super::{
+    Applied, ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, Output, count, print_data, table,
+};
+use crate::cluster::listing::list_records;
+use crate::policy::BREAK_GLASS_ANNOTATION;
+use crate::recycle_bin::api::read_bin;
+use crate::release::forget::{ForgetPlan, ForgetStep, plan};
+use crate::release::scan::collect_records;
+
+/// The break-glass reason each record carries into its deletion and the guard's ledger.
+const REASON: &str = "helm-guard forget: the release's history is deleted, its resources kept";
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Forgetting deletes every record of the release (Secrets or ConfigMaps labelled owner=helm,name=RELEASE) and nothing else: the release's resources stay in the cluster, and Helm no longer knows them (`helm ls` does not list the release). For moving a release to Argo CD, which never writes records, or out of Helm's hands.\n\nThe records go from the oldest up, the latest last (Helm's own purge order): stopped anywhere, the release is left at its latest revision with a shorter history. Each is first annotated helm-guard.io/allow-delete (with --break-glass-group set, the user must be in one of those groups), deleted through the guard, and its copy found in the guard's recycle bin (--guard-namespace) before the next is touched: no record goes without a copy. `helm-guard restore RELEASE -n NAMESPACE --apply` brings the history back as it was.\n\nExamples:\n  helm-guard forget web -n shop            # what would be deleted\n  helm-guard forget web -n shop --apply    # delete it, every record kept in the bin\n  helm-guard restore web -n shop --apply   # changed your mind: the history back\n\nExit status: 0 planned or forgotten, 1 a failure (the cluster, a refusal, no copy in the bin: what was done is said), 2 bad input or the release not found."
+)]
+pub struct ForgetArgs {
+    /// The release to forget.
+    pub release: String,
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Delete the records. Without it the plan is printed and nothing changes.
+    #[arg(long)]
+    pub apply: bool,
+    /// Where the guard keeps its recycle bin: its own namespace.
+    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
+    pub guard_namespace: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format: the plan for people, or as JSON or YAML.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+pub fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(forget(args))
+}
+
+async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
+    let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
+        Ok(connected) => connected,
+        Err(code) => return Ok(code),
+    };
+    let objects = list_records(&client, Some(&namespace), Some(&args.release)).await?;
+    let (records, _) = collect_records(&objects, args.decode.limits());
+    let plans = plan(&records);
+    if plans.is_empty() {
+        eprintln!(
+            "error: release {} not found in namespace {namespace} (no Secret or ConfigMap labelled owner=helm,name={})",
+            args.release, args.release
+        );
+        return Ok(EXIT_BAD_INPUT);
+    }
+    let mut deleted = 0;
+    if args.apply {
+        // The bin must be readable before anything is deleted: every copy is checked there.
+        read_bin(&client, &args.guard_namespace, &namespace, &args.release).await.with_context(|| {
+            format!(
+                "reading the recycle bin in namespace {} (the guard's namespace: --guard-namespace), where forget \
+                 checks each record's copy before the next deletion; nothing deleted",
+                args.guard_namespace
+            )
+        })?;
+        let total: usize = plans.iter().map(|plan| plan.steps.len()).sum();
+        for step in plans.iter().flat_map(|plan| &plan.steps) {
+            if let Err(error) =
+                forget_one(&client, &namespace, &args.guard_namespace, &args.release, step).await
+            {
+                eprintln!(
+                    "error: {error:#}\n{} of {total} records deleted (each kept in the recycle bin), the rest untouched; \
+                     `helm-guard restore {} -n {namespace} --apply` brings the deleted ones back",
+                    deleted, args.release
+                );
+                return Ok(EXIT_FAILURE);
+            }
+            deleted += 1;
+        }
+    }
+    let outcomes: Vec<Applied<ForgetPlan>> =
+        plans.into_iter().map(|plan| Applied { applied: args.apply, plan }).collect();
+    if !print_data(&outcomes, args.output)? {
+        for outcome in &outcomes {
+            print_plan(&outcome.plan, &args.guard_namespace)?;
+        }
+        if args.apply {
+            outln!(
+                "Forgot release {namespace}/{}: deleted {}, each kept in the recycle bin; its resources stay. \
+                 `helm-guard restore {} -n {namespace} --apply` brings the history back.",
+                args.release,
+                count(deleted, "record"),
+                args.release
+            )?;
+        } else {
+            outln!("Nothing changed: run again with --apply to forget the release.")?;
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Marks one record with the break-glass annotation (at the version listed: a record changed
+/// since is not touched), deletes that object, and finds its copy in the bin. A deletion the
+/// guard refuses leaves the mark removed again.
+async fn forget_one(
+    client: &kube::Client,
+    namespace: &str,
+    guard_namespace: &str,
+    release: &str,
+    step: &ForgetStep,
+) -> anyhow::Result<()> {
+    let what = format!("{} {namespace}/{}", step.kind, step.name);
+    let mark = serde_json::json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: REASON}}});
+    let unmark = serde_json::json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: null}}});
+    let params = PatchParams { field_manager: Some("helm-guard-forget".into()), ..PatchParams::default() };
+    let delete = DeleteParams {
+        preconditions: Some(Preconditions { uid: step.uid.clone(), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    let deleted = match step.kind {
+        "Secret" => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            api.patch(&step.name, &params, &Patch::Merge(&mark))
+                .await
+                .with_context(|| format!("annotating {what}"))?;
+            let deleted = api.delete(&step.name, &delete).await.map(|_| ());
+            if deleted.is_err() {
+                let _ = api.patch(&step.name, &params, &Patch::Merge(&unmark)).await;
+            }
+            deleted
+        }
+        _ => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            api.patch(&step.name, &params, &Patch::Merge(&mark))
+                .await
+                .with_context(|| format!("annotating {what}"))?;
+            let deleted = api.delete(&step.name, &delete).await.map(|_| ());
+            if deleted.is_err() {
+                let _ = api.patch(&step.name, &params, &Patch::Merge(&unmark)).await;
+            }
+            deleted
+        }
+    };
+    deleted.with_context(|| format!("deleting {what}"))?;
+    let bin =
+        read_bin(client, guard_namespace, namespace, release).await.context("reading the recycle bin")?;
+    let kept = bin.iter().flatten().any(|copy| {
+        copy.object.kind == step.kind
+            && copy.object.name == step.name
+            && (step.uid.is_none() || copy.object.uid == step.uid)
+    });
+    anyhow::ensure!(
+        kept,
+        "deleted {what}, but the recycle bin in namespace {guard_namespace} holds no copy of it: is helm-guard running \
+         with its recycle bin on (--recycle-bin), guarding namespace {namespace}, and is {guard_namespace} its namespace \
+         (--guard-namespace)? Stopped before the next record"
+    );
+    Ok(())
+}
+
+fn print_plan(plan: &ForgetPlan, guard_namespace: &str) -> anyhow::Result<()> {
+    outln!(
+        "Release {}/{} ({}): {} to delete, oldest first, each kept in the recycle bin in namespace {guard_namespace}; \
+         its resources stay",
+        plan.namespace,
+        plan.release,
+        plan.driver,
+        count(plan.steps.len(), "record")
+    )?;
+    let rows: Vec<Vec<String>> = plan
+        .steps
+        .iter()
+        .map(|step| {
+            vec![
+                step.revision.to_string(),
+                step.status.map_or("unreadable", |s| s.as_str()).to_owned(),
+                format!("{} {}", step.kind, step.name),
+            ]
+        })
+        .collect();
+    table(&["REVISION", "STATUS", "RECORD"], &rows)
+}
