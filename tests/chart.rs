@@ -536,3 +536,21 @@ fn uninstall_removes_the_webhooks_first_and_needs_no_image() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs helm: cargo test --test chart -- --ignored"]
+fn forgetters_are_the_guards_default_unless_the_values_name_others() {
+    let defaults = args(&render(&[]));
+    assert!(
+        !defaults.iter().any(|a| a.starts_with("--forgetter-")),
+        "the guard's own default (Fleet's agent namespaces) stands: {defaults:?}"
+    );
+    let named = args(&render(&["forgetterGroups={system:serviceaccounts:argo}", "forgetterUsers={ops-bot}"]));
+    for flag in ["--forgetter-group=system:serviceaccounts:argo", "--forgetter-user=ops-bot"] {
+        assert!(named.iter().any(|a| a == flag), "{flag}: {named:?}");
+    }
+    let mut argv = vec!["helm-guard".to_owned()];
+    argv.extend(named);
+    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
+}

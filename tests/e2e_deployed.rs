@@ -494,6 +494,7 @@ fn twins(prefix: &str) -> ([String; 2], tempfile::TempDir, String) {
     kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[0]}}));
     kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": namespaces[1], "labels": {"helm-guard.io/ignore": "true"}}}));
+    common::writers::bind();
     let dir = tempfile::tempdir().unwrap();
     let chart = dir.path().join("demo").to_str().unwrap().to_owned();
     assert!(run(&["helm", "create", &chart]).status.success());

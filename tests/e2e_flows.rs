@@ -144,6 +144,7 @@ impl Twins {
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": namespaces[0], "labels": {"helm-guard-e2e": namespaces[0]}}}));
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[1]}}));
+        common::writers::bind();
         let names: &[&str] = if matches!(coordination, "none" | "floor") { &["a"] } else { &["a", "b"] };
         let first = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
         let ports = [first, first + 1];

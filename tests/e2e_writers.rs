@@ -19,37 +19,17 @@
 
 mod common;
 
-use std::process::Output;
-
 use common::cluster::{kubectl_apply, run, said};
+use common::writers::{
+    FLEET_AGENT, FLEET_IMPERSONATED, FLUX, KLIPPER, fleet_forget, helm_object, kubectl_as, latest_record,
+    now, set_status, write,
+};
 use futures::FutureExt as _;
 use helm_guard::policy::PolicyConfig;
 use helm_guard::recycle_bin::copy::BinBounds;
 use serde_json::{Value, json};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_helm-guard");
-
-/// Fleet's agent downstream (`cattle-fleet-system`), and an account it impersonates on Rancher's
-/// own cluster (`impersonate.go`: always one of its namespace's).
-const FLEET_AGENT: (&str, &str) =
-    ("system:serviceaccount:cattle-fleet-system:fleet-agent", "system:serviceaccounts:cattle-fleet-system");
-const FLEET_IMPERSONATED: (&str, &str) = (
-    "system:serviceaccount:cattle-fleet-local-system:fleet-default",
-    "system:serviceaccounts:cattle-fleet-local-system",
-);
-const FLUX: (&str, &str) =
-    ("system:serviceaccount:flux-system:helm-controller", "system:serviceaccounts:flux-system");
-/// klipper-helm's job runs as helm-controller's `helm-<chart>` account in kube-system.
-const KLIPPER: (&str, &str) =
-    ("system:serviceaccount:kube-system:helm-web", "system:serviceaccounts:kube-system");
-
-/// `kubectl` as `who` (user, group).
-fn kubectl_as(who: (&str, &str), args: &[&str]) -> Output {
-    let (user, group) = who;
-    let mut all = vec!["kubectl", "--as", user, "--as-group", group, "--as-group", "system:serviceaccounts"];
-    all.extend(args);
-    run(&all)
-}
 
 /// `helm history` as (revision, status, description): what two namespaces must agree on.
 fn history(release: &str, namespace: &str) -> Vec<(u64, String, String)> {
@@ -64,79 +44,6 @@ fn history(release: &str, namespace: &str) -> Vec<(u64, String, String)> {
             (r["revision"].as_u64().unwrap(), text("status"), text("description"))
         })
         .collect()
-}
-
-/// The release's record objects, in the order the API lists them (Fleet deletes in that order).
-fn records(release: &str, namespace: &str) -> Vec<Value> {
-    let selector = format!("owner=helm,name={release}");
-    let done = run(&["kubectl", "get", "secrets", "-n", namespace, "-l", &selector, "-o", "json"]);
-    assert!(done.status.success(), "{}", said(&done));
-    let list: Value = serde_json::from_slice(&done.stdout).unwrap();
-    list["items"].as_array().unwrap().iter().map(|item| with_kind(item.clone())).collect()
-}
-
-fn with_kind(mut object: Value) -> Value {
-    object["kind"] = json!("Secret");
-    object["apiVersion"] = json!("v1");
-    object
-}
-
-/// The object Helm's secrets driver writes for `release` (`newSecretsObject`): labels, type,
-/// data; no resourceVersion (its `Update` is unconditional), no annotations.
-fn helm_object(record: &Value, release: &Value, labels: Value) -> Value {
-    let object = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": record["metadata"]["name"], "namespace": record["metadata"]["namespace"], "labels": labels},
-        "type": record["type"],
-        "data": {"release": ""},
-    });
-    common::with_release_json(object, release)
-}
-
-fn now() -> String {
-    jiff::Timestamp::now().as_second().to_string()
-}
-
-/// `kubectl replace` (an UPDATE) or `kubectl create` of `object` as `who` (else as the admin).
-fn write(who: Option<(&str, &str)>, verb: &str, object: &Value) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("record.json");
-    std::fs::write(&path, object.to_string()).unwrap();
-    let args = [verb, "-f", path.to_str().unwrap()];
-    match who {
-        Some(who) => kubectl_as(who, &args),
-        None => run(&[&["kubectl"], &args[..]].concat()),
-    }
-}
-
-fn write_as(who: (&str, &str), verb: &str, object: &Value) -> Output {
-    write(Some(who), verb, object)
-}
-
-/// Storage `Update` of the latest record to `status` with `description`, as Flux's unlock and
-/// helm-set-status make it.
-fn set_latest_status(
-    who: (&str, &str),
-    release: &str,
-    namespace: &str,
-    status: &str,
-    description: &str,
-) -> Output {
-    let latest = latest_record(release, namespace);
-    let mut payload = common::release_json(&latest);
-    payload["info"]["status"] = json!(status);
-    payload["info"]["description"] = json!(description);
-    let mut labels = latest["metadata"]["labels"].clone();
-    labels["status"] = json!(status);
-    labels["modifiedAt"] = json!(now());
-    write_as(who, "replace", &helm_object(&latest, &payload, labels))
-}
-
-fn latest_record(release: &str, namespace: &str) -> Value {
-    let mut all = records(release, namespace);
-    all.sort_by_key(|r| common::release_json(r)["version"].as_u64().unwrap());
-    all.pop().unwrap()
 }
 
 /// One writer's calls in one namespace: whether every call succeeded, and what was said.
@@ -163,21 +70,6 @@ fn helm_ok(args: &[&str]) {
     assert!(done.status.success(), "helm {args:?}: {}", said(&done));
 }
 
-/// Fleet's `deleteHistory` (`internal/helmdeployer/delete.go`): `cfg.Releases.Delete` of each
-/// record in the order listed.
-fn fleet_forget(who: (&str, &str), release: &str, namespace: &str) -> (bool, String) {
-    let mut said_all = String::new();
-    for record in records(release, namespace) {
-        let name = record["metadata"]["name"].as_str().unwrap();
-        let done = kubectl_as(who, &["delete", "secret", name, "-n", namespace]);
-        said_all += &said(&done);
-        if !done.status.success() {
-            return (false, said_all);
-        }
-    }
-    (true, said_all)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real API server, helm and kubectl: cargo test --test e2e_writers -- --ignored"]
 async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
@@ -197,15 +89,7 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             );
         }
         common::cluster::register_webhooks(&client, &ns, &url, &ca_pem).await;
-        // The writers' accounts may write records (as Fleet's and Flux's are cluster admins).
-        for (i, (_, group)) in [FLEET_AGENT, FLEET_IMPERSONATED, FLUX, KLIPPER].into_iter().enumerate() {
-            kubectl_apply(
-                &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": format!("{ns}-writer-{i}")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]}),
-            );
-        }
+        common::writers::bind();
         let chart = dir.path().join("demo");
         assert!(run(&["helm", "create", chart.to_str().unwrap()]).status.success());
         let chart = chart.to_str().unwrap();
@@ -231,7 +115,7 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             assert!(!person.status.success(), "a person deleting {latest}: {}", said(&person));
             assert!(said(&person).contains("latest, deployed revision"), "{}", said(&person));
             alike(&format!("Fleet forgets {release}"), release, both, &|namespace| {
-                fleet_forget(who, release, namespace)
+                fleet_forget(who, "secret", release, namespace)
             });
             assert!(history(release, &ns).is_empty());
             // The ones the rules would refuse are kept, named as Fleet's forget.
@@ -312,7 +196,7 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             helm_ok(&["upgrade", "drift", chart, "-n", namespace]);
         }
         alike("Fleet removes a failed rollback", "drift", both, &|namespace| {
-            let current = latest_record("drift", namespace);
+            let current = latest_record("secret", "drift", namespace).unwrap();
             let version = common::release_json(&current)["version"].as_u64().unwrap();
             // Drift on a field the chart sets, then the rollback Fleet runs to undo it.
             let drift = run(&[
@@ -354,7 +238,7 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             ]);
             let _ = run(&["kubectl", "label", "namespace", namespace, "helm-guard-e2e-block-"]);
             assert!(!rollback.status.success(), "the rollback fails: {}", said(&rollback));
-            let failed = latest_record("drift", namespace);
+            let failed = latest_record("secret", "drift", namespace).unwrap();
             let failed_release = common::release_json(&failed);
             assert_eq!(failed_release["version"].as_u64(), Some(version + 1));
             assert_eq!(failed_release["info"]["status"], "failed");
@@ -369,8 +253,8 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             }
             let mut labels = current["metadata"]["labels"].clone();
             labels["modifiedAt"] = json!(now());
-            let written = write_as(
-                FLEET_AGENT,
+            let written = write(
+                Some(FLEET_AGENT),
                 "replace",
                 &helm_object(&current, &common::release_json(&current), labels),
             );
@@ -388,7 +272,7 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
                 helm_ok(&["install", release, chart, "-n", namespace]);
                 // An upgrade left pending (its Helm killed): the record `upgrade.go` stores first,
                 // the deployed revision left as it is until the upgrade ends.
-                let deployed = latest_record(release, namespace);
+                let deployed = latest_record("secret", release, namespace).unwrap();
                 let mut payload = common::release_json(&deployed);
                 payload["version"] = json!(2);
                 payload["info"]["status"] = json!("pending-upgrade");
@@ -402,7 +286,8 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
                 assert!(done.status.success(), "{}", said(&done));
             }
             alike(&format!("{release} unlocks a pending upgrade"), release, both, &|namespace| {
-                let done = set_latest_status(who, release, namespace, "failed", description);
+                let latest = latest_record("secret", release, namespace).unwrap();
+                let done = set_status(who, &latest, "failed", Some(description));
                 (done.status.success(), said(&done))
             });
             helm_ok(&["upgrade", release, chart, "-n", &ns]);
@@ -414,31 +299,14 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             helm_ok(&["install", "mapped", chart, "-n", namespace]);
         }
         alike("helm-mapkubeapis maps a release", "mapped", both, &|namespace| {
-            let deployed = latest_record("mapped", namespace);
-            let release = common::release_json(&deployed);
-            let mut superseded = release.clone();
-            superseded["info"]["status"] = json!("superseded");
-            let mut labels = deployed["metadata"]["labels"].clone();
-            labels["status"] = json!("superseded");
-            labels["modifiedAt"] = json!(now());
-            let done = write_as(KLIPPER, "replace", &helm_object(&deployed, &superseded, labels.clone()));
-            if !done.status.success() {
-                return (false, said(&done));
-            }
-            let mut mapped = release;
-            let version = mapped["version"].as_u64().unwrap() + 1;
-            mapped["version"] = json!(version);
-            mapped["info"]["description"] =
-                json!("Kubernetes deprecated API upgrade - DO NOT rollback from this version");
-            labels["status"] = json!("deployed");
-            labels["version"] = json!(version.to_string());
-            labels["createdAt"] = json!(now());
-            labels.as_object_mut().unwrap().remove("modifiedAt");
-            let mut object = helm_object(&deployed, &mapped, labels);
-            object["metadata"]["name"] = json!(format!("sh.helm.release.v1.mapped.v{version}"));
-            let done = write_as(KLIPPER, "create", &object);
-            (done.status.success(), said(&done))
+            common::writers::map_kube_apis("secret", "mapped", namespace)
         });
+        let mapped = history("mapped", &ns);
+        assert_eq!(
+            mapped.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(),
+            ["superseded", "deployed"],
+            "{mapped:?}"
+        );
 
         // 5. A person forgets a release: the plan, then --apply, then restore.
         helm_ok(&["install", "moved", chart, "-n", &ns]);
@@ -474,9 +342,6 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
     common::cluster::cleanup(&client, &ns, false).await;
     for namespace in [&twin, &guard_ns] {
         let _ = run(&["kubectl", "delete", "namespace", namespace, "--wait=false"]);
-    }
-    for i in 0..4 {
-        let _ = run(&["kubectl", "delete", "clusterrolebinding", &format!("{ns}-writer-{i}")]);
     }
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);

@@ -3,8 +3,10 @@
 //! `pkg/action` and `pkg/storage`, POLICY.md "The transitions"), each sent as the API server's
 //! AdmissionReview to one of two in-process replicas that share an in-memory Lease and read a
 //! shared store. Watch events reach each replica late and out of order (each object's own in
-//! order, as a watch keeps them). Every review Helm sends must be allowed; a hand deletion must be
-//! refused exactly when POLICY.md's rules, applied to what is really stored, refuse it.
+//! order, as a watch keeps them). Helm's other writers (Fleet's forget and its failed-rollback
+//! cleanup, Flux's unlock, helm-mapkubeapis) write among Helm's flows as their own identities.
+//! Every review Helm or those writers send must be allowed; a hand deletion must be refused
+//! exactly when POLICY.md's rules, applied to what is really stored, refuse it.
 //!
 //! A failure prints its seed: `HELM_FLOWS_SEED=<seed> cargo test --test helm_flows`.
 
@@ -22,7 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::flows::{HelmOp, deletion_allowed, random_op, seeds};
+use common::flows::{FLEET_AGENT, FLUX, HelmOp, KLIPPER, deletion_allowed, random_op, seeds};
 use common::leases::{Replica, SharedLeases};
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
@@ -137,6 +139,8 @@ struct World {
     encoded: std::cell::RefCell<std::collections::HashMap<(usize, u32, Status), Value>>,
     log: Vec<String>,
     seed: u64,
+    /// Who writes now: Helm as a person (`None`), or another writer of Helm's storage.
+    writer: Option<(&'static str, &'static [&'static str])>,
 }
 
 /// How an upgrade ends once its pending revision is stored.
@@ -193,7 +197,17 @@ impl World {
             })
             .collect();
         let helm4 = rng.bool();
-        World { rng, store, guards, helm4, bases, encoded: Default::default(), log: Vec::new(), seed }
+        World {
+            rng,
+            store,
+            guards,
+            helm4,
+            bases,
+            encoded: Default::default(),
+            log: Vec::new(),
+            seed,
+            writer: None,
+        }
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -239,6 +253,10 @@ impl World {
             self.deliver_some();
         }
         let replica = self.rng.usize(..self.guards.len());
+        let review = match self.writer {
+            Some((user, groups)) => &as_user(review.clone(), user, groups),
+            None => review,
+        };
         let body = serde_json::to_vec(review).unwrap();
         let request = admission_review::parse(&body).unwrap();
         let reviewed =
@@ -519,10 +537,65 @@ impl World {
                 self.hand_delete(release, pick);
                 Ok(())
             }
+            HelmOp::FleetForget { release } => self.as_writer(FLEET_AGENT, |w| w.fleet_forget(release)),
+            HelmOp::FleetFailedRollback { release } => {
+                self.as_writer(FLEET_AGENT, |w| w.fleet_failed_rollback(release))
+            }
+            HelmOp::FluxUnlock { release } => self.as_writer(FLUX, |w| w.unlock(release)),
+            HelmOp::MapKubeApis { release } => self.as_writer(KLIPPER, |w| w.map_kube_apis(release)),
         };
         if let Err(refused) = outcome {
             self.fail(&format!("the guard refused a write of Helm's own: {refused}"));
         }
+    }
+
+    /// Runs `writes` as `writer`.
+    fn as_writer(
+        &mut self,
+        writer: (&'static str, &'static [&'static str]),
+        writes: impl FnOnce(&mut World) -> Result<(), Refused>,
+    ) -> Result<(), Refused> {
+        self.writer = Some(writer);
+        let outcome = writes(self);
+        self.writer = None;
+        outcome
+    }
+
+    /// Fleet's `deleteHistory`: `Releases.Delete` of every record in the order the API lists
+    /// them (by object name: `v1`, `v10`, `v2`, ...).
+    fn fleet_forget(&mut self, release: usize) -> Result<(), Refused> {
+        let mut names: Vec<String> = self.history(release).into_iter().map(|(.., name)| name).collect();
+        names.sort();
+        names.iter().try_for_each(|name| self.helm_delete(name))
+    }
+
+    /// Fleet's drift correction of a deployed release whose rollback fails applying its manifest
+    /// (Helm 4.1 `rollback.go` 227-241, Fleet's `MaxHelmHistory` 2), then `removeFailedRollback`.
+    fn fleet_failed_rollback(&mut self, release: usize) -> Result<(), Refused> {
+        let Some((last, Status::Deployed, current)) = self.latest(release) else { return Ok(()) };
+        self.prune(release, Some(2))?;
+        self.create(release, last + 1, Status::PendingRollback)?;
+        let failed = format!("sh.helm.release.v1.{}.v{}", RELEASES[release], last + 1);
+        self.update(&current, Status::Superseded)?;
+        self.update(&failed, Status::Failed)?;
+        self.helm_delete(&failed)?;
+        self.update(&current, Status::Deployed)
+    }
+
+    /// Flux's unlock of a pending latest: marked failed.
+    fn unlock(&mut self, release: usize) -> Result<(), Refused> {
+        match self.latest(release) {
+            Some((_, status, name)) if status.is_pending() => self.update(&name, Status::Failed),
+            _ => Ok(()),
+        }
+    }
+
+    /// helm-mapkubeapis (`pkg/v3/release.go` `updateRelease`): the latest, whatever its status,
+    /// superseded, then the mapped revision stored deployed.
+    fn map_kube_apis(&mut self, release: usize) -> Result<(), Refused> {
+        let Some((last, _, name)) = self.latest(release) else { return Ok(()) };
+        self.update(&name, Status::Superseded)?;
+        self.create(release, last + 1, Status::Deployed)
     }
 
     /// A stuck pending latest: marked failed (`helm set-status`), or deleted when that leaves a

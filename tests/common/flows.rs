@@ -26,6 +26,19 @@ pub enum HelmOp {
     Repair { release: usize, delete: bool },
     /// `kubectl delete` of the `pick`-th stored record of the release, by hand.
     HandDelete { release: usize, pick: usize },
+    /// Rancher Fleet's agent forgets the release (`delete.go` `deleteHistory`): every record
+    /// deleted, in the order the API lists them.
+    FleetForget { release: usize },
+    /// Fleet's drift correction of a deployed release (`rollback.go` `RemoveExternalChanges`):
+    /// a rollback to the latest revision that fails applying its manifest (Helm supersedes the
+    /// revision it started from and stores a failed "Rollback" revision), then
+    /// `removeFailedRollback` deletes that revision and writes the one it started from back.
+    FleetFailedRollback { release: usize },
+    /// Flux's helm-controller unlocks a pending latest (`unlock.go`): marked failed.
+    FluxUnlock { release: usize },
+    /// helm-mapkubeapis (klipper-helm before every upgrade): the latest, whatever its status,
+    /// superseded, then a new deployed revision with the mapped manifest.
+    MapKubeApis { release: usize },
 }
 
 impl HelmOp {
@@ -39,7 +52,11 @@ impl HelmOp {
             | HelmOp::Reinstall { release }
             | HelmOp::KilledUpgrade { release }
             | HelmOp::Repair { release, .. }
-            | HelmOp::HandDelete { release, .. } => release,
+            | HelmOp::HandDelete { release, .. }
+            | HelmOp::FleetForget { release }
+            | HelmOp::FleetFailedRollback { release }
+            | HelmOp::FluxUnlock { release }
+            | HelmOp::MapKubeApis { release } => release,
         }
     }
 }
@@ -61,10 +78,29 @@ pub fn random_op(rng: &mut fastrand::Rng, releases: usize) -> HelmOp {
         52..=63 => HelmOp::Uninstall { release, keep_history: rng.bool() },
         64..=71 => HelmOp::Reinstall { release },
         72..=77 => HelmOp::KilledUpgrade { release },
-        78..=85 => HelmOp::Repair { release, delete: rng.bool() },
-        _ => HelmOp::HandDelete { release, pick: rng.usize(..16) },
+        78..=83 => HelmOp::Repair { release, delete: rng.bool() },
+        84..=91 => HelmOp::HandDelete { release, pick: rng.usize(..16) },
+        92..=93 => HelmOp::FleetForget { release },
+        94..=95 => HelmOp::FleetFailedRollback { release },
+        96..=97 => HelmOp::FluxUnlock { release },
+        _ => HelmOp::MapKubeApis { release },
     }
 }
+
+/// Who the other writers of Helm's storage write as: Fleet's agent, Flux's helm-controller,
+/// klipper-helm's job (user, groups).
+pub const FLEET_AGENT: (&str, &[&str]) = (
+    "system:serviceaccount:cattle-fleet-system:fleet-agent",
+    &["system:serviceaccounts", "system:serviceaccounts:cattle-fleet-system", "system:authenticated"],
+);
+pub const FLUX: (&str, &[&str]) = (
+    "system:serviceaccount:flux-system:helm-controller",
+    &["system:serviceaccounts", "system:serviceaccounts:flux-system", "system:authenticated"],
+);
+pub const KLIPPER: (&str, &[&str]) = (
+    "system:serviceaccount:kube-system:helm-web",
+    &["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
+);
 
 /// The seeds to run: `HELM_FLOWS_SEED` alone when set (to reproduce a failure), else `count`
 /// seeds from `first`.

@@ -3,12 +3,14 @@
 //! test, tests/e2e_deployed.rs with the chart's pods as containers). The first step whose exit
 //! status or following `helm history` differs between the two fails the test with the seed and
 //! every step so far; a hand deletion must be refused exactly when the rules refuse it on what is
-//! stored.
+//! stored. Helm's other writers (tests/common/writers.rs) write among Helm's flows as their own
+//! identities: the suites bind them with `writers::bind`.
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::flows::{HelmOp, deletion_allowed};
+use super::writers;
 use helm_guard::release::Status;
 use serde_json::Value;
 
@@ -136,6 +138,18 @@ impl Flow {
                 outcome(run(self.helm, &["install", RELEASES[release], &self.chart], namespace, &self.driver))
             }
             HelmOp::KilledUpgrade { release } => self.killed_upgrade(RELEASES[release], namespace),
+            HelmOp::FleetForget { release } => {
+                writers::fleet_forget(writers::FLEET_AGENT, self.records_kind(), RELEASES[release], namespace)
+            }
+            HelmOp::FleetFailedRollback { release } => {
+                writers::fleet_failed_rollback(self.records_kind(), RELEASES[release], namespace)
+            }
+            HelmOp::FluxUnlock { release } => {
+                writers::flux_unlock(self.records_kind(), RELEASES[release], namespace)
+            }
+            HelmOp::MapKubeApis { release } => {
+                writers::map_kube_apis(self.records_kind(), RELEASES[release], namespace)
+            }
             HelmOp::Repair { release, delete } => {
                 let history = history(self.helm, RELEASES[release], namespace, &self.driver);
                 let Some(&(revision, status)) = history.last() else { return (true, String::new()) };

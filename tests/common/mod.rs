@@ -8,6 +8,7 @@ pub mod flows;
 pub mod guard;
 pub mod helm_twins;
 pub mod leases;
+pub mod writers;
 
 use std::path::{Path, PathBuf};
 
