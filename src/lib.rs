@@ -7,9 +7,9 @@
 //!
 //! 1. [`server`] accepts the connection (rustls, certificate reload in [`server::tls`]; the
 //!    connection cap and idle timeout in [`server::limits`]) and [`server::routes`] reads the
-//!    body within its size limit, deadline and permit, and decides it on the async worker
-//!    (a large body, or a decision that must wait on the API server, on the blocking pool: only
-//!    there is a [`cluster::Blocking`] token, which every call that waits takes).
+//!    body within its size limit, deadline and permit, and awaits its decision: one async path
+//!    for every request, live or snapshot; a decision that waits on the API server holds no
+//!    thread, and only the CPU work of a large body or payload goes to the blocking pool.
 //! 2. [`admission::review`] parses the AdmissionReview, its objects only as far as a verdict
 //!    reads them ([`admission::object`]); [`admission::validating`] or
 //!    [`admission::mutating`] gathers the facts: the record in the request, decoded by

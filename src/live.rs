@@ -86,7 +86,6 @@ pub fn admission(
         tokio::spawn(sweep);
         let bin = ApiRecycleBin {
             client: client.clone(),
-            runtime: tokio::runtime::Handle::current(),
             namespace: bin.namespace,
             stats,
             stored,
@@ -130,7 +129,6 @@ pub fn admission(
         tokio::spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
         let coordinator = LeaseCoordinator {
             leases,
-            runtime: tokio::runtime::Handle::current(),
             identity: options.identity.clone(),
             ttl: options.tombstone_ttl,
         };

@@ -27,7 +27,7 @@ fn with_events(records: &[Value], mode: Mode) -> (Admission, tokio::sync::mpsc::
 
 fn review(admission: &Admission, review: &Value) -> bool {
     let request = admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
-    admission.review(Webhook::Validate, request, Some(&blocking())).unwrap().response.allowed
+    admission.review_now(Webhook::Validate, request).response.allowed
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn a_rewritten_helm_install_pod_is_a_notice_on_its_chart_and_an_annotated_one_is
     let pod =
         common::review("admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json");
     let request = admission_review::parse(&serde_json::to_vec(&pod).unwrap()).unwrap();
-    assert!(admission.review(Webhook::Mutate, request, Some(&blocking())).unwrap().response.allowed);
+    assert!(admission.review_now(Webhook::Mutate, request).response.allowed);
     let notice = notices.try_recv().expect("a notice on the HelmChart");
     assert_eq!(
         (notice.kind.as_str(), notice.name.as_str(), notice.reason.as_str()),
@@ -142,6 +142,6 @@ fn a_rewritten_helm_install_pod_is_a_notice_on_its_chart_and_an_annotated_one_is
     let healthy = web(&[(1, "deployed")]);
     let (admission, mut notices) = with_events(&[healthy, vec![chart()]].concat(), Mode::Enforce);
     let request = admission_review::parse(&serde_json::to_vec(&pod).unwrap()).unwrap();
-    admission.review(Webhook::Mutate, request, Some(&blocking())).unwrap();
+    admission.review_now(Webhook::Mutate, request);
     assert!(notices.try_recv().is_err(), "a pod only annotated is no Event");
 }

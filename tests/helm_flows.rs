@@ -24,6 +24,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+
 use common::flows::{FLEET_AGENT, FLUX, HelmOp, KLIPPER, deletion_allowed, random_op, seeds};
 use common::leases::{Replica, SharedLeases};
 use common::*;
@@ -78,32 +80,30 @@ impl Store {
 struct StoreReader(Arc<Mutex<Store>>);
 
 impl PayloadFetcher for StoreReader {
-    fn fetch(
-        &self,
-        key: &ReleaseKey,
-        objects: &[String],
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        objects: &'a [String],
         _deadline: Instant,
-        _: &helm_guard::cluster::Blocking,
-    ) -> Vec<(String, Fetched)> {
+    ) -> BoxFuture<'a, Vec<(String, Fetched)>> {
         let store = self.0.lock().unwrap();
-        objects.iter().map(|name| (name.clone(), fetched(store.objects.get(name), key))).collect()
+        let read = objects.iter().map(|name| (name.clone(), fetched(store.objects.get(name), key))).collect();
+        Box::pin(std::future::ready(read))
     }
 
-    fn list(
-        &self,
-        key: &ReleaseKey,
+    fn list<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
         _deadline: Instant,
-        _: &helm_guard::cluster::Blocking,
-    ) -> Option<Vec<IndexedRecord>> {
+    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
         let store = self.0.lock().unwrap();
-        Some(
-            store
-                .objects
-                .values()
-                .filter_map(|object| record_from_meta(Driver::Secret, &meta(object)))
-                .filter(|record| record.key == *key)
-                .collect(),
-        )
+        let listed = store
+            .objects
+            .values()
+            .filter_map(|object| record_from_meta(Driver::Secret, &meta(object)))
+            .filter(|record| record.key == *key)
+            .collect();
+        Box::pin(std::future::ready(Some(listed)))
     }
 }
 
@@ -259,8 +259,7 @@ impl World {
         };
         let body = serde_json::to_vec(review).unwrap();
         let request = admission_review::parse(&body).unwrap();
-        let reviewed =
-            self.guards[replica].admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
+        let reviewed = self.guards[replica].admission.review_now(Webhook::Validate, request);
         let response = reviewed.response;
         let reason = response.audit_annotations.get("reason").cloned().unwrap_or_default();
         (response.allowed, reason, response.result.message)

@@ -16,6 +16,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use futures::future::BoxFuture;
+
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::policy::{Mode, PolicyConfig};
@@ -29,16 +31,33 @@ use serde_json::{Value, json};
 struct MemoryBin {
     bodies: Mutex<Vec<Value>>,
     refuse: bool,
+    /// The API has not answered yet.
+    hold: std::sync::atomic::AtomicBool,
 }
 
 impl RecycleBin for MemoryBin {
-    fn keep(
-        &self,
-        record: &Record,
-        keeping: &Keeping<'_>,
+    fn keep<'a>(
+        &'a self,
+        record: &'a Record,
+        keeping: &'a Keeping<'a>,
         _deadline: Instant,
-        _: &helm_guard::cluster::Blocking,
-    ) -> Result<(), BinError> {
+    ) -> BoxFuture<'a, Result<(), BinError>> {
+        // While held, the API has not answered yet: the decision's future stays pending.
+        Box::pin(std::future::poll_fn(move |_| {
+            if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(self.store(record, keeping))
+        }))
+    }
+
+    fn namespace(&self) -> &str {
+        "helm-guard"
+    }
+}
+
+impl MemoryBin {
+    fn store(&self, record: &Record, keeping: &Keeping<'_>) -> Result<(), BinError> {
         if self.refuse {
             return Err(BinError::Api(
                 "secrets \"x\" is forbidden: exceeded quota: bin, requested: count/secrets=1".into(),
@@ -47,10 +66,6 @@ impl RecycleBin for MemoryBin {
         let body = copy_body(record, keeping, "helm-guard")?;
         self.bodies.lock().unwrap().push(serde_json::from_slice(&body).unwrap());
         Ok(())
-    }
-
-    fn namespace(&self) -> &str {
-        "helm-guard"
     }
 }
 
@@ -71,7 +86,7 @@ fn guard(records: &[Value], config: PolicyConfig, bin: MemoryBin, best_effort: b
 fn decide(guard: &Guard, review: &Value) -> Value {
     let body = serde_json::to_vec(review).unwrap();
     let request = admission_review::parse(&body).unwrap();
-    let reviewed = guard.admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
+    let reviewed = guard.admission.review_now(Webhook::Validate, request);
     serde_json::to_value(&reviewed.response).unwrap()
 }
 
@@ -102,26 +117,29 @@ fn restored(body: &Value) -> Record {
     Record::from_object(&stored(body).original().unwrap(), None).unwrap().unwrap()
 }
 
-/// A deletion that keeps a copy waits on the API, so the server's inline pass (no token) hands
-/// it on with nothing changed: no copy, the record still in the history; where waiting is
-/// allowed it is kept and approved.
+/// A deletion that keeps a copy waits for it: until the copy is stored nothing is approved or
+/// hidden; once it is, the deletion is approved and the record gone from the view.
 #[test]
-fn keeping_a_copy_is_never_done_inline_but_handed_to_where_it_may_wait() {
+fn a_copy_is_stored_before_the_deletion_is_approved() {
+    use std::future::Future as _;
     let records = web(&[(1, "superseded"), (2, "deployed")]);
     let latest = annotated(records[1].clone());
     let guard =
         guard(&[records[0].clone(), latest.clone()], PolicyConfig::default(), MemoryBin::default(), false);
     let body = serde_json::to_vec(&as_user(delete_review(&latest), "alice", &["ops"])).unwrap();
-    let inline = guard.admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None);
-    assert!(inline.is_err(), "asks to be decided where it may wait");
-    assert!(guard.bin.bodies.lock().unwrap().is_empty(), "no copy kept inline");
-    assert_eq!(guard.admission.index().history(&web_key()).len(), 2, "nothing hidden");
-    let reviewed = guard
-        .admission
-        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
-        .unwrap();
+    let request = admission_review::parse(&body).unwrap();
+    guard.bin.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut decision = std::pin::pin!(guard.admission.review(Webhook::Validate, request));
+    let waker = futures::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    assert!(decision.as_mut().poll(&mut context).is_pending(), "waits on the copy");
+    assert!(guard.bin.bodies.lock().unwrap().is_empty(), "no copy yet");
+    assert_eq!(guard.admission.index().history(&web_key()).len(), 2, "nothing hidden while it waits");
+    guard.bin.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    let std::task::Poll::Ready(reviewed) = decision.as_mut().poll(&mut context) else { panic!("decided") };
     assert!(reviewed.response.allowed);
-    assert_eq!(guard.bin.bodies.lock().unwrap().len(), 1, "kept where it may wait");
+    assert_eq!(guard.bin.bodies.lock().unwrap().len(), 1, "kept before the approval");
+    assert_eq!(guard.admission.index().history(&web_key()).len(), 1, "then hidden");
 }
 
 #[test]

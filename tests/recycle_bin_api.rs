@@ -125,7 +125,6 @@ async fn start() -> (kube::Client, Stub) {
 fn bin(client: &kube::Client) -> Arc<ApiRecycleBin> {
     Arc::new(ApiRecycleBin {
         client: client.clone(),
-        runtime: tokio::runtime::Handle::current(),
         namespace: "helm-guard".into(),
         stats: BinStats::default(),
         stored: Arc::new(tokio::sync::Notify::new()),
@@ -139,7 +138,7 @@ fn record(revision: u32) -> Record {
     Record::from_object(&object, None).unwrap().unwrap()
 }
 
-/// Keeps a copy from a blocking thread, as a decision does, within 2 s.
+/// Keeps a copy as a decision does, within 2 s.
 async fn keep(bin: &Arc<ApiRecycleBin>, record: Record, at: i64) -> Result<(), BinError> {
     keep_within(bin, record, at, Duration::from_secs(2)).await
 }
@@ -150,13 +149,8 @@ async fn keep_within(
     at: i64,
     deadline: Duration,
 ) -> Result<(), BinError> {
-    let bin = bin.clone();
-    helm_guard::cluster::Blocking::spawn(move |blocking| {
-        let keeping = Keeping { reason: "break-glass", requester: "alice", at };
-        bin.keep(&record, &keeping, Instant::now() + deadline, blocking)
-    })
-    .await
-    .unwrap()
+    let keeping = Keeping { reason: "break-glass", requester: "alice", at };
+    bin.keep(&record, &keeping, Instant::now() + deadline).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

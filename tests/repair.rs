@@ -125,9 +125,7 @@ fn every_edit_is_one_the_guard_lets_through_and_helm_reads_as_planned() {
             assert_eq!(read.status(), Some(step.to), "Helm reads the new status");
             assert_eq!(edited["metadata"]["labels"]["status"], step.to.as_str());
             let body = serde_json::to_vec(&update_review(&history[index], &edited)).unwrap();
-            let reviewed = admission
-                .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
-                .unwrap();
+            let reviewed = admission.review_now(Webhook::Validate, admission_review::parse(&body).unwrap());
             assert!(
                 reviewed.response.allowed,
                 "{} of {}: {:?}",

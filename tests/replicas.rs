@@ -34,7 +34,7 @@ fn replica(records: &[Value], coordinator: Option<Replica>) -> Admission {
 }
 
 fn delete(admission: &Admission, record: &Value) -> (bool, String) {
-    decide_where_it_may_wait(admission, &delete_review(record))
+    decide(admission, &delete_review(record))
 }
 
 /// v1 and v2 both deployed (an interrupted upgrade leaves that), v3 failed: deleting v1 alone
@@ -97,9 +97,7 @@ fn a_coordinator_that_does_not_answer_refuses_the_deletion_with_retry() {
     leases.unavailable = true;
     let admission = replica(&records, Some(Replica { leases: Arc::new(leases), name: "a" }));
     let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
-    let reviewed = admission
-        .review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking()))
-        .unwrap();
+    let reviewed = admission.review_now(Webhook::Validate, admission_review::parse(&body).unwrap());
     assert!(!reviewed.response.allowed);
     assert_eq!(reviewed.response.audit_annotations["reason"], "coordination-unavailable");
     assert!(
@@ -120,12 +118,7 @@ fn refusals_creations_updates_and_helms_pruning_never_touch_the_leases() {
     assert_eq!(delete(&admission, &records[1]), (false, "latest-deployed-revision".to_owned()));
     let updated = rewrite(&records[1], 2, "superseded");
     let body = serde_json::to_vec(&update_review(&records[1], &updated)).unwrap();
-    admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), Some(&blocking())).unwrap();
-    // Inline decisions (no thread hand-off) still work for them: nothing to agree.
-    for record in &records {
-        let body = serde_json::to_vec(&delete_review(record)).unwrap();
-        assert!(admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None).is_ok());
-    }
+    admission.review_now(Webhook::Validate, admission_review::parse(&body).unwrap());
     // Helm's history pruning (a superseded revision below the latest) holds whatever else is
     // deleted at once: approved with no claim.
     let fresh = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
@@ -134,13 +127,10 @@ fn refusals_creations_updates_and_helms_pruning_never_touch_the_leases() {
 }
 
 #[test]
-fn an_approval_another_could_turn_is_agreed_on_a_blocking_thread() {
+fn an_approval_another_could_turn_is_agreed_once() {
     let records = two_deployed();
     let leases = Arc::new(SharedLeases::new(0));
     let admission = replica(&records, Some(Replica { leases: leases.clone(), name: "a" }));
-    // It needs the API, so it leaves the async workers.
-    let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
-    assert!(admission.review(Webhook::Validate, admission_review::parse(&body).unwrap(), None).is_err());
     assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (0, 0));
     assert_eq!(delete(&admission, &records[0]), (true, "history-pruning".to_owned()));
     assert_eq!((leases.reads.load(Ordering::SeqCst), leases.writes.load(Ordering::SeqCst)), (1, 1));

@@ -57,7 +57,7 @@ fn guard(mode: Mode) -> (Admission, tokio::sync::mpsc::Receiver<Notice>) {
 
 fn decide(admission: &Admission, review: &Value) -> kube::core::admission::AdmissionResponse {
     let request = admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
-    admission.review(Webhook::Validate, request, Some(&blocking())).unwrap().response
+    admission.review_now(Webhook::Validate, request).response
 }
 
 #[test]

@@ -153,7 +153,7 @@ fn the_ledger_says_what_each_record_went_through() {
     let admission = common::guard::snapshot_admission(&records);
     let transition = |review: Value| {
         let parsed = admission_review::parse(&serde_json::to_vec(&review).unwrap()).unwrap();
-        admission.review(Webhook::Validate, parsed, None).unwrap().entry.transition
+        admission.review_now(Webhook::Validate, parsed).entry.transition
     };
     let mut corrupt = records[0].clone();
     corrupt["data"]["release"] = json!("AAAA");
@@ -396,7 +396,7 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
     let admission = Admission::snapshot(guard.index.clone(), config);
     let request = admission_review::parse(&serde_json::to_vec(&delete_review(&records[1])).unwrap()).unwrap();
     // A snapshot index: decided inline, as the server does, with nothing to wait for.
-    let reviewed = admission.review(Webhook::Validate, request, None).unwrap();
+    let reviewed = admission.review_now(Webhook::Validate, request);
     assert!(reviewed.response.allowed);
     assert_eq!(reviewed.entry.decision, helm_guard::policy::Decision::Warned);
     let message = reviewed.entry.message.unwrap_or_default();

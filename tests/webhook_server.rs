@@ -79,33 +79,33 @@ struct OverlapMeter {
 }
 
 impl helm_guard::cluster::PayloadFetcher for OverlapMeter {
-    fn fetch(
-        &self,
-        _: &helm_guard::release::ReleaseKey,
-        _: &[String],
+    fn fetch<'a>(
+        &'a self,
+        _: &'a helm_guard::release::ReleaseKey,
+        _: &'a [String],
         _: std::time::Instant,
-        _: &helm_guard::cluster::Blocking,
-    ) -> Vec<(String, helm_guard::cluster::Fetched)> {
-        Vec::new()
+    ) -> futures::future::BoxFuture<'a, Vec<(String, helm_guard::cluster::Fetched)>> {
+        Box::pin(std::future::ready(Vec::new()))
     }
 
-    fn list(
-        &self,
-        _: &helm_guard::release::ReleaseKey,
+    fn list<'a>(
+        &'a self,
+        _: &'a helm_guard::release::ReleaseKey,
         _: std::time::Instant,
-        _: &helm_guard::cluster::Blocking,
-    ) -> Option<Vec<helm_guard::cluster::IndexedRecord>> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
-        self.most.fetch_max(now, SeqCst);
-        let waited = std::time::Instant::now();
-        while self.in_flight.load(SeqCst) == 1 && waited.elapsed() < Duration::from_millis(300) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.most.fetch_max(self.in_flight.load(SeqCst), SeqCst);
-        std::thread::sleep(Duration::from_millis(20));
-        self.in_flight.fetch_sub(1, SeqCst);
-        None
+    ) -> futures::future::BoxFuture<'a, Option<Vec<helm_guard::cluster::IndexedRecord>>> {
+        Box::pin(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            let waited = std::time::Instant::now();
+            while self.in_flight.load(SeqCst) == 1 && waited.elapsed() < Duration::from_millis(300) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.most.fetch_max(self.in_flight.load(SeqCst), SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            None
+        })
     }
 }
 

@@ -17,7 +17,7 @@ use object::ReviewObject;
 
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Blocking, Fetched, PayloadFetcher, ReleaseIndex};
+use crate::cluster::{Fetched, PayloadFetcher, ReleaseIndex};
 use crate::policy::PolicyConfig;
 use crate::release::{DecodeLimits, ReleaseKey};
 pub use ledger::LedgerEntry;
@@ -134,11 +134,16 @@ impl Admission {
     }
 }
 
+/// A request's payload past this many bytes (base64, as the request carries it) is read on the
+/// blocking pool: reading one costs about 1 ms per 100 KiB, which would hold up every other
+/// request this worker serves. Helm's records are mostly a few KiB to tens of KiB.
+const LARGE_PAYLOAD_BYTES: usize = 256 * 1024;
+
 /// The default of `--decision-deadline`: the webhooks' 10 s timeout less [`ANSWER_MARGIN`].
 pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(9);
 
-/// What a decision leaves of the API server's timeout for its answer to get back (the hop off the
-/// blocking pool, encoding, the network): an answer the API server gives up on refuses Helm.
+/// What a decision leaves of the API server's timeout for its answer to get back (encoding, the
+/// network): an answer the API server gives up on refuses Helm.
 pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// A request's answer and its ledger entry.
@@ -149,11 +154,6 @@ pub struct Reviewed {
     /// What is logged and annotated.
     pub entry: LedgerEntry,
 }
-
-/// A decision that must wait on the API server, asked for without a [`Blocking`] token: nothing
-/// was changed, decide it again where waiting is allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NeedsIo;
 
 impl Admission {
     /// When a decision on a request that arrived at `arrived` must be done with the API server:
@@ -167,40 +167,23 @@ impl Admission {
         arrived + allowed
     }
 
-    /// Whether a request's decision will almost surely wait on the API server, so that it is
-    /// best sent where waiting is allowed before it is decided at all: a DELETE of a record when
-    /// the source is live (a verdict that rests on the history is confirmed first; the few that
-    /// do not, teardown, break-glass, exempt, unreadable, lose only a thread hand-off).
-    pub fn waits_on_the_api(&self, webhook: Webhook, request: &AdmissionRequest<ReviewObject>) -> bool {
-        self.live.fetcher.is_some()
-            && webhook == Webhook::Validate
-            && request.operation == kube::core::admission::Operation::Delete
-            && crate::release::Driver::of_kind(&request.kind.group, &request.kind.kind).is_some()
-    }
-
     /// Decides one request, arrived now, within `--decision-deadline`; see [`Admission::review_by`].
-    pub fn review(
-        &self,
-        webhook: Webhook,
-        request: AdmissionRequest<ReviewObject>,
-        blocking: Option<&Blocking>,
-    ) -> Result<Reviewed, NeedsIo> {
-        self.review_by(webhook, request, blocking, self.deadline(Instant::now(), None))
+    pub async fn review(&self, webhook: Webhook, request: AdmissionRequest<ReviewObject>) -> Reviewed {
+        self.review_by(webhook, request, self.deadline(Instant::now(), None)).await
     }
 
-    /// Decides one request unless, without a [`Blocking`] token, it would have to wait on the API
-    /// server (with one it always decides); its API calls end by `deadline`. Logs the decision as
-    /// one ledger line. A decision that says `NeedsIo` has changed nothing.
-    pub fn review_by(
+    /// Decides one request; its API calls end by `deadline`, and a decision that waits on them
+    /// holds no thread (a snapshot's decisions never wait: the future is ready at its first
+    /// poll). Logs the decision as one ledger line.
+    pub async fn review_by(
         &self,
         webhook: Webhook,
         request: AdmissionRequest<ReviewObject>,
-        blocking: Option<&Blocking>,
         deadline: Instant,
-    ) -> Result<Reviewed, NeedsIo> {
+    ) -> Reviewed {
         let reviewed = match webhook {
-            Webhook::Validate => validating::validate(self, request, blocking, deadline)?,
-            Webhook::Mutate => mutating::mutate(self, request, blocking, deadline)?,
+            Webhook::Validate => validating::validate(self, request, deadline).await,
+            Webhook::Mutate => mutating::mutate(self, request, deadline).await,
         };
         reviewed.entry.emit();
         if let Some(events) = &self.live.events {
@@ -208,7 +191,7 @@ impl Admission {
                 events.offer(notice);
             }
         }
-        Ok(reviewed)
+        reviewed
     }
 
     /// The Events a decision calls for: on the record, and on the HelmChart that manages its
@@ -230,14 +213,33 @@ impl Admission {
 
     /// Reads a request's record, or recalls the reading of the same bytes (a record's CREATE,
     /// its UPDATEs' old sides and its DELETE carry the same payload). With the content
-    /// fingerprint, so that one reading serves every kind of request.
-    fn read_record(&self, record: crate::release::Record) -> crate::release::DecodedRecord {
-        crate::release::DecodedRecord::remembered(
-            record,
-            self.settings.limits,
-            crate::release::decode::Fingerprinting::Take,
-            &self.memo,
-        )
+    /// fingerprint, so that one reading serves every kind of request. A large payload is read on
+    /// the blocking pool (CPU work that would stall the other requests of this worker), the rest
+    /// here.
+    async fn read_record(&self, record: crate::release::Record) -> crate::release::DecodedRecord {
+        let (limits, memo) = (self.settings.limits, self.memo.clone());
+        let read = move |record| {
+            crate::release::DecodedRecord::remembered(
+                record,
+                limits,
+                crate::release::decode::Fingerprinting::Take,
+                &memo,
+            )
+        };
+        if record.payload.as_ref().map_or(0, bytes::Bytes::len) <= LARGE_PAYLOAD_BYTES {
+            return read(record);
+        }
+        let (fallback, handed) = (record.clone(), tokio::task::spawn_blocking(move || read(record)));
+        match handed.await {
+            Ok(decoded) => decoded,
+            // The pool is gone (the runtime shutting down): read it here.
+            Err(_) => crate::release::DecodedRecord::remembered(
+                fallback,
+                self.settings.limits,
+                crate::release::decode::Fingerprinting::Take,
+                &self.memo,
+            ),
+        }
     }
 
     /// What the index knows of a namespace, and its mode: the `helm-guard.io/mode` label, else
@@ -253,29 +255,22 @@ impl Admission {
     /// shown (without it the index stays as it was). Shown by the watch's fence when a round
     /// completes within half the time left (one write for every verdict waiting), else by a
     /// consistent listing of the release.
-    fn confirm_history(
-        &self,
-        key: &ReleaseKey,
-        except: Option<&str>,
-        deadline: Instant,
-        blocking: Option<&Blocking>,
-    ) -> Result<bool, NeedsIo> {
-        let Some(fetcher) = &self.live.fetcher else { return Ok(true) };
-        let blocking = blocking.ok_or(NeedsIo)?;
+    async fn confirm_history(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) -> bool {
+        let Some(fetcher) = &self.live.fetcher else { return true };
         let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
-        if fetcher.caught_up(key.driver, halfway, blocking) {
-            self.read_history(key, except, deadline, Some(blocking))?;
-            return Ok(true);
+        if fetcher.caught_up(key.driver, halfway).await {
+            self.read_history(key, except, deadline).await;
+            return true;
         }
         self.counts.confirmed_by_listing.inc();
-        let listed = fetcher.list(key, deadline, blocking);
+        let listed = fetcher.list(key, deadline).await;
         let confirmed = listed.is_some();
         match listed {
             Some(listed) => self.index.sync_release(key, listed),
             None => self.counts.deadline_exceeded.inc(),
         }
-        self.read_history(key, except, deadline, Some(blocking))?;
-        Ok(confirmed)
+        self.read_history(key, except, deadline).await;
+        confirmed
     }
 
     /// A metadata-only index knows a record by its labels, which anyone may set; a verdict that
@@ -283,21 +278,14 @@ impl Admission {
     /// not yet read at its current resourceVersion, all within the decision deadline. A record
     /// still unread afterwards counts as unread in the history (and refuses what it must).
     /// `except`: the record the request is about (its payload is in the request).
-    fn read_history(
-        &self,
-        key: &ReleaseKey,
-        except: Option<&str>,
-        deadline: Instant,
-        blocking: Option<&Blocking>,
-    ) -> Result<(), NeedsIo> {
-        let Some(fetcher) = &self.live.fetcher else { return Ok(()) };
+    async fn read_history(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) {
+        let Some(fetcher) = &self.live.fetcher else { return };
         let unread = self.index.unverified(key, except);
         if unread.is_empty() {
-            return Ok(());
+            return;
         }
-        let blocking = blocking.ok_or(NeedsIo)?;
         let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
-        let answers = fetcher.fetch(key, &objects, deadline, blocking);
+        let answers = fetcher.fetch(key, &objects, deadline).await;
         if answers.len() < objects.len() {
             self.counts.deadline_exceeded.inc();
         }
@@ -309,7 +297,6 @@ impl Admission {
                 Fetched::Gone => self.index.remove(key, &object, None),
             }
         }
-        Ok(())
     }
 }
 

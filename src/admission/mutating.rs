@@ -5,20 +5,18 @@
 use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{Admission, LedgerEntry, NeedsIo, Reviewed, Webhook};
-use crate::cluster::Blocking;
+use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod, Pod};
 use crate::release::{ReleaseKey, classify};
 
 /// Decides a pod CREATE: annotates a helm-install pod with its release's state and what its
 /// script will do, changed as POLICY.md "Mutating" says. Never denies.
-pub fn mutate(
+pub(crate) async fn mutate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
-    blocking: Option<&Blocking>,
     deadline: std::time::Instant,
-) -> Result<Reviewed, NeedsIo> {
+) -> Reviewed {
     let mut entry = LedgerEntry::new(Webhook::Mutate, &request);
     let mut response = AdmissionResponse::from(&request);
     let pod = chart_pod(&mut request);
@@ -30,7 +28,7 @@ pub fn mutate(
             None => Reason::NotAHelmInstallPod,
             Some(target) => {
                 entry.release = Some(format!("{}/{}", target.namespace, target.release));
-                match patch(admission, &pod, &target, deadline, blocking, &mut entry)? {
+                match patch(admission, &pod, &target, deadline, &mut entry).await {
                     Ok(patch) => match response.clone().with_patch(patch) {
                         Ok(patched) => {
                             response = patched;
@@ -47,7 +45,7 @@ pub fn mutate(
         },
     };
     response.audit_annotations = entry.audit_annotations();
-    Ok(Reviewed { response, entry })
+    Reviewed { response, entry }
 }
 
 /// The pod of a CREATE, when it carries the helm-controller's chart label, taken out of the
@@ -63,31 +61,29 @@ fn chart_pod(request: &mut AdmissionRequest<ReviewObject>) -> Option<Pod> {
 }
 
 /// Classifies the pod's release and plans the patch; without a complete view of the cluster the
-/// pod is left as it is (the inner `Err`). The outer `Err`: the view needs the API server and
-/// there is no [`Blocking`] token to wait on it.
-fn patch(
+/// pod is left as it is (`Err`).
+async fn patch(
     admission: &Admission,
     pod: &Pod,
     target: &HelmInstallPod,
     deadline: std::time::Instant,
-    blocking: Option<&Blocking>,
     entry: &mut LedgerEntry,
-) -> Result<Result<json_patch::Patch, Reason>, NeedsIo> {
+) -> Result<json_patch::Patch, Reason> {
     if !admission.index().is_ready() {
         entry.message = Some("the release index is not ready: pod admitted unchanged".to_owned());
-        return Ok(Err(Reason::ReleaseStateUnavailable));
+        return Err(Reason::ReleaseStateUnavailable);
     }
     let key = ReleaseKey {
         driver: target.driver,
         namespace: target.namespace.clone(),
         release: target.release.clone(),
     };
-    admission.read_history(&key, None, deadline, blocking)?;
+    admission.read_history(&key, None, deadline).await;
     let history = admission.index().history(&key);
     if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
         entry.message =
             Some("a record of the release could not be read in time: pod admitted unchanged".to_owned());
-        return Ok(Err(Reason::ReleaseStateUnavailable));
+        return Err(Reason::ReleaseStateUnavailable);
     }
     let now = jiff::Timestamp::now().as_second();
     let state = classify(&history, now, admission.settings().policy.stuck_after_secs());
@@ -117,5 +113,5 @@ fn patch(
     if !changes.is_empty() {
         entry.transition = Some(changes.join(", "));
     }
-    Ok(Ok(pod::patch(pod, target, &plan)))
+    Ok(pod::patch(pod, target, &plan))
 }

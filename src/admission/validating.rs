@@ -4,16 +4,17 @@
 //! A DELETE goes through up to four steps, each its own function: decided on the index
 //! (`Deletion::decide`), confirmed against what is stored (`Admission::confirm_history`), a
 //! copy kept in the recycle bin (`keep_copy`), agreed with the other replicas (`coordinate`).
-//! Only the first runs inline; the others wait on the API server and take a [`Blocking`] token.
+//! The first is pure and synchronous, under the index's lock; the others await the API server
+//! with no lock held.
 
 use std::time::Instant;
 
 use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::{Admission, LedgerEntry, NeedsIo, Reviewed, Webhook};
+use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
-use crate::cluster::{Blocking, DeleteCoordinator, IndexChange};
+use crate::cluster::{DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
@@ -25,18 +26,17 @@ use crate::release::{Driver, History, Record, ReleaseKey, ReleasePayload, Status
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
 /// their payloads move into the records rather than being copied.
-pub fn validate(
+pub(crate) async fn validate(
     admission: &Admission,
     mut request: AdmissionRequest<ReviewObject>,
-    blocking: Option<&Blocking>,
     deadline: Instant,
-) -> Result<Reviewed, NeedsIo> {
+) -> Reviewed {
     let mut entry = LedgerEntry::new(Webhook::Validate, &request);
     if (request.kind.group.as_str(), request.kind.kind.as_str()) == ("", "Namespace") {
-        return Ok(respond(&request, namespace(admission, &request, &mut entry), entry));
+        return respond(&request, namespace(admission, &request, &mut entry), entry);
     }
     let driver = Driver::of_kind(&request.kind.group, &request.kind.kind);
-    let Some(driver) = driver else { return Ok(respond(&request, not_a_record(), entry)) };
+    let Some(driver) = driver else { return respond(&request, not_a_record(), entry) };
     // Each side read as a record of this driver, and whether Helm's labels make it one.
     let read = |object: Option<ReviewObject>| {
         object.map(|object| {
@@ -54,23 +54,26 @@ pub fn validate(
 
     let decided = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
-            delete(admission, &request, admission.read_record(record), deadline, blocking, &mut entry)?
+            let record = admission.read_record(record).await;
+            delete(admission, &request, record, deadline, &mut entry).await
         }
         // Every supported API server sends the object being deleted; without it nothing can be
         // shown harmless.
         (Operation::Delete, None, _) => no_old_object(admission, &request),
         // The new side may no longer look like a record (a label removed): still read as one.
         (Operation::Update, Some((old, true)), Some((new, new_is_record))) => {
+            let (old, new) = (admission.read_record(old).await, admission.read_record(new).await);
             update(admission, &request, old, new, new_is_record, &mut entry)
         }
         // An update that turns an object into a record (a label added), or a creation: Helm's
         // business, logged.
         (Operation::Update | Operation::Create, _, Some((record, true))) => {
+            let record = admission.read_record(record).await;
             create(admission, &request, record, &mut entry)
         }
         _ => not_a_record(),
     };
-    Ok(respond(&request, decided, entry))
+    respond(&request, decided, entry)
 }
 
 /// A rule's verdict and what the mode made of it.
@@ -197,16 +200,14 @@ fn status_text(status: Option<Status>) -> &'static str {
 /// A DELETE of a release record, in four steps: decided on the index as it is; confirmed against
 /// what is stored when the verdict rests on the rest of the history; a copy kept in the recycle
 /// bin when the approval is not one of Helm's own deletions; agreed with the other replicas when
-/// another's approval could turn it. Each step past the first may wait on the API server, so a
-/// live DELETE comes here on the blocking pool (`blocking`), decided once.
-fn delete(
+/// another's approval could turn it. Each step past the first may await the API server.
+async fn delete(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
     record: DecodedRecord,
     deadline: Instant,
-    blocking: Option<&Blocking>,
     entry: &mut LedgerEntry,
-) -> Result<Decided, NeedsIo> {
+) -> Decided {
     let id = &record.record.id;
     let object = record.record.object_name.as_str();
     describe_record(entry, &record);
@@ -239,28 +240,27 @@ fn delete(
     if deletion.needs_confirmation(decided.verdict.reason) {
         // Decided again on what is stored now: the watch shown caught up (or the release listed),
         // and every record known only by its labels read as Helm reads it.
-        let listed = admission.confirm_history(&id.key, Some(object), deadline, blocking)?;
+        let listed = admission.confirm_history(&id.key, Some(object), deadline).await;
         (decided, keep) = deletion.decide(if listed { Stage::Confirmed } else { Stage::First });
         if !listed && decided.verdict.allowed {
             // Without the confirmation a refusal still stands (it fails closed); an approval cannot.
-            return Ok(unconfirmed(&id.key, object, mode));
+            return unconfirmed(&id.key, object, mode);
         }
     }
     if let Some(bin) = deletion.bin.filter(|_| keep) {
         // No approval that needs the replicas' agreement keeps a copy: those are Helm's own.
         debug_assert!(!decided.agree);
-        let wait = Wait { blocking: blocking.ok_or(NeedsIo)?, deadline };
-        return Ok(keep_copy(admission, bin, request, &record.record, decided, wait, entry));
+        return keep_copy(admission, bin, request, &record.record, decided, deadline, entry).await;
     }
-    let Some(coordinator) = deletion.coordinator else { return Ok(decided) };
+    let Some(coordinator) = deletion.coordinator else { return decided };
     if !decided.agree {
         // Refusals, and approvals that hold whatever else is deleted, need no agreement.
-        return Ok(decided);
+        return decided;
     }
-    let wait = Wait { blocking: blocking.ok_or(NeedsIo)?, deadline };
-    Ok(coordinate(admission, coordinator, &id.key, &deletion.claimed, wait, mode, || {
+    coordinate(admission, coordinator, &id.key, &deletion.claimed, deadline, mode, || {
         deletion.decide(Stage::Agreed).0
-    }))
+    })
+    .await
 }
 
 /// One DELETE as its steps see it: what the rules are told, and which of the live guard's checks
@@ -321,13 +321,6 @@ impl Deletion<'_> {
     }
 }
 
-/// What a step that waits on the API server needs: where it may wait, and until when.
-#[derive(Debug, Clone, Copy)]
-struct Wait<'a> {
-    blocking: &'a Blocking,
-    deadline: Instant,
-}
-
 /// How far a DELETE's checks have come: decided on the index as it is, then confirmed against
 /// what is stored, then agreed with the other replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,13 +334,13 @@ enum Stage {
 /// approval stands (the record hidden in the index) and the client is told where the copy is.
 /// A copy that cannot be stored in time refuses the deletion, "retry", whatever the mode (the
 /// mode softens the rules, not the loss of the record), unless `--recycle-best-effort`.
-fn keep_copy(
+async fn keep_copy(
     admission: &Admission,
     bin: &dyn RecycleBin,
     request: &AdmissionRequest<ReviewObject>,
     record: &Record,
     mut decided: Decided,
-    Wait { blocking, deadline }: Wait<'_>,
+    deadline: Instant,
     entry: &mut LedgerEntry,
 ) -> Decided {
     let key = &record.id.key;
@@ -356,7 +349,7 @@ fn keep_copy(
         requester: requester(request).username,
         at: jiff::Timestamp::now().as_second(),
     };
-    let kept = bin.keep(record, &keeping, deadline, blocking);
+    let kept = bin.keep(record, &keeping, deadline).await;
     if let Err(error) = &kept
         && !admission.settings().recycle_best_effort
     {
@@ -417,18 +410,18 @@ fn unconfirmed(key: &ReleaseKey, object: &str, mode: Mode) -> Decided {
 /// this approval's claim against the version read; a conflict starts over. Past the deadline,
 /// or when the API refuses, the deletion is refused with a message to retry: it cannot be shown
 /// harmless.
-fn coordinate(
+async fn coordinate(
     admission: &Admission,
     coordinator: &dyn DeleteCoordinator,
     key: &ReleaseKey,
     record: &ClaimedRecord<'_>,
-    Wait { blocking, deadline }: Wait<'_>,
+    deadline: Instant,
     mode: Mode,
     decide: impl Fn() -> Decided,
 ) -> Decided {
     let object = record.object;
     let error = loop {
-        let claims = match coordinator.claims(key, deadline, blocking) {
+        let claims = match coordinator.claims(key, deadline).await {
             Ok(claims) => claims,
             Err(error) => break error,
         };
@@ -440,7 +433,7 @@ fn coordinate(
         if !decided.agree {
             return decided;
         }
-        match coordinator.claim(key, record, &claims, deadline, blocking) {
+        match coordinator.claim(key, record, &claims, deadline).await {
             Ok(Claimed::Yes) => return decided,
             Ok(Claimed::Conflict) => admission.index().unhide(key, object, record.uid),
             Err(error) => {
@@ -466,12 +459,11 @@ fn coordinate(
 fn update(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
-    old: Record,
-    new: Record,
+    old: DecodedRecord,
+    new: DecodedRecord,
     new_is_record: bool,
     entry: &mut LedgerEntry,
 ) -> Decided {
-    let (old, new) = (admission.read_record(old), admission.read_record(new));
     describe_record(entry, &new);
     entry.transition = Some(format!("{} -> {}", status_text(old.status()), status_text(new.status())));
     fn side(r: &DecodedRecord) -> RecordSide<'_> {
@@ -517,10 +509,9 @@ fn update(
 fn create(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
-    record: Record,
+    record: DecodedRecord,
     entry: &mut LedgerEntry,
 ) -> Decided {
-    let record = admission.read_record(record);
     describe_record(entry, &record);
     entry.transition = Some(format!("(new) -> {}", status_text(record.status())));
     let verdict = match &record.payload {

@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::Blocking;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -96,7 +96,6 @@ struct Books {
 /// Claims in per-replica books, read from a watch (see the module doc).
 pub struct BookCoordinator {
     books: Arc<Books>,
-    runtime: tokio::runtime::Handle,
     ttl: Duration,
 }
 
@@ -141,7 +140,7 @@ impl BookCoordinator {
         });
         tokio::spawn(watch_books(books.clone()));
         tokio::spawn(write_rounds(books.clone()));
-        BookCoordinator { books, runtime: tokio::runtime::Handle::current(), ttl }
+        BookCoordinator { books, ttl }
     }
 
     /// The other replicas' unexpired claims on `release` that first appeared before
@@ -158,22 +157,33 @@ impl BookCoordinator {
 }
 
 impl DeleteCoordinator for BookCoordinator {
-    fn claims(
-        &self,
-        key: &ReleaseKey,
+    fn claims<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
         _deadline: Instant,
-        _: &Blocking,
-    ) -> Result<Claims, CoordinationError> {
-        Ok(Claims { claims: self.others_on(&release_of(key), u64::MAX), version: None })
+    ) -> BoxFuture<'a, Result<Claims, CoordinationError>> {
+        let claims = Claims { claims: self.others_on(&release_of(key), u64::MAX), version: None };
+        Box::pin(std::future::ready(Ok(claims)))
     }
 
-    fn claim(
+    fn claim<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        record: &'a ClaimedRecord<'a>,
+        seen: &'a Claims,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Claimed, CoordinationError>> {
+        Box::pin(self.claim_by(key, record, seen, deadline))
+    }
+}
+
+impl BookCoordinator {
+    async fn claim_by(
         &self,
         key: &ReleaseKey,
         record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
-        blocking: &Blocking,
     ) -> Result<Claimed, CoordinationError> {
         let release = release_of(key);
         let now = now_ms();
@@ -206,7 +216,7 @@ impl DeleteCoordinator for BookCoordinator {
         if at.is_none() {
             let need = books.rounds.join();
             let deadline = tokio::time::Instant::from_std(deadline);
-            if !blocking.block_on(&self.runtime, books.rounds.done_by(need, deadline)) {
+            if !books.rounds.done_by(need, deadline).await {
                 return Err(CoordinationError::Deadline);
             }
             at = written_at(&lock(&books.mine));

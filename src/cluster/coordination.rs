@@ -25,9 +25,9 @@ use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use super::Blocking;
 use crate::release::ReleaseKey;
 use crate::release::record::same_object;
+use futures::future::BoxFuture;
 
 /// The annotation holding a Lease's claims, as JSON.
 pub const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
@@ -142,25 +142,22 @@ pub enum Claimed {
     Conflict,
 }
 
-/// Serialises approvals of deletions across replicas. Called from a blocking thread; every call
-/// ends by `deadline`.
+/// Serialises approvals of deletions across replicas; every call ends by `deadline`.
 pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
     /// The unexpired claims on a release.
-    fn claims(
-        &self,
-        key: &ReleaseKey,
+    fn claims<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
         deadline: Instant,
-        blocking: &Blocking,
-    ) -> Result<Claims, CoordinationError>;
+    ) -> BoxFuture<'a, Result<Claims, CoordinationError>>;
     /// Adds a claim on `record`, if the Lease is still as `seen` read it.
-    fn claim(
-        &self,
-        key: &ReleaseKey,
-        record: &ClaimedRecord<'_>,
-        seen: &Claims,
+    fn claim<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        record: &'a ClaimedRecord<'a>,
+        seen: &'a Claims,
         deadline: Instant,
-        blocking: &Blocking,
-    ) -> Result<Claimed, CoordinationError>;
+    ) -> BoxFuture<'a, Result<Claimed, CoordinationError>>;
 }
 
 /// Unix milliseconds now.
@@ -188,8 +185,6 @@ pub fn lease_name(key: &ReleaseKey) -> String {
 pub struct LeaseCoordinator {
     /// The Leases' namespace.
     pub leases: Api<Lease>,
-    /// Where the API calls run (verdicts wait on them from a blocking thread).
-    pub runtime: tokio::runtime::Handle,
     /// This replica, as claims and `holderIdentity` name it.
     pub identity: String,
     /// How long a claim holds.
@@ -204,17 +199,13 @@ impl std::fmt::Debug for LeaseCoordinator {
 }
 
 impl LeaseCoordinator {
-    /// Runs one API call on the runtime, until the deadline.
-    fn until<T>(
-        &self,
+    /// One API call, until the deadline.
+    async fn until<T>(
         deadline: Instant,
-        blocking: &Blocking,
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<Result<T, kube::Error>, CoordinationError> {
         let deadline = tokio::time::Instant::from_std(deadline);
-        blocking
-            .block_on(&self.runtime, async { tokio::time::timeout_at(deadline, call).await })
-            .map_err(|_| CoordinationError::Deadline)
+        tokio::time::timeout_at(deadline, call).await.map_err(|_| CoordinationError::Deadline)
     }
 }
 
@@ -228,25 +219,37 @@ fn is_conflict(error: &kube::Error) -> bool {
 }
 
 impl DeleteCoordinator for LeaseCoordinator {
-    fn claims(
-        &self,
-        key: &ReleaseKey,
+    fn claims<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
         deadline: Instant,
-        blocking: &Blocking,
-    ) -> Result<Claims, CoordinationError> {
-        let lease =
-            self.until(deadline, blocking, self.leases.get_opt(&lease_name(key)))?.map_err(api_error)?;
-        let Some(lease) = lease else { return Ok(Claims::default()) };
-        Ok(Claims::of(&lease, now_ms()))
+    ) -> BoxFuture<'a, Result<Claims, CoordinationError>> {
+        Box::pin(async move {
+            let name = lease_name(key);
+            let lease = Self::until(deadline, self.leases.get_opt(&name)).await?.map_err(api_error)?;
+            let Some(lease) = lease else { return Ok(Claims::default()) };
+            Ok(Claims::of(&lease, now_ms()))
+        })
     }
 
-    fn claim(
+    fn claim<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        record: &'a ClaimedRecord<'a>,
+        seen: &'a Claims,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Claimed, CoordinationError>> {
+        Box::pin(self.claim_by(key, record, seen, deadline))
+    }
+}
+
+impl LeaseCoordinator {
+    async fn claim_by(
         &self,
         key: &ReleaseKey,
         record: &ClaimedRecord<'_>,
         seen: &Claims,
         deadline: Instant,
-        blocking: &Blocking,
     ) -> Result<Claimed, CoordinationError> {
         let now = now_ms();
         let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
@@ -282,13 +285,12 @@ impl DeleteCoordinator for LeaseCoordinator {
                 ..LeaseSpec::default()
             }),
         };
+        let name = lease_name(key);
         let written = match seen.version {
-            None => self.until(deadline, blocking, self.leases.create(&PostParams::default(), &lease))?,
-            Some(_) => self.until(
-                deadline,
-                blocking,
-                self.leases.replace(&lease_name(key), &PostParams::default(), &lease),
-            )?,
+            None => Self::until(deadline, self.leases.create(&PostParams::default(), &lease)).await?,
+            Some(_) => {
+                Self::until(deadline, self.leases.replace(&name, &PostParams::default(), &lease)).await?
+            }
         };
         match written {
             Ok(_) => Ok(Claimed::Yes),

@@ -2,8 +2,8 @@
 //! resourceVersion), a release's records with a consistent listing, all within a verdict's
 //! deadline.
 
-use super::Blocking;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams};
 
@@ -19,8 +19,6 @@ use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
 pub struct ApiPayloadFetcher {
     /// The cluster.
     pub client: kube::Client,
-    /// Where the reads run (verdicts wait on them from a blocking thread).
-    pub runtime: tokio::runtime::Handle,
     /// Bounds on reading payloads.
     pub limits: DecodeLimits,
     /// The watch's fence, where the guard has a namespace to write it in.
@@ -180,26 +178,35 @@ impl ApiPayloadFetcher {
 }
 
 impl PayloadFetcher for ApiPayloadFetcher {
-    fn caught_up(
-        &self,
-        driver: crate::release::Driver,
-        deadline: std::time::Instant,
-        blocking: &Blocking,
-    ) -> bool {
-        let Some(fence) = &self.fence else { return false };
-        let deadline = tokio::time::Instant::from_std(deadline);
-        blocking.block_on(&self.runtime, fence.caught_up(driver, deadline))
+    fn caught_up(&self, driver: crate::release::Driver, deadline: std::time::Instant) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let Some(fence) = &self.fence else { return false };
+            fence.caught_up(driver, tokio::time::Instant::from_std(deadline)).await
+        })
     }
 
-    fn list(
-        &self,
-        key: &ReleaseKey,
+    fn list<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
         deadline: std::time::Instant,
-        blocking: &Blocking,
-    ) -> Option<Vec<IndexedRecord>> {
+    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+        Box::pin(self.list_by(key, deadline))
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        objects: &'a [String],
+        deadline: std::time::Instant,
+    ) -> BoxFuture<'a, Vec<(String, Fetched)>> {
+        Box::pin(self.fetch_by(key, objects, deadline))
+    }
+}
+
+impl ApiPayloadFetcher {
+    async fn list_by(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
         let deadline = tokio::time::Instant::from_std(deadline);
-        let listing = async { tokio::time::timeout_at(deadline, self.list_release(key)).await };
-        match blocking.block_on(&self.runtime, listing) {
+        match tokio::time::timeout_at(deadline, self.list_release(key)).await {
             Ok(Ok(records)) => Some(records),
             Ok(Err(error)) => {
                 tracing::warn!(namespace = %key.namespace, release = %key.release, %error, "could not list a release's records");
@@ -212,12 +219,11 @@ impl PayloadFetcher for ApiPayloadFetcher {
         }
     }
 
-    fn fetch(
+    async fn fetch_by(
         &self,
         key: &ReleaseKey,
         objects: &[String],
         deadline: std::time::Instant,
-        blocking: &Blocking,
     ) -> Vec<(String, Fetched)> {
         let reads = futures::stream::iter(objects.iter().cloned())
             .map(|object| async move {
@@ -226,23 +232,21 @@ impl PayloadFetcher for ApiPayloadFetcher {
             })
             .buffer_unordered(PARALLEL_GETS);
         let deadline = tokio::time::Instant::from_std(deadline);
-        blocking.block_on(&self.runtime, async {
-            let mut reads = std::pin::pin!(reads);
-            let mut done = Vec::new();
-            loop {
-                match tokio::time::timeout_at(deadline, reads.next()).await {
-                    Ok(Some((object, Ok(fetched)))) => done.push((object, fetched)),
-                    Ok(Some((object, Err(error)))) => {
-                        tracing::warn!(namespace = %key.namespace, %object, %error, "could not read a record's payload");
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        tracing::warn!(namespace = %key.namespace, release = %key.release, "reading payloads ran out of the verdict's deadline");
-                        break;
-                    }
+        let mut reads = std::pin::pin!(reads);
+        let mut done = Vec::new();
+        loop {
+            match tokio::time::timeout_at(deadline, reads.next()).await {
+                Ok(Some((object, Ok(fetched)))) => done.push((object, fetched)),
+                Ok(Some((object, Err(error)))) => {
+                    tracing::warn!(namespace = %key.namespace, %object, %error, "could not read a record's payload");
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(namespace = %key.namespace, release = %key.release, "reading payloads ran out of the verdict's deadline");
+                    break;
                 }
             }
-            done
-        })
+        }
+        done
     }
 }

@@ -6,7 +6,6 @@
 //! [`fence`] (proof that the watch has caught up) and [`helmcharts`] (K3s's HelmCharts) are the rest
 //! of what the guard keeps of the cluster.
 
-pub mod blocking;
 pub mod claim_books;
 pub mod connect;
 pub mod coordination;
@@ -20,8 +19,6 @@ pub mod listing;
 pub mod snapshot;
 pub mod watch;
 
-pub use blocking::Blocking;
-
 pub use coordination::DeleteCoordinator;
 
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.
@@ -29,6 +26,8 @@ pub const RECORD_LABELS: &str = "owner=helm";
 pub use index::{IndexChange, IndexedRecord, NamespaceInfo, ReleaseIndex, SourceKind};
 
 use std::time::Instant;
+
+use futures::future::BoxFuture;
 
 use crate::release::ReleaseKey;
 use crate::release::history::RevisionFacts;
@@ -54,27 +53,30 @@ pub enum Fetched {
 }
 
 /// Reads the payloads of records the index knows only by their metadata, when a verdict needs
-/// what Helm sees. Called from a blocking thread; every read shares one deadline. A record left
-/// out of the answer could not be read in time.
+/// what Helm sees; every read shares one deadline. A record left out of the answer could not be
+/// read in time. Async: a verdict waiting on a read holds no thread.
 pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
     /// Reads `objects` of the release `key`, giving up at `deadline`.
-    fn fetch(
-        &self,
-        key: &ReleaseKey,
-        objects: &[String],
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        objects: &'a [String],
         deadline: Instant,
-        blocking: &Blocking,
-    ) -> Vec<(String, Fetched)>;
+    ) -> BoxFuture<'a, Vec<(String, Fetched)>>;
 
     /// Lists the release's records as they are stored now (metadata only, a consistent read),
     /// for a verdict that must not rest on a watch that may lag; `None` when the API did not
     /// answer by `deadline`.
-    fn list(&self, key: &ReleaseKey, deadline: Instant, blocking: &Blocking) -> Option<Vec<IndexedRecord>>;
+    fn list<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>>;
 
     /// Whether the index holds every write to `driver`'s records completed before the call (a
     /// fence round, [`fence`]), so that no listing is needed; false when that cannot be shown
     /// by `deadline` (or there is no fence).
-    fn caught_up(&self, _driver: crate::release::Driver, _deadline: Instant, _blocking: &Blocking) -> bool {
-        false
+    fn caught_up(&self, _driver: crate::release::Driver, _deadline: Instant) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(false))
     }
 }

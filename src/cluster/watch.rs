@@ -42,7 +42,7 @@ pub fn watch(
             tokio::spawn(async move { fence.run(driver, &index.progress).await });
         }
     }
-    let fetcher = ApiPayloadFetcher { client, runtime: tokio::runtime::Handle::current(), limits, fence };
+    let fetcher = ApiPayloadFetcher { client, limits, fence };
     if let Some(reads) = read_ahead {
         let (fetcher, index) = (fetcher.clone(), index.clone());
         tokio::spawn(async move { fetcher.read_ahead(&index, reads).await });

@@ -9,7 +9,7 @@
 //! the attempt failed, said in a warning). A copy made for a deletion that a later admission
 //! step then refused is harmless: it names the object and version it is of, and expires.
 
-use crate::cluster::Blocking;
+use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,16 +34,15 @@ pub enum BinError {
     Copy(#[from] CopyError),
 }
 
-/// Keeps copies of records before their deletion is approved, waiting on the API ([`Blocking`]).
+/// Keeps copies of records before their deletion is approved.
 pub trait RecycleBin: Send + Sync + std::fmt::Debug {
     /// Stores a copy of `record` by `deadline`.
-    fn keep(
-        &self,
-        record: &Record,
-        keeping: &Keeping<'_>,
+    fn keep<'a>(
+        &'a self,
+        record: &'a Record,
+        keeping: &'a Keeping<'a>,
         deadline: Instant,
-        blocking: &Blocking,
-    ) -> Result<(), BinError>;
+    ) -> BoxFuture<'a, Result<(), BinError>>;
     /// The namespace the copies are in.
     fn namespace(&self) -> &str;
 }
@@ -74,8 +73,6 @@ impl BinStats {
 pub struct ApiRecycleBin {
     /// The cluster.
     pub client: kube::Client,
-    /// Where the decisions' calls run (they wait on them from a blocking thread).
-    pub runtime: tokio::runtime::Handle,
     /// The guard's namespace, where the copies are.
     pub namespace: String,
     /// What it counts.
@@ -92,14 +89,28 @@ impl std::fmt::Debug for ApiRecycleBin {
 }
 
 impl RecycleBin for ApiRecycleBin {
-    fn keep(
+    fn keep<'a>(
+        &'a self,
+        record: &'a Record,
+        keeping: &'a Keeping<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<(), BinError>> {
+        Box::pin(self.keep_by(record, keeping, deadline))
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+}
+
+impl ApiRecycleBin {
+    async fn keep_by(
         &self,
         record: &Record,
         keeping: &Keeping<'_>,
         deadline: Instant,
-        blocking: &Blocking,
     ) -> Result<(), BinError> {
-        match self.store(record, keeping, deadline, blocking) {
+        match self.store(record, keeping, deadline).await {
             Ok(created) => {
                 self.stats.kept.inc();
                 // Only a new copy can take the bin past its bounds: a retried deletion finds its
@@ -117,19 +128,12 @@ impl RecycleBin for ApiRecycleBin {
         }
     }
 
-    fn namespace(&self) -> &str {
-        &self.namespace
-    }
-}
-
-impl ApiRecycleBin {
     /// Stores the copy: `true` when it is new, `false` when an earlier try stored it.
-    fn store(
+    async fn store(
         &self,
         record: &Record,
         keeping: &Keeping<'_>,
         deadline: Instant,
-        blocking: &Blocking,
     ) -> Result<bool, BinError> {
         let body = copy_body(record, keeping, &self.namespace)?;
         let url = format!("/api/v1/namespaces/{}/secrets", self.namespace);
@@ -148,7 +152,7 @@ impl ApiRecycleBin {
             Ok::<(), kube::Error>(())
         };
         let deadline = tokio::time::Instant::from_std(deadline);
-        match blocking.block_on(&self.runtime, async { tokio::time::timeout_at(deadline, call).await }) {
+        match tokio::time::timeout_at(deadline, call).await {
             Err(_) => Err(BinError::Deadline),
             Ok(Ok(())) => Ok(true),
             // The name is the object's and version's: the copy was stored by an earlier try.

@@ -8,7 +8,7 @@
 //! - [`copy`]: the copy's format, pure: a Secret in the guard's namespace that holds the record
 //!   as the review carried it, how it is read back, and which copies the bounds evict.
 //! - [`api`]: the API calls: storing a copy within the decision's deadline ([`api::RecycleBin`],
-//!   waited on with a [`crate::cluster::Blocking`] token), the sweep that applies the bounds, and
+//!   awaited by the decision), the sweep that applies the bounds, and
 //!   listing the bin for `scan --recycle-bin` and `restore`.
 //! - [`restore`]: what `helm-guard restore` would bring back and the history Helm would show
 //!   then, pure; `cli/restore.rs` lists and creates.

@@ -9,7 +9,6 @@ use axum::extract::{Extension, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kube::core::admission::AdmissionRequest;
 use serde_json::json;
 
 use tower_http::trace::TraceLayer;
@@ -17,8 +16,7 @@ use tower_http::trace::TraceLayer;
 use super::AppState;
 use super::metrics::DecisionLabels;
 use super::serve::LastRequest;
-use crate::admission::{NeedsIo, Reviewed, Webhook, review};
-use crate::cluster::Blocking;
+use crate::admission::{Reviewed, Webhook, review};
 
 /// The HTTPS router the API server calls. It also answers health and metrics, so a probe can use
 /// either port.
@@ -174,50 +172,28 @@ async fn admit(
             );
         }
     };
-    // The common case, a body of tens of KiB, is decided right here: handing it to a blocking
-    // thread and back costs more than the decision. A large body (CPU work) or a decision that
-    // must wait on the API server goes to a blocking thread, so that neither stalls others. A
-    // live DELETE nearly always waits (its release's history is confirmed first), so it goes
-    // there at once, parsed, and is decided once.
-    let mut pending = Pending::Body(bytes);
-    if let Pending::Body(bytes) = &pending
-        && bytes.len() <= INLINE_MAX_BODY_BYTES
-    {
-        let request = match review::parse_body(bytes) {
-            Ok(request) => request,
-            Err(bad) => return bad_request(&state, webhook, &bad),
-        };
-        if state.admission.waits_on_the_api(webhook, &request) {
-            pending = Pending::Parsed(Box::new(request));
-        } else {
-            // `Err(NeedsIo)` changed nothing: decided again below, where it may wait.
-            if let Ok(reviewed) = state.admission.review_by(webhook, request, None, deadline) {
-                return answer(&state, webhook, started, reviewed);
-            }
+    // Parsing a large body is CPU work: on the blocking pool, so that it does not hold up the
+    // other requests of this worker. The common case, tens of KiB, is parsed here.
+    let parsed = if bytes.len() <= INLINE_MAX_BODY_BYTES {
+        review::parse_body(&bytes)
+    } else {
+        match tokio::task::spawn_blocking(move || review::parse_body(&bytes)).await {
+            Ok(parsed) => parsed,
+            Err(panic) => return internal_error(&state, webhook, &panic.to_string()),
         }
+    };
+    let request = match parsed {
+        Ok(request) => request,
+        Err(bad) => return bad_request(&state, webhook, &bad),
+    };
+    // One path for every request: a decision that waits on the API server awaits it here and
+    // holds no thread; one that does not is ready at its first poll. A panic (none is known)
+    // refuses the request instead of dropping the connection.
+    let decided = std::panic::AssertUnwindSafe(state.admission.review_by(webhook, request, deadline));
+    match futures::FutureExt::catch_unwind(decided).await {
+        Ok(reviewed) => answer(&state, webhook, started, reviewed),
+        Err(_) => internal_error(&state, webhook, "the decision panicked"),
     }
-    let worker = state.clone();
-    let decided = Blocking::spawn(move |blocking| {
-        let request = match pending {
-            Pending::Parsed(request) => *request,
-            Pending::Body(bytes) => review::parse_body(&bytes)?,
-        };
-        Ok::<_, review::ReviewError>(worker.admission.review_by(webhook, request, Some(blocking), deadline))
-    })
-    .await;
-    match decided {
-        Ok(Ok(Ok(reviewed))) => answer(&state, webhook, started, reviewed),
-        Ok(Err(bad)) => bad_request(&state, webhook, &bad),
-        // With the token a decision never asks for it; if it did, it fails closed.
-        Ok(Ok(Err(NeedsIo))) => internal_error(&state, webhook, "a decision asked to wait where it could"),
-        Err(panic) => internal_error(&state, webhook, &panic.to_string()),
-    }
-}
-
-/// A request on its way to the blocking pool: its body, or the review already parsed.
-enum Pending {
-    Body(Bytes),
-    Parsed(Box<AdmissionRequest<crate::admission::object::ReviewObject>>),
 }
 
 /// Why a request body was not read.
@@ -274,9 +250,9 @@ async fn read_body(body: Body, max: usize, within: std::time::Duration) -> Resul
     collected
 }
 
-/// Bodies up to this size are decided on the async worker that read them; larger ones, and
-/// decisions that must wait on the API server, on a blocking thread.
-pub const INLINE_MAX_BODY_BYTES: usize = 64 * 1024;
+/// Bodies up to this size are parsed on the async worker that read them; larger ones on the
+/// blocking pool.
+const INLINE_MAX_BODY_BYTES: usize = 64 * 1024;
 
 fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Reviewed) -> Response {
     state.metrics.decision(

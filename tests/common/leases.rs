@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
+use futures::future::BoxFuture;
 use helm_guard::cluster::coordination::{
     Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator, now_ms,
 };
@@ -44,12 +45,29 @@ pub struct Replica {
 }
 
 impl DeleteCoordinator for Replica {
-    fn claims(
-        &self,
-        key: &ReleaseKey,
+    fn claims<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
         _deadline: Instant,
-        _: &helm_guard::cluster::Blocking,
-    ) -> Result<Claims, CoordinationError> {
+    ) -> BoxFuture<'a, Result<Claims, CoordinationError>> {
+        Box::pin(std::future::ready(self.read(key)))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        record: &'a ClaimedRecord<'a>,
+        seen: &'a Claims,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<Claimed, CoordinationError>> {
+        Box::pin(std::future::ready(self.write(key, record, seen)))
+    }
+}
+
+impl Replica {
+    /// Reads the Lease; the first two reads wait for each other (a std barrier: the replicas
+    /// decide on threads of their own).
+    fn read(&self, key: &ReleaseKey) -> Result<Claims, CoordinationError> {
         if self.leases.unavailable {
             return Err(CoordinationError::Deadline);
         }
@@ -72,13 +90,11 @@ impl DeleteCoordinator for Replica {
         Ok(read)
     }
 
-    fn claim(
+    fn write(
         &self,
         key: &ReleaseKey,
         record: &ClaimedRecord<'_>,
         seen: &Claims,
-        _deadline: Instant,
-        _: &helm_guard::cluster::Blocking,
     ) -> Result<Claimed, CoordinationError> {
         let mut leases = self.leases.leases.lock().unwrap();
         let current = leases.get(key).map(|(version, _)| version.to_string());

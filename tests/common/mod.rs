@@ -258,21 +258,32 @@ pub fn indexed_release(
     (History::new(&facts).revisions().to_vec(), classify(&facts, 0, 900).state)
 }
 
-/// Where a test thread (no runtime drives it) may wait on the API: decisions reviewed with it
-/// go as far as they need, as on the server's blocking pool.
-pub fn blocking() -> helm_guard::cluster::Blocking {
-    helm_guard::cluster::Blocking::outside_runtime().expect("a test thread outside any runtime")
+/// Decides one request on this thread: the decision's future driven to its end (the test
+/// stubs of the API answer at once, or from other threads).
+pub trait ReviewNow {
+    fn review_now(
+        &self,
+        webhook: helm_guard::admission::Webhook,
+        request: kube::core::admission::AdmissionRequest<helm_guard::admission::object::ReviewObject>,
+    ) -> helm_guard::admission::Reviewed;
 }
 
-/// Decides a validating review where waiting is allowed: (allowed, the `reason` annotation).
-pub fn decide_where_it_may_wait(
-    admission: &helm_guard::admission::Admission,
-    review: &Value,
-) -> (bool, String) {
+impl ReviewNow for helm_guard::admission::Admission {
+    fn review_now(
+        &self,
+        webhook: helm_guard::admission::Webhook,
+        request: kube::core::admission::AdmissionRequest<helm_guard::admission::object::ReviewObject>,
+    ) -> helm_guard::admission::Reviewed {
+        futures::executor::block_on(self.review(webhook, request))
+    }
+}
+
+/// Decides a validating review: (allowed, the `reason` annotation).
+pub fn decide(admission: &helm_guard::admission::Admission, review: &Value) -> (bool, String) {
     use helm_guard::admission::{Webhook, review as admission_review};
     let body = serde_json::to_vec(review).unwrap();
     let request = admission_review::parse(&body).unwrap();
-    let reviewed = admission.review(Webhook::Validate, request, Some(&blocking())).unwrap();
+    let reviewed = admission.review_now(Webhook::Validate, request);
     let reason = reviewed.response.audit_annotations.get("reason").cloned().unwrap_or_default();
     (reviewed.response.allowed, reason)
 }
