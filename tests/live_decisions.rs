@@ -186,3 +186,103 @@ fn a_confirmed_approval_hides_the_record_unless_the_replicas_have_not_agreed() {
     );
     assert_eq!(revisions(&unagreed), [1, 2, 3], "still there: the deletion did not happen");
 }
+
+/// An API server that answers a release's listing only once released: every decision that
+/// confirms its history waits on it.
+#[derive(Debug)]
+struct HeldListing {
+    stored: Stored,
+    waiting: AtomicUsize,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+impl PayloadFetcher for HeldListing {
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        names: &'a [String],
+        deadline: Instant,
+    ) -> BoxFuture<'a, Vec<(String, Fetched)>> {
+        self.stored.fetch(key, names, deadline)
+    }
+
+    fn list<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+        Box::pin(async move {
+            let mut released = self.released.subscribe();
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let _ = released.wait_for(|released| *released).await;
+            self.stored.list(key, deadline).await
+        })
+    }
+}
+
+/// A burst of 10,000 live DELETEs all waiting on the API server at once, on a runtime of two
+/// workers and one blocking thread: a decision that waits holds no thread (with a thread per
+/// waiting verdict, one would wait at a time and the rest would never start). Once the API
+/// answers, every one is approved. `--nocapture` prints the memory the waiting burst took.
+#[test]
+fn ten_thousand_deletes_wait_on_the_api_at_once_without_a_thread_each() {
+    const BURST: usize = 10_000;
+    // As the API server stores them: each at a resourceVersion of its own.
+    let mut records = web(&[(1, "superseded"), (2, "deployed")]);
+    for (version, record) in records.iter_mut().enumerate() {
+        record["metadata"]["resourceVersion"] = Value::String(format!("{}", 100 + version));
+    }
+    let held = Arc::new(HeldListing {
+        stored: Stored { objects: records.clone(), listings: AtomicUsize::new(0) },
+        waiting: AtomicUsize::new(0),
+        released: tokio::sync::watch::Sender::new(false),
+    });
+    let live = LiveParts { fetcher: Some(held.clone() as Arc<dyn PayloadFetcher>), ..LiveParts::default() };
+    let mut settings = Settings::new(PolicyConfig::default());
+    settings.decision_deadline = std::time::Duration::from_secs(600);
+    let admission = common::guard::snapshot_admission_with(&records, settings, live);
+    let body = serde_json::to_vec(&delete_review(&records[0])).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rss_before = resident_kib();
+    runtime.block_on(async {
+        let decisions: Vec<_> = (0..BURST)
+            .map(|_| {
+                let (admission, request) =
+                    (admission.clone(), helm_guard::admission::review::parse(&body).unwrap());
+                tokio::spawn(async move {
+                    admission.review(helm_guard::admission::Webhook::Validate, request).await
+                })
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        while held.waiting.load(Ordering::SeqCst) < BURST {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(120),
+                "only {} of {BURST} decisions waiting at once",
+                held.waiting.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        eprintln!(
+            "{BURST} decisions waiting on the API at once: resident memory {} KiB more than before",
+            resident_kib().saturating_sub(rss_before)
+        );
+        held.released.send_replace(true);
+        for decision in decisions {
+            let reviewed = decision.await.unwrap();
+            assert!(reviewed.response.allowed, "{:?}", reviewed.response.result.message);
+        }
+    });
+}
+
+/// This process's resident memory, from /proc.
+fn resident_kib() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap_or_default();
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).unwrap_or(0)
+}
