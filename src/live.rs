@@ -1,5 +1,5 @@
 //! The live guard's decision context, assembled once for `serve` and the tests: the index fed
-//! by the watchers, payload reads, agreement between replicas through Leases, refusal Events,
+//! by the watchers, payload reads, agreement between replicas through claim books, Events,
 //! the recycle bin, the PolicyReport writer.
 
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::admission::{Admission, LiveParts, Settings};
 use crate::cluster::claim_books::{self, BookCoordinator};
-use crate::cluster::coordination::{self, LeaseCoordinator};
+use crate::cluster::coordination;
 use crate::cluster::events::{self, EventQueue};
 use crate::cluster::{DeleteCoordinator, watch};
 use crate::recycle_bin::api::{self as recycle_bin, ApiRecycleBin, RecycleBin};
@@ -21,11 +21,9 @@ pub const EVENT_QUEUE: usize = 256;
 pub struct LiveOptions {
     /// How long an approved deletion stays hidden (and its claim holds).
     pub tombstone_ttl: Duration,
-    /// Where the deletion Leases live; `None`: no agreement (a single replica).
-    pub lease_namespace: Option<String>,
-    /// Agree through per-replica claim books read from a watch (`cluster::claim_books`), not a
-    /// Lease per release read and written by each approval.
-    pub claim_books: bool,
+    /// Where the replicas' claim books live (`cluster::claim_books`: the one way replicas agree,
+    /// a single replica as several); `None` only for tests with no API server to write them.
+    pub claims_namespace: Option<String>,
     /// How long a claim stays in a book after its deletion is seen: longer than any replica's
     /// decision deadline.
     pub claim_keep_after_deletion: Duration,
@@ -109,30 +107,22 @@ pub fn admission(
         fence,
         read_ahead,
     );
-    let coordinator = options.lease_namespace.as_deref().map(|namespace| {
+    let coordinator = options.claims_namespace.as_deref().map(|namespace| {
         let leases = kube::Api::namespaced(client.clone(), namespace);
-        // Claims expire after the TTL; sweeping at twice that finds most Leases idle.
+        // Claims expire after the TTL; sweeping at twice that finds most books idle.
         let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
-        if options.claim_books {
-            tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
-            tokio::spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
-            let books = BookCoordinator::start(
-                leases,
-                options.identity.clone(),
-                options.tombstone_ttl,
-                index.clone(),
-                options.claim_keep_after_deletion,
-            );
-            return Arc::new(books) as Arc<dyn DeleteCoordinator>;
-        }
-        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through Leases");
+        tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
+        tokio::spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
+        // The Leases per release of versions that offered that way, left after an upgrade.
         tokio::spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
-        let coordinator = LeaseCoordinator {
+        let books = BookCoordinator::start(
             leases,
-            identity: options.identity.clone(),
-            ttl: options.tombstone_ttl,
-        };
-        Arc::new(coordinator) as Arc<dyn DeleteCoordinator>
+            options.identity.clone(),
+            options.tombstone_ttl,
+            index.clone(),
+            options.claim_keep_after_deletion,
+        );
+        Arc::new(books) as Arc<dyn DeleteCoordinator>
     });
     if let Some(reports) = options.policy_reports {
         let writer = crate::policy_reports::writer::run(

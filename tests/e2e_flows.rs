@@ -42,13 +42,7 @@ impl Drop for Replica {
     }
 }
 
-fn start_replica(
-    name: &str,
-    port: u16,
-    certs: &std::path::Path,
-    lease_namespace: &str,
-    coordination: &str,
-) -> Replica {
+fn start_replica(name: &str, port: u16, certs: &std::path::Path, lease_namespace: &str) -> Replica {
     let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", "127.0.0.1:0"])
         .arg("--tls-cert")
@@ -56,7 +50,6 @@ fn start_replica(
         .arg("--tls-key")
         .arg(certs.join("tls.key"))
         .args(["--lease-namespace", lease_namespace, "--replica-id", name, "--shutdown-delay", "0s"])
-        .args(["--coordination", coordination])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -123,13 +116,14 @@ impl Bench {
         Bench { _dir: dir, chart, certs, ca_pem: bundle.ca_pem }
     }
 
-    fn twins(&self, coordination: &str) -> Twins {
-        Twins::new(&self.certs, &self.ca_pem, &self.chart, coordination)
+    /// `guard`: `one` or `two` replicas, or `floor` (the allow-all webhook).
+    fn twins(&self, guard: &str) -> Twins {
+        Twins::new(&self.certs, &self.ca_pem, &self.chart, guard)
     }
 }
 
-/// Two namespaces: the first behind the guard (two replicas agreeing through Leases, or one with
-/// `--coordination none`), the second a twin without any webhook. Dropped, it removes the webhook
+/// Two namespaces: the first behind the guard (two replicas agreeing through their claim books, or
+/// one), the second a twin without any webhook. Dropped, it removes the webhook
 /// configuration, the replicas and both namespaces.
 struct Twins {
     namespaces: [String; 2],
@@ -145,7 +139,7 @@ impl Twins {
             "metadata": {"name": namespaces[0], "labels": {"helm-guard-e2e": namespaces[0]}}}));
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[1]}}));
         common::writers::bind();
-        let names: &[&str] = if matches!(coordination, "none" | "floor") { &["a"] } else { &["a", "b"] };
+        let names: &[&str] = if matches!(coordination, "one" | "floor") { &["a"] } else { &["a", "b"] };
         let first = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
         let ports = [first, first + 1];
         if coordination == "floor" {
@@ -158,7 +152,7 @@ impl Twins {
         let replicas = names
             .iter()
             .zip(ports)
-            .map(|(name, port)| start_replica(name, port, certs, &namespaces[0], coordination))
+            .map(|(name, port)| start_replica(name, port, certs, &namespaces[0]))
             .collect();
         std::thread::sleep(Duration::from_secs(2)); // the replicas' first lists
         register(&namespaces[0], ca_pem, &ports[..names.len()]);
@@ -213,8 +207,8 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
     let steps: usize = std::env::var("HELM_FLOWS_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let bench = Bench::new();
     for seed in seeds(1, 2) {
-        let coordination = std::env::var("HELM_FLOWS_COORDINATION")
-            .unwrap_or_else(|_| ["lease", "watch", "none"][(seed % 3) as usize].into());
+        let coordination = std::env::var("HELM_FLOWS_REPLICAS")
+            .unwrap_or_else(|_| ["two", "one"][(seed % 2) as usize].into());
         let twins = bench.twins(&coordination);
         let mut rng = fastrand::Rng::with_seed(seed);
         let driver = std::env::var("HELM_DRIVER")
@@ -240,7 +234,7 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
             std::panic::resume_unwind(panic);
         }
         eprintln!(
-            "seed {seed}: {steps} steps agree ({}, HELM_DRIVER={}, --coordination {coordination})",
+            "seed {seed}: {steps} steps agree ({}, HELM_DRIVER={}, {coordination} replica(s))",
             flow.helm, flow.driver
         );
     }
@@ -258,7 +252,7 @@ fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
     let rounds: usize = std::env::var("HELM_FLOWS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let bench = Bench::new();
     let chart = bench.chart.as_str();
-    let webhook = std::env::var("UNINSTALL_WEBHOOK").unwrap_or_else(|_| "lease".into());
+    let webhook = std::env::var("UNINSTALL_WEBHOOK").unwrap_or_else(|_| "two".into());
     let twins = bench.twins(&webhook);
     let mut took: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds {
@@ -299,7 +293,7 @@ fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
 /// A fleet upgrading at once: `BURST_RELEASES` (default 200) releases of three revisions each,
 /// then every one upgraded with `--history-max 2` at the same time (`BURST_PARALLEL` Helm
 /// processes at once, default 20), so that each upgrade prunes its oldest record through the
-/// guard (two replicas, `--coordination watch`), beside the unguarded twin doing the same: every
+/// guard (two replicas), beside the unguarded twin doing the same: every
 /// upgrade that passes unguarded passes guarded, `BURST_RUNS` times (default 1). The upgrades'
 /// durations are printed (BENCHMARKS.md). Run it on a release build.
 #[test]
@@ -345,7 +339,7 @@ fn a_burst_of_pruning_upgrades_passes_as_it_does_unguarded() {
         done.into_inner().unwrap()
     };
     for round in 0..runs {
-        let twins = bench.twins("watch");
+        let twins = bench.twins("two");
         for ns in &twins.namespaces {
             assert!(fleet(ns, &["install", &chart]).iter().all(|(ok, _)| *ok), "installs in {ns}");
             for n in 2..=3 {

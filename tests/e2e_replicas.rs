@@ -113,9 +113,9 @@ async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
     let suffix =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
-    // Both ways of agreeing: claim books read from a watch (the default) and a Lease per release.
-    for coordination in ["watch", "lease"] {
-        let ns = format!("helm-guard-e2e-replicas-{coordination}-{suffix}");
+    // The one way of agreeing: claim books read from a watch.
+    {
+        let ns = format!("helm-guard-e2e-replicas-{suffix}");
         let namespaces = Api::<Namespace>::all(client.clone());
         namespaces
             .create(
@@ -124,7 +124,7 @@ async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
             )
             .await
             .unwrap();
-        let checks = std::panic::AssertUnwindSafe(checks(client.clone(), ns.clone(), coordination));
+        let checks = std::panic::AssertUnwindSafe(checks(client.clone(), ns.clone()));
         let outcome = futures::FutureExt::catch_unwind(checks).await;
         let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
         if let Err(panic) = outcome {
@@ -133,7 +133,7 @@ async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
     }
 }
 
-async fn checks(client: Client, ns: String, coordination: &str) {
+async fn checks(client: Client, ns: String) {
     // The records exist before the guards start: their first lists hold them.
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
     let mut base = helm4_secret();
@@ -171,14 +171,7 @@ async fn checks(client: Client, ns: String, coordination: &str) {
     }
 
     // Claims (and the sweep) on a short clock, so that the sweep is seen within the test.
-    // Lease mode: long enough that no release's Lease is swept before the races end (a sweep
-    // runs every twice the TTL), short enough for the sweep to be seen below.
-    let ttl = [
-        "--tombstone-ttl",
-        if coordination == "lease" { "15s" } else { "3s" },
-        "--coordination",
-        coordination,
-    ];
+    let ttl = ["--tombstone-ttl", "3s"];
     let (a, b) = (start("replica-a", &ns, &ttl), start("replica-b", &ns, &ttl));
     let mut both = 0;
     for (i, [v1, v2]) in stored.iter().enumerate() {
@@ -210,14 +203,7 @@ async fn checks(client: Client, ns: String, coordination: &str) {
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
     let written =
         leases.list(&ListParams::default().labels("app.kubernetes.io/managed-by=helm-guard")).await.unwrap();
-    if coordination == "lease" {
-        assert_eq!(written.items.len(), RELEASES, "one Lease per release that had an approval agreed");
-        let lease = &written.items[0];
-        assert!(
-            lease.metadata.annotations.as_ref().unwrap()["helm-guard.io/release"]
-                .starts_with(&format!("secret {ns}/rel-"))
-        );
-    } else {
+    {
         // One claim book per replica; each approval agreed left a claim on its release.
         assert!(written.items.len() <= 2, "one book per replica: {}", written.items.len());
         let claimed: std::collections::BTreeSet<String> = written
@@ -235,12 +221,12 @@ async fn checks(client: Client, ns: String, coordination: &str) {
         assert!(claimed.iter().all(|release| release.starts_with(&format!("secret {ns}/rel-"))));
     }
 
-    // What agreeing costs an approved deletion: the same approved DELETE, sequentially, to a
-    // coordinating replica and to one that does not coordinate.
-    let single = start("single", &ns, &["--coordination", "none"]);
+    // What an approved deletion costs: the same approved DELETE, sequentially, to a replica of
+    // two and to a single replica (the same code, with no other book).
+    let single = start("single", &ns, &[]);
     let fresh = &bench[0];
     let mut report = String::new();
-    for (name, guard) in [(coordination, &a), ("none", &single)] {
+    for (name, guard) in [("two replicas", &a), ("one replica", &single)] {
         let mut sender = guard.https.connect().await;
         let mut took = Vec::new();
         for _ in 0..200 {
@@ -253,7 +239,7 @@ async fn checks(client: Client, ns: String, coordination: &str) {
         }
         took.sort();
         report += &format!(
-            "approved DELETE, coordination {name}: p50 {:?}, p99 {:?}\n",
+            "approved DELETE, {name}: p50 {:?}, p99 {:?}\n",
             took[took.len() / 2],
             took[took.len() * 99 / 100]
         );

@@ -564,7 +564,7 @@ async fn a_verdict_waits_for_the_fence_round_and_sees_what_the_watch_lagged() {
     let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
     let client = connect(&args).await.unwrap();
     let options = helm_guard::live::LiveOptions {
-        lease_namespace: None,
+        claims_namespace: None,
         fence_namespace: Some("helm-guard".into()),
         read_ahead: false,
         recycle_bin: None,

@@ -28,17 +28,16 @@ pub enum LogFormat {
     Text,
 }
 
-/// How replicas agree approvals of deletions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Coordination {
-    /// Each replica's claims in a Lease of its own (its claim book), written in group-committed
-    /// rounds, the others' read from a watch.
-    #[default]
-    Watch,
-    /// A claim in a `coordination.k8s.io` Lease per release, read and written by each approval.
-    Lease,
-    /// None: a single replica.
-    None,
+/// The one way replicas agree: `--coordination` is accepted for manifests written before it
+/// was the only one, and only with that value.
+fn one_agreement(value: &str) -> Result<String, String> {
+    match value {
+        "watch" => Ok(value.to_owned()),
+        _ => Err(format!(
+            "`{value}` is no longer offered: replicas agree through claim books only, one replica as several \
+             (README, \"Replicas that agree\"); drop --coordination"
+        )),
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -104,12 +103,10 @@ pub struct ServeArgs {
     pub snapshot: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// How replicas agree approvals of deletions: `lease` writes a claim into a Lease per
-    /// release in --lease-namespace before approving (README, "Replicas that agree"); `none`
-    /// only for a single replica.
-    #[arg(long, env = "HELM_GUARD_COORDINATION", value_enum, default_value_t)]
-    pub coordination: Coordination,
-    /// The guard's own namespace, where its deletion Leases and its recycle bin are (default: the
+    /// Accepted for manifests of earlier versions, only as `watch`: replicas agree one way.
+    #[arg(long, env = "HELM_GUARD_COORDINATION", hide = true, value_parser = one_agreement)]
+    pub coordination: Option<String>,
+    /// The guard's own namespace, where its claim books, fence and recycle bin are (default: the
     /// service account's namespace in a pod, else the kubeconfig context's).
     #[arg(long, env = "HELM_GUARD_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
@@ -367,10 +364,6 @@ async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) ->
         .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
     let guard_namespace =
         args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
-    let lease_namespace = match args.coordination {
-        Coordination::None => None,
-        Coordination::Lease | Coordination::Watch => Some(guard_namespace.clone()),
-    };
     let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
     let policy_reports = (args.policy_reports != ApiChoice::Off).then(|| WriterOptions {
         apis: args.policy_reports,
@@ -384,13 +377,13 @@ async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) ->
         bin_namespace: args.recycle_bin.then(|| guard_namespace.clone()),
         max_reports: args.policy_report_max_reports,
     });
-    let recycle_bin = args
-        .recycle_bin
-        .then(|| crate::live::RecycleOptions { namespace: guard_namespace, bounds: recycle_bounds(args) });
+    let recycle_bin = args.recycle_bin.then(|| crate::live::RecycleOptions {
+        namespace: guard_namespace.clone(),
+        bounds: recycle_bounds(args),
+    });
     let options = crate::live::LiveOptions {
         tombstone_ttl: args.tombstone_ttl,
-        lease_namespace,
-        claim_books: args.coordination == Coordination::Watch,
+        claims_namespace: Some(guard_namespace.clone()),
         // Past any verdict's deadline that could still be waiting on the books, with room to spare.
         claim_keep_after_deletion: args.decision_deadline + std::time::Duration::from_secs(5),
         fence_namespace,

@@ -45,6 +45,11 @@ use crate::release::ReleaseKey;
 pub const BOOK_LABELS: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=claim-book";
 /// Claims one book holds at most (an annotation holds 256 KiB): past it, approvals wait ("retry").
 pub const MAX_BOOK_CLAIMS: usize = 1024;
+/// The annotation naming the format of a book's claims (POLICY.md, "Replicas that agree"). A
+/// book without it is of format 1, as written before the format was named.
+pub const FORMAT_ANNOTATION: &str = "helm-guard.io/claims-format";
+/// The format this version writes and reads.
+pub const FORMAT: &str = "1";
 
 /// One claim in a book, with the release it is on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +92,9 @@ struct Books {
     book: String,
     /// The other replicas' claims, by book, as the watch last brought them.
     others: Mutex<HashMap<String, Vec<Theirs>>>,
+    /// The other replicas' books whose claims this version cannot read: while one is there,
+    /// nothing is agreed (its claims could be on the very record).
+    unreadable: Mutex<std::collections::BTreeSet<String>>,
     mine: Mutex<Vec<Mine>>,
     rounds: GroupCommit,
     /// The highest resourceVersion of a book event applied to `others`.
@@ -134,6 +142,7 @@ impl BookCoordinator {
             book: book_name(&identity),
             identity,
             others: Mutex::default(),
+            unreadable: Mutex::default(),
             mine: Mutex::default(),
             rounds: GroupCommit::default(),
             applied: watch::Sender::new(0),
@@ -189,6 +198,9 @@ impl BookCoordinator {
         let now = now_ms();
         let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
         let books = &self.books;
+        if let Some(book) = lock(&books.unreadable).iter().next() {
+            return Err(CoordinationError::Unreadable(book.clone()));
+        }
         let written_at = |mine: &[Mine]| {
             mine.iter()
                 .find(|m| m.claim.release == release && m.claim.claim.is(record))
@@ -223,6 +235,9 @@ impl BookCoordinator {
         }
         // Written, and the watch has come past the write: every claim written before it is known.
         let Some(at) = at else { return Err(CoordinationError::Deadline) };
+        if let Some(book) = lock(&books.unreadable).iter().next() {
+            return Err(CoordinationError::Unreadable(book.clone()));
+        }
         let unseen = self.others_on(&release, at).into_iter().any(|claim| !seen.claims.contains(&claim));
         Ok(if unseen { Claimed::Conflict } else { Claimed::Yes })
     }
@@ -252,7 +267,10 @@ async fn write_rounds(books: Arc<Books>) {
         let version = match write_book(&books, &claims).await {
             Ok(version) => version,
             Err(error) => {
-                tracing::warn!(%error, "could not write this replica's claim book; approvals that need agreement wait");
+                // As the fence does: the round's waiters stop waiting at once (their approvals
+                // are refused, "retry") rather than for a later round that may come too late.
+                tracing::warn!(%error, "could not write this replica's claim book; the approvals waiting on it are refused");
+                books.rounds.fail(round);
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -261,6 +279,7 @@ async fn write_rounds(books: Arc<Books>) {
         let reached = tokio::time::timeout(Duration::from_secs(5), applied.wait_for(|a| *a >= version)).await;
         if !matches!(reached, Ok(Ok(_))) {
             tracing::warn!("the claim books' watch did not bring this replica's write back in time");
+            books.rounds.fail(round);
             continue;
         }
         for m in lock(&books.mine).iter_mut() {
@@ -286,10 +305,10 @@ async fn write_book(books: &Books, claims: &[BookClaim]) -> Result<u64, kube::Er
     let object = serde_json::json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": books.book, "labels": labels, "annotations": {CLAIMS_ANNOTATION: text}},
+        "metadata": {"name": books.book, "labels": labels, "annotations": {CLAIMS_ANNOTATION: text, FORMAT_ANNOTATION: FORMAT}},
         "spec": {"holderIdentity": books.identity},
     });
-    let patch = serde_json::json!({"metadata": {"annotations": {CLAIMS_ANNOTATION: text}}});
+    let patch = serde_json::json!({"metadata": {"annotations": {CLAIMS_ANNOTATION: text, FORMAT_ANNOTATION: FORMAT}}});
     let written = match books.leases.patch(&books.book, &PatchParams::default(), &Patch::Merge(&patch)).await
     {
         Err(kube::Error::Api(status)) if status.code == 404 => {
@@ -310,8 +329,19 @@ async fn watch_books(books: Arc<Books>) {
     let mut relist: Option<(HashMap<String, Vec<Theirs>>, u64)> = None;
     let read = |lease: &Lease| -> (String, Vec<BookClaim>, u64) {
         let name = lease.metadata.name.clone().unwrap_or_default();
-        let text = lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION));
-        let claims = text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+        let claims = match read_book(lease) {
+            Some(claims) => {
+                lock(&books.unreadable).remove(&name);
+                claims
+            }
+            None => {
+                if name != books.book {
+                    tracing::warn!(book = %name, "a claim book this version cannot read: deletions that need agreement are refused until it can");
+                    lock(&books.unreadable).insert(name.clone());
+                }
+                Vec::new()
+            }
+        };
         (name, claims, super::fence::revision(lease.metadata.resource_version.as_deref()).unwrap_or(0))
     };
     let applied = |version: u64| {
@@ -319,7 +349,10 @@ async fn watch_books(books: Arc<Books>) {
     };
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Init) => relist = Some((HashMap::new(), 0)),
+            Ok(Event::Init) => {
+                lock(&books.unreadable).clear();
+                relist = Some((HashMap::new(), 0));
+            }
             Ok(Event::InitApply(lease)) => {
                 if let Some((gathered, max)) = relist.as_mut() {
                     let (name, claims, version) = read(&lease);
@@ -358,6 +391,7 @@ async fn watch_books(books: Arc<Books>) {
             Ok(Event::Delete(lease)) => {
                 let (name, _, version) = read(&lease);
                 lock(&books.others).remove(&name);
+                lock(&books.unreadable).remove(&name);
                 applied(version);
             }
             Err(error) => tracing::warn!(%error, "the claim books' watch failed; retrying with backoff"),
@@ -365,9 +399,48 @@ async fn watch_books(books: Arc<Books>) {
     }
 }
 
+/// A book's claims, when this version can read them: format 1 (named, or unnamed as before it
+/// was), claims that parse. `None` otherwise: a refusal is safer than claims ignored.
+fn read_book(lease: &Lease) -> Option<Vec<BookClaim>> {
+    let annotations = lease.metadata.annotations.as_ref();
+    let format = annotations.and_then(|a| a.get(FORMAT_ANNOTATION)).map_or(FORMAT, String::as_str);
+    if format != FORMAT {
+        return None;
+    }
+    match annotations.and_then(|a| a.get(CLAIMS_ANNOTATION)) {
+        None => Some(Vec::new()),
+        Some(text) => serde_json::from_str(text).ok(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wire format (POLICY.md): format 1 named or not, claims that parse; a book of another
+    /// format, or whose claims do not parse, is unreadable (and refuses), never read as empty.
+    #[test]
+    fn a_book_is_read_only_in_the_format_this_version_knows() {
+        let book = |annotations: &[(&str, &str)]| Lease {
+            metadata: kube::api::ObjectMeta {
+                annotations: Some(
+                    annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+                ),
+                ..Default::default()
+            },
+            spec: None,
+        };
+        let claims =
+            r#"[{"release":"secret demo/web","object":"sh.helm.release.v1.web.v1","until":5,"by":"a"}]"#;
+        assert_eq!(read_book(&book(&[(CLAIMS_ANNOTATION, claims)])).map(|c| c.len()), Some(1), "unnamed: 1");
+        assert_eq!(
+            read_book(&book(&[(CLAIMS_ANNOTATION, claims), (FORMAT_ANNOTATION, "1")])).map(|c| c.len()),
+            Some(1)
+        );
+        assert_eq!(read_book(&book(&[(CLAIMS_ANNOTATION, claims), (FORMAT_ANNOTATION, "2")])), None);
+        assert_eq!(read_book(&book(&[(CLAIMS_ANNOTATION, "{not claims")])), None);
+        assert_eq!(read_book(&book(&[])), Some(Vec::new()), "a book with no claims");
+    }
 
     #[test]
     fn book_names_are_valid_object_names_and_differ_by_replica() {

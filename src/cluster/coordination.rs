@@ -3,27 +3,25 @@
 //! Each replica keeps its own index, and an approved deletion is hidden (a tombstone) only in
 //! the index of the replica that approved it. Two deletions of one release, each harmless alone,
 //! that reach two replicas at the same instant would both be approved. So before a replica
-//! approves such a deletion ([`needs_agreement`]) it writes a *claim* on the
-//! release into a `coordination.k8s.io` Lease in its own namespace, one Lease per release, with
-//! an optimistic-concurrency update (the resourceVersion it read). The other replica's write
-//! then fails with a conflict; it reads the Lease again, finds the first approval's claim, hides
-//! that record in its own index as if it had approved it, and decides again. Claims expire after
-//! `--tombstone-ttl`, as local tombstones do, by then the watch has seen the deletion.
+//! approves such a deletion ([`needs_agreement`]) it writes a *claim* on the record that the
+//! other replicas see, and decides again with the claims of others written before its own
+//! hidden: [`super::claim_books`], the one way replicas agree (a single replica is the same code
+//! with no other book). This module holds what a claim is and the contract a decision uses
+//! ([`DeleteCoordinator`]). Claims expire after `--tombstone-ttl`, as local tombstones do; by
+//! then the watch has seen the deletion.
 //!
 //! Why not leader election: one leader deciding every DELETE would put a hop, and a single
-//! point of failure, on every verdict; a Lease per release only orders the approvals that can
-//! conflict, and only those of one release, and costs nothing on any other request.
+//! point of failure, on every verdict; claims only order the approvals that can conflict, and
+//! only those of one release, and cost nothing on any other request.
 //!
 //! [`needs_agreement`]: crate::policy::delete::needs_agreement
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Preconditions};
 use serde::{Deserialize, Serialize};
-use sha2::Digest as _;
 
 use crate::release::ReleaseKey;
 use crate::release::record::same_object;
@@ -33,7 +31,8 @@ use futures::future::BoxFuture;
 pub const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
 /// The annotation naming the release a Lease is for, for people reading it.
 pub const RELEASE_ANNOTATION: &str = "helm-guard.io/release";
-/// Labels of every Lease the guard writes (the sweep lists by them).
+/// Labels of the Leases per release that versions before 0.2 wrote (`--coordination lease`): an
+/// upgraded guard sweeps what they left.
 pub const LEASE_LABELS: &str =
     "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=release-deletions";
 /// Claims one Lease holds at most: a release whose history is being pruned faster than claims
@@ -131,6 +130,10 @@ pub enum CoordinationError {
     #[error("the Kubernetes API refused: {0}")]
     /// The API refused the read or the write.
     Api(String),
+    #[error("the claim book {0} of another replica is in a format this version cannot read")]
+    /// Another replica's claims cannot be read (a newer format, or garbage): nothing can be
+    /// agreed until they can.
+    Unreadable(String),
 }
 
 /// What writing a claim came to.
@@ -173,131 +176,9 @@ pub fn local_instant(until_ms: i64, now_ms: i64) -> Instant {
     Instant::now() + Duration::from_millis(left)
 }
 
-/// The Lease of one release: a fixed-length name (release and namespace names together can be
-/// longer than an object name may be), the release named in an annotation.
-pub fn lease_name(key: &ReleaseKey) -> String {
-    let digest = sha2::Sha256::digest(format!("{}/{}/{}", key.driver, key.namespace, key.release));
-    let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
-    format!("helm-guard-deletions-{hex}")
-}
-
-/// Claims written to `coordination.k8s.io/v1` Leases in one namespace.
-pub struct LeaseCoordinator {
-    /// The Leases' namespace.
-    pub leases: Api<Lease>,
-    /// This replica, as claims and `holderIdentity` name it.
-    pub identity: String,
-    /// How long a claim holds.
-    pub ttl: Duration,
-}
-
-impl std::fmt::Debug for LeaseCoordinator {
-    // kube's Api has no Debug of its own.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaseCoordinator").field("identity", &self.identity).finish_non_exhaustive()
-    }
-}
-
-impl LeaseCoordinator {
-    /// One API call, until the deadline.
-    async fn until<T>(
-        deadline: Instant,
-        call: impl std::future::Future<Output = Result<T, kube::Error>>,
-    ) -> Result<Result<T, kube::Error>, CoordinationError> {
-        let deadline = tokio::time::Instant::from_std(deadline);
-        tokio::time::timeout_at(deadline, call).await.map_err(|_| CoordinationError::Deadline)
-    }
-}
-
-fn api_error(error: kube::Error) -> CoordinationError {
-    CoordinationError::Api(error.to_string())
-}
-
 fn is_conflict(error: &kube::Error) -> bool {
-    // 409: a stale resourceVersion on update, or a Lease created meanwhile.
+    // 409: a stale resourceVersion (the Lease written meanwhile).
     matches!(error, kube::Error::Api(status) if status.code == 409)
-}
-
-impl DeleteCoordinator for LeaseCoordinator {
-    fn claims<'a>(
-        &'a self,
-        key: &'a ReleaseKey,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Claims, CoordinationError>> {
-        Box::pin(async move {
-            let name = lease_name(key);
-            let lease = Self::until(deadline, self.leases.get_opt(&name)).await?.map_err(api_error)?;
-            let Some(lease) = lease else { return Ok(Claims::default()) };
-            Ok(Claims::of(&lease, now_ms()))
-        })
-    }
-
-    fn claim<'a>(
-        &'a self,
-        key: &'a ReleaseKey,
-        record: &'a ClaimedRecord<'a>,
-        seen: &'a Claims,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Claimed, CoordinationError>> {
-        Box::pin(self.claim_by(key, record, seen, deadline))
-    }
-}
-
-impl LeaseCoordinator {
-    async fn claim_by(
-        &self,
-        key: &ReleaseKey,
-        record: &ClaimedRecord<'_>,
-        seen: &Claims,
-        deadline: Instant,
-    ) -> Result<Claimed, CoordinationError> {
-        let now = now_ms();
-        let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
-        let claims =
-            seen.with(record, now.saturating_add(ttl_ms), &self.identity).ok_or(CoordinationError::Full)?;
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(lease_name(key)),
-                resource_version: seen.version.clone(),
-                labels: Some(
-                    LEASE_LABELS
-                        .split(',')
-                        .filter_map(|pair| pair.split_once('='))
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                        .collect(),
-                ),
-                annotations: Some(
-                    [
-                        (
-                            RELEASE_ANNOTATION.to_owned(),
-                            format!("{} {}/{}", key.driver, key.namespace, key.release),
-                        ),
-                        (CLAIMS_ANNOTATION.to_owned(), serde_json::to_string(&claims).unwrap_or_default()),
-                    ]
-                    .into(),
-                ),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(self.identity.clone()),
-                lease_duration_seconds: Some(i32::try_from(self.ttl.as_secs()).unwrap_or(i32::MAX)),
-                renew_time: Some(MicroTime(jiff::Timestamp::now())),
-                ..LeaseSpec::default()
-            }),
-        };
-        let name = lease_name(key);
-        let written = match seen.version {
-            None => Self::until(deadline, self.leases.create(&PostParams::default(), &lease)).await?,
-            Some(_) => {
-                Self::until(deadline, self.leases.replace(&name, &PostParams::default(), &lease)).await?
-            }
-        };
-        match written {
-            Ok(_) => Ok(Claimed::Yes),
-            Err(error) if is_conflict(&error) => Ok(Claimed::Conflict),
-            Err(error) => Err(api_error(error)),
-        }
-    }
 }
 
 /// Deletes the Leases labelled `labels` whose claims have all expired, every `every`, so that
@@ -339,7 +220,6 @@ pub async fn sweep(leases: Api<Lease>, labels: &'static str, every: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::release::Driver;
 
     fn claim(object: &str, until: i64) -> Claim {
         Claim { object: object.to_owned(), uid: Some(format!("uid-{object}")), until, by: "a".to_owned() }
@@ -403,17 +283,5 @@ mod tests {
         let written = serde_json::to_string(&claims.with(&any, 500, "new").unwrap()).unwrap();
         let read_by_old: Vec<OldClaim> = serde_json::from_str(&written).unwrap();
         assert_eq!(read_by_old.len(), 1, "an older replica still reads the claims this one writes");
-    }
-
-    #[test]
-    fn lease_names_are_valid_object_names_for_any_release() {
-        let long = ReleaseKey { driver: Driver::Secret, namespace: "n".repeat(63), release: "r".repeat(53) };
-        let name = lease_name(&long);
-        assert!(
-            name.len() <= 63
-                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        );
-        let other = ReleaseKey { driver: Driver::ConfigMap, ..long.clone() };
-        assert_ne!(lease_name(&other), name, "the driver is part of the release's identity");
     }
 }

@@ -47,8 +47,7 @@ pub fn live_options(
 ) -> helm_guard::live::LiveOptions {
     helm_guard::live::LiveOptions {
         tombstone_ttl: std::time::Duration::from_secs(30),
-        lease_namespace: guard_namespace.map(str::to_owned),
-        claim_books: true,
+        claims_namespace: guard_namespace.map(str::to_owned),
         claim_keep_after_deletion: std::time::Duration::from_secs(7),
         fence_namespace: guard_namespace.map(str::to_owned),
         read_ahead: true,
