@@ -199,33 +199,11 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
             let current = latest_record("secret", "drift", namespace).unwrap();
             let version = common::release_json(&current)["version"].as_u64().unwrap();
             // Drift on a field the chart sets, then the rollback Fleet runs to undo it.
-            let drift = run(&[
-                "kubectl",
-                "label",
-                "serviceaccount",
-                "drift-demo",
-                "-n",
-                namespace,
-                "--overwrite",
-                "app.kubernetes.io/managed-by=someone",
-            ]);
+            let drift = label_drift_account(namespace, "app.kubernetes.io/managed-by=someone");
             assert!(drift.status.success(), "{}", said(&drift));
             kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace,
                 "labels": {"helm-guard-e2e-block": block, "helm-guard-e2e": if namespace == ns { ns.as_str() } else { "twin" }}}}));
-            let blocked = eventually_true(|| {
-                !run(&[
-                    "kubectl",
-                    "label",
-                    "serviceaccount",
-                    "drift-demo",
-                    "-n",
-                    namespace,
-                    "--overwrite",
-                    "probe=1",
-                ])
-                .status
-                .success()
-            });
+            let blocked = eventually_true(|| !label_drift_account(namespace, "probe=1").status.success());
             assert!(blocked, "the policy blocks ServiceAccount updates");
             let rollback = run(&[
                 "helm",
@@ -346,6 +324,11 @@ async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// `kubectl label --overwrite` of the drift release's ServiceAccount.
+fn label_drift_account(namespace: &str, label: &str) -> std::process::Output {
+    run(&["kubectl", "label", "serviceaccount", "drift-demo", "-n", namespace, "--overwrite", label])
 }
 
 /// Polls `check` for up to 20 s: whether it held.

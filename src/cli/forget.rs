@@ -123,8 +123,6 @@ async fn forget_one(
     step: &ForgetStep,
 ) -> anyhow::Result<()> {
     let what = format!("{} {namespace}/{}", step.kind, step.name);
-    let mark = serde_json::json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: REASON}}});
-    let unmark = serde_json::json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: null}}});
     let params = PatchParams { field_manager: Some("helm-guard-forget".into()), ..PatchParams::default() };
     let delete = DeleteParams {
         preconditions: Some(Preconditions { uid: step.uid.clone(), resource_version: None }),
@@ -132,26 +130,24 @@ async fn forget_one(
     };
     let deleted = match step.kind {
         "Secret" => {
-            let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            api.patch(&step.name, &params, &Patch::Merge(&mark))
-                .await
-                .with_context(|| format!("annotating {what}"))?;
-            let deleted = api.delete(&step.name, &delete).await.map(|_| ());
-            if deleted.is_err() {
-                let _ = api.patch(&step.name, &params, &Patch::Merge(&unmark)).await;
-            }
-            deleted
+            mark_and_delete(
+                &Api::<Secret>::namespaced(client.clone(), namespace),
+                step,
+                &params,
+                &delete,
+                &what,
+            )
+            .await?
         }
         _ => {
-            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            api.patch(&step.name, &params, &Patch::Merge(&mark))
-                .await
-                .with_context(|| format!("annotating {what}"))?;
-            let deleted = api.delete(&step.name, &delete).await.map(|_| ());
-            if deleted.is_err() {
-                let _ = api.patch(&step.name, &params, &Patch::Merge(&unmark)).await;
-            }
-            deleted
+            mark_and_delete(
+                &Api::<ConfigMap>::namespaced(client.clone(), namespace),
+                step,
+                &params,
+                &delete,
+                &what,
+            )
+            .await?
         }
     };
     deleted.with_context(|| format!("deleting {what}"))?;
@@ -169,6 +165,30 @@ async fn forget_one(
          (--guard-namespace)? Stopped before the next record"
     );
     Ok(())
+}
+
+/// The mark, then the deletion of that object; the mark taken off again when the deletion is
+/// refused. `Err`: the mark could not be made; `Ok(Err)`: the deletion failed.
+async fn mark_and_delete<K>(
+    api: &Api<K>,
+    step: &ForgetStep,
+    params: &PatchParams,
+    delete: &DeleteParams,
+    what: &str,
+) -> anyhow::Result<Result<(), kube::Error>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mark = serde_json::json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: REASON}}});
+    api.patch(&step.name, params, &Patch::Merge(&mark))
+        .await
+        .with_context(|| format!("annotating {what}"))?;
+    let deleted = api.delete(&step.name, delete).await.map(|_| ());
+    if deleted.is_err() {
+        let unmark = serde_json::json!({"metadata": {"annotations": {BREAK_GLASS_ANNOTATION: null}}});
+        let _ = api.patch(&step.name, params, &Patch::Merge(&unmark)).await;
+    }
+    Ok(deleted)
 }
 
 fn print_plan(plan: &ForgetPlan, guard_namespace: &str) -> anyhow::Result<()> {
