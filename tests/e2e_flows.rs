@@ -177,7 +177,8 @@ impl Drop for Twins {
 /// Waits until the guard is in the way: the latest deployed record of a release cannot be
 /// deleted by hand (the webhook configuration takes a moment to reach the API server).
 fn probe(namespace: &str, chart: &str) {
-    assert!(run("helm", &["install", "probe", chart], namespace, "secret").status.success());
+    let installed = run("helm", &["install", "probe", chart], namespace, "secret");
+    assert!(installed.status.success(), "{}", String::from_utf8_lossy(&installed.stderr));
     let started = Instant::now();
     loop {
         let dry = run(
