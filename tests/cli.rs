@@ -981,3 +981,32 @@ fn scan_writes_a_policy_report_per_namespace_with_a_result_per_release() {
     assert_eq!(mixed.status.code(), Some(2));
     assert!(stderr(&mixed).contains("does not go with"), "{}", stderr(&mixed));
 }
+
+/// Replicas agree one way: `--coordination` is still accepted as `watch` (manifests of earlier
+/// versions), and the ways that are gone say so and what to do.
+#[test]
+fn only_the_one_agreement_protocol_is_accepted() {
+    use clap::Parser as _;
+    let parse = |value: &str| {
+        helm_guard::cli::Cli::try_parse_from([
+            "helm-guard",
+            "serve",
+            "--snapshot",
+            "x.json",
+            "--coordination",
+            value,
+        ])
+    };
+    assert!(parse("watch").is_ok());
+    for gone in ["lease", "none"] {
+        let error = parse(gone).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("`{gone}` is no longer offered"))
+                && error.contains("drop --coordination"),
+            "{error}"
+        );
+    }
+    let help =
+        helm_guard::cli::Cli::try_parse_from(["helm-guard", "serve", "--help"]).unwrap_err().to_string();
+    assert!(!help.contains("--coordination"), "not in a user's help");
+}
