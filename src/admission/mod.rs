@@ -229,16 +229,11 @@ impl Admission {
         if record.payload.as_ref().map_or(0, bytes::Bytes::len) <= LARGE_PAYLOAD_BYTES {
             return read(record);
         }
-        let (fallback, handed) = (record.clone(), tokio::task::spawn_blocking(move || read(record)));
-        match handed.await {
+        let (fallback, on_the_pool) = (record.clone(), read.clone());
+        match tokio::task::spawn_blocking(move || on_the_pool(record)).await {
             Ok(decoded) => decoded,
             // The pool is gone (the runtime shutting down): read it here.
-            Err(_) => crate::release::DecodedRecord::remembered(
-                fallback,
-                self.settings.limits,
-                crate::release::decode::Fingerprinting::Take,
-                &self.memo,
-            ),
+            Err(_) => read(fallback),
         }
     }
 

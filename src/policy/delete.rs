@@ -48,7 +48,7 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyC
 /// does that of a record Helm cannot read (Helm never deletes those: its drivers skip what does
 /// not decode).
 pub fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> bool {
-    if decide_delete_rules(facts, others, config, Overrides::Count).reason == Reason::BreakGlass {
+    if !is_teardown(facts) && break_glass_counts(facts, config) {
         return true;
     }
     let rules = decide_delete_rules(facts, others, config, Overrides::Ignore);
@@ -88,16 +88,12 @@ fn decide_delete_rules(
     overrides: Overrides,
 ) -> Verdict {
     let DeleteFacts { namespace, release, revision, .. } = *facts;
-    // D1: only a namespace going away is teardown; the garbage collector elsewhere (an owner
-    // reference someone added) is decided like anyone.
-    if facts.namespace_terminating || PolicyConfig::is_namespace_controller(facts.requester) {
+    if is_teardown(facts) {
         return Verdict::allow(Reason::NamespaceTeardown);
     }
-    // D2: the annotation counts for `--break-glass-group` members only, when it names any; for
-    // others the rules decide (Helm deleting a record someone annotated is still Helm).
     if let Some(reason) = facts.break_glass
         && overrides == Overrides::Count
-        && config.may_break_glass(facts.requester)
+        && break_glass_counts(facts, config)
     {
         return Verdict::allow(Reason::BreakGlass).with_detail(reason);
     }
@@ -191,6 +187,18 @@ fn decide_delete_rules(
             "helm-guard: revision {revision} ({status}) is the latest revision of release {namespace}/{release}; {after}. Instead: {fix}"
         ),
     )
+}
+
+/// D1: only a namespace going away is teardown; the garbage collector elsewhere (an owner
+/// reference someone added) is decided like anyone.
+fn is_teardown(facts: &DeleteFacts<'_>) -> bool {
+    facts.namespace_terminating || PolicyConfig::is_namespace_controller(facts.requester)
+}
+
+/// D2's annotation: it counts for `--break-glass-group` members only, when it names any; for
+/// others the rules decide (Helm deleting a record someone annotated is still Helm).
+fn break_glass_counts(facts: &DeleteFacts<'_>, config: &PolicyConfig) -> bool {
+    facts.break_glass.is_some() && config.may_break_glass(facts.requester)
 }
 
 /// What Helm would see once the latest revision is gone.
