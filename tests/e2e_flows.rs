@@ -132,15 +132,16 @@ struct Twins {
 
 impl Twins {
     fn new(certs: &std::path::Path, ca_pem: &str, chart: &str, coordination: &str) -> Twins {
-        let suffix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
-            % 1_000_000;
+        // The tests of this file run at once: the port counter keeps their namespaces apart.
+        let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        let first = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
+        let suffix = format!("{}-{first}", millis % 1_000_000);
         let namespaces = [format!("flows-guarded-{suffix}"), format!("flows-twin-{suffix}")];
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": namespaces[0], "labels": {"helm-guard-e2e": namespaces[0]}}}));
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[1]}}));
         common::writers::bind();
         let names: &[&str] = if matches!(coordination, "one" | "floor") { &["a"] } else { &["a", "b"] };
-        let first = NEXT_PORT.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
         let ports = [first, first + 1];
         if coordination == "floor" {
             let floor = start_floor(first, certs);

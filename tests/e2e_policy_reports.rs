@@ -211,6 +211,12 @@ async fn broken_releases_show_in_policy_reports_and_turn_to_pass_when_repaired()
         let polr = "policyreports.wgpolicyk8s.io";
         shows(polr, &ns, "web", Some(("healthy", "pass", "info"))).await;
         shows(polr, &ns, "held", Some(("healthy", "pass", "info"))).await;
+        // The cluster's report is written on its own round: waited for, as the namespaces' are.
+        let written = common::eventually(Duration::from_secs(30), || {
+            std::future::ready(report("clusterpolicyreports.wgpolicyk8s.io", None).is_some())
+        })
+        .await;
+        assert!(written, "the cluster report is written");
         let cluster = report("clusterpolicyreports.wgpolicyk8s.io", None).expect("the cluster report");
         let lab = cluster["results"].as_array().unwrap().iter().find(|r| r["properties"]["namespace"] == lab_ns.as_str());
         let lab = lab.unwrap_or_else(|| panic!("{lab_ns} opted out: {cluster:#}"));
