@@ -175,13 +175,15 @@ fn a_cluster_that_cannot_be_reached_exits_1_for_every_command() {
     )
     .unwrap();
     let home = tempfile::tempdir().unwrap();
-    let commands: [&[&str]; 6] = [
+    let commands: [&[&str]; 8] = [
         &["scan"],
         &["scan", "--recycle-bin"],
         &["scan", "--opted-out"],
         &["inspect", "-n", "demo", "web"],
         &["repair", "web", "-n", "demo"],
         &["restore", "web", "-n", "demo"],
+        &["forget", "web", "-n", "demo"],
+        &["forget", "web", "-n", "demo", "--apply"],
     ];
     for args in commands {
         for (how, config) in [("a dead address", Some(&kubeconfig)), ("no kubeconfig", None)] {
