@@ -12,6 +12,7 @@ use clap::ValueEnum;
 use super::ClusterArgs;
 use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
 use crate::admission::{Admission, LiveParts, Settings};
+use crate::cluster::registration::{self, Registration};
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
 use crate::policy::{Mode, PolicyConfig};
 use crate::policy_reports::writer::{ApiChoice, WriterOptions};
@@ -110,6 +111,27 @@ pub struct ServeArgs {
     /// service account's namespace in a pod, else the kubeconfig context's).
     #[arg(long, env = "HELM_GUARD_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
+    /// Once ready, fill the webhook configurations of this name with the webhooks of
+    /// manifests/webhooks.yaml, calling the Service of this name in --lease-namespace and trusting
+    /// --webhook-ca-file, and keep them so (the chart's way: an install whose pods never become
+    /// ready refuses nothing). The configurations must exist: the guard patches, never creates.
+    #[arg(
+        long,
+        env = "HELM_GUARD_REGISTER_WEBHOOKS",
+        value_name = "NAME",
+        requires = "webhook_ca_file",
+        conflicts_with = "snapshot"
+    )]
+    pub register_webhooks: Option<String>,
+    /// The PEM of the CA that signed --tls-cert, for the registered webhooks' caBundle (read again
+    /// every 10s, so a rotated CA reaches the API server).
+    #[arg(long, env = "HELM_GUARD_WEBHOOK_CA_FILE", value_name = "FILE")]
+    pub webhook_ca_file: Option<PathBuf>,
+    /// How long the API server waits for the registered webhooks, in seconds (1 to 30); a
+    /// decision ends a second before (--decision-deadline at most).
+    #[arg(long, env = "HELM_GUARD_WEBHOOK_TIMEOUT", value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u8).range(1..=30))]
+    pub webhook_timeout: u8,
     /// Show that the watch has caught up before a verdict that rests on a release's history by a
     /// fence round (one write of `helm-guard-fence` in --lease-namespace shared by every verdict
     /// waiting), not by a listing of the release per verdict (README, "How it sees the cluster");
@@ -305,12 +327,15 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         decision_deadline: args.decision_deadline,
         recycle_best_effort: args.recycle_best_effort,
     };
-    let admission = match &args.snapshot {
+    let (admission, client) = match &args.snapshot {
         Some(path) => {
             let index = load_snapshot(path, args)?;
-            Admission::new(index, decide, LiveParts::default(), metrics.decision_counts.clone())
+            (Admission::new(index, decide, LiveParts::default(), metrics.decision_counts.clone()), None)
         }
-        None => watch_cluster(args, decide, &metrics).await?,
+        None => {
+            let (admission, client) = watch_cluster(args, decide, &metrics).await?;
+            (admission, Some(client))
+        }
     };
     let state = Arc::new(
         AppState::new(
@@ -337,7 +362,18 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: args.shutdown_grace,
     };
     let stop = server::termination()?;
-    let running = server::start(settings, state).await?;
+    let running = server::start(settings, state.clone()).await?;
+    if let (Some(name), Some(ca_file), Some(client)) =
+        (&args.register_webhooks, &args.webhook_ca_file, client)
+    {
+        let registration = Registration {
+            name: name.clone(),
+            namespace: guard_namespace(args, &client),
+            ca_file: ca_file.clone(),
+            timeout_seconds: args.webhook_timeout,
+        };
+        tokio::spawn(registration::keep_registered(client, registration, move || state.is_ready()));
+    }
     running.stop(stop.await).await;
     Ok(())
 }
@@ -353,7 +389,11 @@ fn load_snapshot(path: &std::path::Path, args: &ServeArgs) -> anyhow::Result<Arc
 }
 
 /// Connects to the cluster and starts the live parts (`live`).
-async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) -> anyhow::Result<Admission> {
+async fn watch_cluster(
+    args: &ServeArgs,
+    decide: Settings,
+    metrics: &Metrics,
+) -> anyhow::Result<(Admission, kube::Client)> {
     let client = crate::cluster::connect::connect(&args.cluster.access()).await.context(
         "no cluster to watch; pass --snapshot FILE to run the guard from a dump without a cluster",
     )?;
@@ -362,8 +402,7 @@ async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) ->
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
-    let guard_namespace =
-        args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
+    let guard_namespace = guard_namespace(args, &client);
     let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
     let policy_reports = (args.policy_reports != ApiChoice::Off).then(|| WriterOptions {
         apis: args.policy_reports,
@@ -393,7 +432,12 @@ async fn watch_cluster(args: &ServeArgs, decide: Settings, metrics: &Metrics) ->
         recycle_bin,
         policy_reports,
     };
-    Ok(crate::live::admission(client, decide, options, metrics))
+    Ok((crate::live::admission(client.clone(), decide, options, metrics), client))
+}
+
+/// The guard's namespace: --lease-namespace, else the service account's or the context's.
+fn guard_namespace(args: &ServeArgs, client: &kube::Client) -> String {
+    args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned())
 }
 
 /// The recycle bin's bounds, as the flags set them.

@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod helmcharts;
 pub mod index;
 pub mod listing;
+pub(crate) mod registration;
 pub mod snapshot;
 pub mod watch;
 

@@ -1,0 +1,266 @@
+//! The webhook configurations, filled in by the guard once it can answer.
+//!
+//! Why the guard and not the chart: fail-closed webhooks rendered beside the Deployment refuse
+//! every Helm write in the cluster until a replica is ready, and forever if its image cannot be
+//! pulled. So the chart installs the two configurations without webhooks, and each replica, once
+//! its index is ready and its Service has a ready endpoint, patches in the webhooks of
+//! `manifests/webhooks.yaml` (the one source), pointed at its Service and carrying the CA of the
+//! certificate it serves. From then on they fail closed as before: a guard that was ready once
+//! and is down refuses Helm, and the outage runbook holds.
+//!
+//! It only patches, never creates (its role cannot create): a configuration deleted by a person
+//! (the outage runbook) stays deleted until the chart puts it back, and an uninstall that
+//! removed it is never undone by a replica still shutting down. It checks again every
+//! [`RECHECK_EVERY`], so a rotated CA reaches the API server and an edit by hand is put back.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The shipped webhooks: the rules, selectors and failure policies the guard registers.
+pub(crate) const SHIPPED: &str = include_str!("../../manifests/webhooks.yaml");
+
+/// The field manager of the guard's patches (`kubectl get ... --show-managed-fields`).
+const FIELD_MANAGER: &str = "helm-guard";
+
+/// How often a registered guard compares the configurations with what it would write.
+pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// How often a guard not yet registered asks whether its Service has a ready endpoint.
+const ENDPOINT_POLL: Duration = Duration::from_secs(2);
+
+/// What the guard registers and where.
+#[derive(Debug, Clone)]
+pub(crate) struct Registration {
+    /// The name of both configurations, and of the Service the webhooks call.
+    pub(crate) name: String,
+    /// The guard's namespace: the Service's, and the one namespace the webhooks leave out.
+    pub(crate) namespace: String,
+    /// The PEM of the CA that signed the serving certificate (read again at each check).
+    pub(crate) ca_file: PathBuf,
+    /// How long the API server waits for an answer.
+    pub(crate) timeout_seconds: u8,
+}
+
+/// One configuration as the guard would write it: its kind and its `webhooks`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Desired {
+    pub(crate) kind: String,
+    pub(crate) webhooks: Value,
+}
+
+/// The shipped webhooks pointed at `registration`'s Service, trusting `ca_pem`. Pure.
+pub(crate) fn desired(registration: &Registration, ca_pem: &[u8]) -> anyhow::Result<Vec<Desired>> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(SHIPPED).context("manifests/webhooks.yaml")?;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let mut configurations = Vec::new();
+    for mut document in documents {
+        let Some(kind) = document["kind"].as_str().map(str::to_owned) else { continue };
+        let mut webhooks = document["webhooks"].take();
+        for webhook in webhooks.as_array_mut().into_iter().flatten() {
+            let path = webhook["clientConfig"]["service"]["path"].clone();
+            webhook["clientConfig"] = json!({
+                "service": {
+                    "name": registration.name,
+                    "namespace": registration.namespace,
+                    "path": path,
+                    "port": 443,
+                },
+                "caBundle": ca_bundle,
+            });
+            webhook["timeoutSeconds"] = json!(registration.timeout_seconds);
+            let expressions = webhook["namespaceSelector"]["matchExpressions"].as_array_mut();
+            for expression in expressions.into_iter().flatten() {
+                if expression["key"] == "kubernetes.io/metadata.name" && expression["operator"] == "NotIn" {
+                    expression["values"] = json!([registration.namespace]);
+                }
+            }
+        }
+        configurations.push(Desired { kind, webhooks });
+    }
+    anyhow::ensure!(configurations.len() == 2, "manifests/webhooks.yaml: two configurations expected");
+    Ok(configurations)
+}
+
+/// Whether `live` already says everything `wanted` says: the API server's defaults (fields the
+/// shipped webhooks leave out) are no difference, a changed or missing value is.
+pub(crate) fn says(live: &Value, wanted: &Value) -> bool {
+    match (live, wanted) {
+        (Value::Object(live), Value::Object(wanted)) => {
+            wanted.iter().all(|(key, value)| live.get(key).is_some_and(|l| says(l, value)))
+        }
+        (Value::Array(live), Value::Array(wanted)) => {
+            live.len() == wanted.len() && live.iter().zip(wanted).all(|(l, w)| says(l, w))
+        }
+        (live, wanted) => live == wanted,
+    }
+}
+
+/// The configurations' API, by kind.
+fn api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+/// Whether the Service `name` in `namespace` has an endpoint ready to answer.
+async fn has_ready_endpoint(client: &kube::Client, namespace: &str, name: &str) -> kube::Result<bool> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    let selector = format!("kubernetes.io/service-name={name}");
+    let list = slices.list(&ListParams::default().labels(&selector)).await?;
+    // An endpoint whose readiness is unknown counts as ready (the field's documented meaning).
+    Ok(list
+        .items
+        .iter()
+        .flat_map(|slice| &slice.endpoints)
+        .any(|endpoint| endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)))
+}
+
+/// What one check did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Both configurations already say what the guard would write.
+    Current,
+    /// At least one was patched.
+    Patched,
+    /// At least one is absent (and was not created).
+    Absent,
+}
+
+/// Compares both configurations with what the guard would write and patches those that differ.
+pub(crate) async fn check_once(
+    client: &kube::Client,
+    registration: &Registration,
+) -> anyhow::Result<Checked> {
+    let ca_pem = tokio::fs::read(&registration.ca_file)
+        .await
+        .with_context(|| format!("reading the CA {}", registration.ca_file.display()))?;
+    let mut checked = Checked::Current;
+    for wanted in desired(registration, &ca_pem)? {
+        let api = api(client, &wanted.kind);
+        let Some(live) = api.get_opt(&registration.name).await? else {
+            tracing::warn!(kind = %wanted.kind, name = %registration.name, "webhook configuration absent: the guard does not create it (`helm upgrade` of the chart puts it back)");
+            checked = Checked::Absent;
+            continue;
+        };
+        if says(&live.data["webhooks"], &wanted.webhooks) {
+            continue;
+        }
+        // A merge patch replaces the whole list: the guard's webhooks are all the configuration has.
+        let patch = json!({"webhooks": wanted.webhooks});
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
+        match api.patch(&registration.name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                tracing::info!(kind = %wanted.kind, name = %registration.name, "webhooks registered");
+                if checked == Checked::Current {
+                    checked = Checked::Patched;
+                }
+            }
+            // Deleted between the read and the patch: as absent, not created.
+            Err(kube::Error::Api(status)) if status.code == 404 => checked = Checked::Absent,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(checked)
+}
+
+/// Waits until `ready` says the guard can answer and its Service has a ready endpoint, then
+/// keeps both configurations as [`desired`] says, every [`RECHECK_EVERY`], for as long as the
+/// guard runs. Errors are logged and retried: the webhooks already registered stay as they are.
+pub(crate) async fn keep_registered(
+    client: kube::Client,
+    registration: Registration,
+    ready: impl Fn() -> bool + Send + 'static,
+) {
+    while !ready() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut waiting_said = false;
+    loop {
+        match has_ready_endpoint(&client, &registration.namespace, &registration.name).await {
+            Ok(true) => break,
+            Ok(false) if !waiting_said => {
+                tracing::info!(service = %registration.name, "ready; the webhooks are registered once the Service has a ready endpoint");
+                waiting_said = true;
+            }
+            Ok(false) => {}
+            Err(error) => tracing::warn!(%error, "reading the Service's endpoints"),
+        }
+        tokio::time::sleep(ENDPOINT_POLL).await;
+    }
+    loop {
+        if let Err(error) = check_once(&client, &registration).await {
+            tracing::warn!(error = format!("{error:#}"), "registering the webhooks; retried");
+        }
+        tokio::time::sleep(RECHECK_EVERY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration() -> Registration {
+        Registration {
+            name: "hg-helm-guard".into(),
+            namespace: "platform".into(),
+            ca_file: PathBuf::from("/unused"),
+            timeout_seconds: 7,
+        }
+    }
+
+    #[test]
+    fn the_shipped_webhooks_point_at_the_service_trust_the_ca_and_leave_the_namespace_out() {
+        let configurations = desired(&registration(), b"PEM").unwrap();
+        let kinds: Vec<&str> = configurations.iter().map(|c| c.kind.as_str()).collect();
+        assert_eq!(kinds, ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]);
+        let shipped: Vec<Value> = serde_saphyr::from_multiple(SHIPPED).unwrap();
+        for (configuration, shipped) in configurations.iter().zip(&shipped) {
+            let webhooks = configuration.webhooks.as_array().unwrap();
+            assert_eq!(webhooks.len(), shipped["webhooks"].as_array().unwrap().len());
+            for (webhook, shipped) in webhooks.iter().zip(shipped["webhooks"].as_array().unwrap()) {
+                let service = &webhook["clientConfig"]["service"];
+                assert_eq!(service["name"], "hg-helm-guard");
+                assert_eq!(service["namespace"], "platform");
+                assert_eq!(service["port"], 443);
+                assert_eq!(service["path"], shipped["clientConfig"]["service"]["path"]);
+                assert_eq!(webhook["clientConfig"]["caBundle"], "UEVN");
+                assert_eq!(webhook["timeoutSeconds"], 7);
+                // Everything else is the shipped webhook's.
+                for key in
+                    ["name", "rules", "objectSelector", "matchConditions", "failurePolicy", "sideEffects"]
+                {
+                    assert_eq!(webhook[key], shipped[key], "{key}");
+                }
+            }
+        }
+        let records = &configurations[0].webhooks[0];
+        assert_eq!(records["name"], "records.helm-guard.io");
+        assert_eq!(records["failurePolicy"], "Fail");
+        assert_eq!(
+            records["namespaceSelector"]["matchExpressions"][0],
+            json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["platform"]})
+        );
+        // The webhook for kube-system's CNI releases selects by name with In: left as shipped.
+        let needed = &configurations[0].webhooks[1];
+        assert_eq!(needed["namespaceSelector"]["matchExpressions"][0]["values"], json!(["kube-system"]));
+    }
+
+    #[test]
+    fn defaults_the_api_server_adds_are_no_difference_and_a_changed_value_is() {
+        let wanted = json!([{"name": "a", "failurePolicy": "Fail", "rules": [{"operations": ["DELETE"]}]}]);
+        let defaulted = json!([{"name": "a", "failurePolicy": "Fail", "objectSelector": {}, "rules": [{"operations": ["DELETE"], "scope": "*"}]}]);
+        assert!(says(&defaulted, &wanted));
+        let opened = json!([{"name": "a", "failurePolicy": "Ignore", "rules": [{"operations": ["DELETE"]}]}]);
+        assert!(!says(&opened, &wanted));
+        let fewer_rules = json!([{"name": "a", "failurePolicy": "Fail", "rules": []}]);
+        assert!(!says(&fewer_rules, &wanted));
+        let another_webhook = json!([{"name": "a", "failurePolicy": "Fail", "rules": [{"operations": ["DELETE"]}]}, {"name": "b"}]);
+        assert!(!says(&another_webhook, &wanted));
+        assert!(!says(&Value::Null, &wanted), "no webhooks at all");
+    }
+}
