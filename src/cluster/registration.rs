@@ -60,24 +60,26 @@ pub(crate) fn desired(registration: &Registration, ca_pem: &[u8]) -> anyhow::Res
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let mut configurations = Vec::new();
     for mut document in documents {
-        let Some(kind) = document["kind"].as_str().map(str::to_owned) else { continue };
-        let mut webhooks = document["webhooks"].take();
-        for webhook in webhooks.as_array_mut().into_iter().flatten() {
-            let path = webhook["clientConfig"]["service"]["path"].clone();
-            webhook["clientConfig"] = json!({
-                "service": {
-                    "name": registration.name,
-                    "namespace": registration.namespace,
-                    "path": path,
-                    "port": 443,
-                },
-                "caBundle": ca_bundle,
+        let Some(kind) = document.get("kind").and_then(Value::as_str).map(str::to_owned) else { continue };
+        let mut webhooks = document.get_mut("webhooks").map(Value::take).unwrap_or_default();
+        for webhook in webhooks.as_array_mut().into_iter().flatten().filter_map(Value::as_object_mut) {
+            let path = webhook.get("clientConfig").and_then(|c| c.pointer("/service/path")).cloned();
+            let service = json!({
+                "name": registration.name,
+                "namespace": registration.namespace,
+                "path": path,
+                "port": 443,
             });
-            webhook["timeoutSeconds"] = json!(registration.timeout_seconds);
-            let expressions = webhook["namespaceSelector"]["matchExpressions"].as_array_mut();
-            for expression in expressions.into_iter().flatten() {
-                if expression["key"] == "kubernetes.io/metadata.name" && expression["operator"] == "NotIn" {
-                    expression["values"] = json!([registration.namespace]);
+            webhook.insert("clientConfig".into(), json!({"service": service, "caBundle": ca_bundle}));
+            webhook.insert("timeoutSeconds".into(), json!(registration.timeout_seconds));
+            let expressions = webhook
+                .get_mut("namespaceSelector")
+                .and_then(|selector| selector.get_mut("matchExpressions"))
+                .and_then(Value::as_array_mut);
+            for expression in expressions.into_iter().flatten().filter_map(Value::as_object_mut) {
+                let is = |key: &str, value: &str| expression.get(key).and_then(Value::as_str) == Some(value);
+                if is("key", "kubernetes.io/metadata.name") && is("operator", "NotIn") {
+                    expression.insert("values".into(), json!([registration.namespace]));
                 }
             }
         }
@@ -147,7 +149,7 @@ pub(crate) async fn check_once(
             checked = Checked::Absent;
             continue;
         };
-        if says(&live.data["webhooks"], &wanted.webhooks) {
+        if says(live.data.get("webhooks").unwrap_or(&Value::Null), &wanted.webhooks) {
             continue;
         }
         // A merge patch replaces the whole list: the guard's webhooks are all the configuration has.
