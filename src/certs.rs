@@ -76,3 +76,60 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let mut file = options.open(path).with_context(|| format!("writing {}", path.display()))?;
     file.write_all(bytes).with_context(|| format!("writing {}", path.display()))
 }
+
+/// Whether the first certificate of `leaf_pem` is current and signed by a CA in each of
+/// `bundles` (PEM, as a webhook's caBundle holds it): a summary, or what is wrong.
+pub(crate) fn signed_by(leaf_pem: &[u8], bundles: &[Vec<u8>]) -> Result<String, String> {
+    use x509_parser::pem::Pem;
+    let leaf_pem = Pem::iter_from_buffer(leaf_pem)
+        .next()
+        .and_then(Result::ok)
+        .ok_or("the serving certificate is not PEM")?;
+    let leaf = leaf_pem.parse_x509().map_err(|e| format!("the serving certificate does not parse: {e}"))?;
+    if !leaf.validity().is_valid() {
+        return Err(format!(
+            "the serving certificate is not valid now (not after {})",
+            leaf.validity().not_after
+        ));
+    }
+    for (i, bundle) in bundles.iter().enumerate() {
+        let cas: Vec<Pem> = Pem::iter_from_buffer(bundle).filter_map(Result::ok).collect();
+        let signed = cas.iter().any(|pem| {
+            pem.parse_x509().is_ok_and(|ca| {
+                ca.subject() == leaf.issuer() && leaf.verify_signature(Some(ca.public_key())).is_ok()
+            })
+        });
+        if !signed {
+            return Err(format!(
+                "webhook {} of {}: its caBundle ({} certificates) did not sign the serving certificate (issuer {})",
+                i + 1,
+                bundles.len(),
+                cas.len(),
+                leaf.issuer()
+            ));
+        }
+    }
+    Ok(format!("issuer {}, valid until {}", leaf.issuer(), leaf.validity().not_after))
+}
+
+#[cfg(test)]
+mod signed_by_tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_holding_the_signing_ca_passes_and_another_ca_or_garbage_fails() {
+        let names = ["guard.ns.svc".to_owned()];
+        let ours = generate(&names, 30).unwrap();
+        let theirs = generate(&names, 30).unwrap();
+        let leaf = ours.cert_pem.as_bytes();
+        let ca = ours.ca_pem.as_bytes().to_vec();
+        assert!(signed_by(leaf, &[ca.clone(), ca.clone()]).is_ok());
+        // A bundle of two CAs, ours second (a rotation): still signed.
+        let both = [theirs.ca_pem.as_bytes(), ours.ca_pem.as_bytes()].concat();
+        assert!(signed_by(leaf, &[both]).is_ok());
+        let wrong = signed_by(leaf, &[ca, theirs.ca_pem.as_bytes().to_vec()]).unwrap_err();
+        assert!(wrong.starts_with("webhook 2 of 2: its caBundle (1 certificates) did not sign"), "{wrong}");
+        assert!(signed_by(leaf, &[b"not pem".to_vec()]).is_err());
+        assert!(signed_by(b"not pem", &[]).unwrap_err().contains("not PEM"));
+    }
+}

@@ -289,6 +289,16 @@ async fn warn_and_audit_modes_allow_and_say_so() {
     assert_eq!(response["auditAnnotations"]["decision"], "warned");
     assert_eq!(response["auditAnnotations"]["mode"], "audit");
     assert!(response.get("warnings").is_none(), "audit mode tells only the audit log: {response}");
+    // A person's dry run (`kubectl delete --dry-run=server`, `helm-guard check`) is told.
+    let response = audit.validate(&dry_run(delete_review(&records[1]))).await;
+    assert_eq!(response["allowed"], true);
+    let warning = response["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with(
+            "helm-guard (audit mode, said to dry runs only) would deny [latest-deployed-revision]: "
+        ) && warning.chars().count() <= 256,
+        "{warning}"
+    );
 }
 
 #[tokio::test]

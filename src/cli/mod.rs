@@ -11,6 +11,7 @@ macro_rules! outln {
 
 mod audit;
 mod certs;
+mod check;
 mod forget;
 mod inspect;
 mod repair;
@@ -60,6 +61,8 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Make a CA and a serving certificate for the webhook Service.
     Certs(certs::CertsArgs),
+    /// Check that the guard in the cluster works: its webhooks, CA, endpoints, a real verdict, RBAC.
+    Check(check::CheckArgs),
     /// Print a shell completion script: `source <(helm-guard completion bash)`.
     Completion {
         #[arg(value_enum)]
@@ -261,6 +264,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scan(args) => scan::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Certs(args) => certs::run(&args),
+        Command::Check(args) => check::run(&args),
         Command::Audit(args) => audit::run(&args),
         Command::Repair(args) => repair::run(&args),
         Command::Restore(args) => restore::run(&args),

@@ -1,0 +1,589 @@
+//! `helm-guard check`: does the guard in this cluster work? In the habit of `linkerd check`: each
+//! part the API server needs, from the webhook configurations to a real verdict, checked from the
+//! user's kubeconfig and reported with a hint when it fails. Changes nothing: the one request
+//! that reaches the guard is a server-side dry run.
+
+use base64::Engine as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use super::{ClusterArgs, EXIT_FAILURE, EXIT_OK, Output, print_data};
+use crate::cluster::registration::{self, Registration};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Checks, in order: the webhook configurations (present, every shipped webhook, calling the guard's Service, failing as shipped), their CA (it signed the serving certificate, which is current), the Service's ready endpoints, the Deployment (ready replicas, image, version), a real verdict (a server-side dry-run deletion of a deployed release record outside the guard's namespace: refused in enforce mode, warned about in warn and audit mode; nothing is deleted), the guard's RBAC (each permission it needs, asked of the API server for its service account), and the mode and opt-outs in force.\n\nExamples:\n  helm-guard check                                  # the chart's release helm-guard in namespace helm-guard\n  helm-guard check --guard-namespace platform --name hg-helm-guard\n  helm-guard check -o json | jq '.[] | select(.result == \"fail\")'\n\nExit status: 0 every check passed (a check that could not run, such as the verdict in a cluster with no release yet, says why and does not fail), 1 a check failed or the cluster could not be read, 2 bad input."
+)]
+pub struct CheckArgs {
+    /// The guard's namespace.
+    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
+    pub guard_namespace: String,
+    /// The name of its Deployment, Service, service account and webhook configurations: the
+    /// chart's `helm-guard` for a release named helm-guard, else RELEASE-helm-guard.
+    #[arg(long, default_value = "helm-guard")]
+    pub name: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Output format: lines for people, or the checks as JSON or YAML.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// How one check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Result_ {
+    Pass,
+    Fail,
+    /// Could not be tried (and says why); not a failure.
+    Skip,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Check {
+    check: &'static str,
+    result: Result_,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<String>,
+}
+
+impl Check {
+    fn pass(check: &'static str, detail: impl Into<String>) -> Check {
+        Check { check, result: Result_::Pass, detail: detail.into(), hint: None }
+    }
+    fn fail(check: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Check {
+        Check { check, result: Result_::Fail, detail: detail.into(), hint: Some(hint.into()) }
+    }
+    fn skip(check: &'static str, detail: impl Into<String>) -> Check {
+        Check { check, result: Result_::Skip, detail: detail.into(), hint: None }
+    }
+}
+
+pub fn run(args: &CheckArgs) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(check(args))
+}
+
+async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
+    let (client, _) = match args.cluster.connect_in(None).await {
+        Ok(connected) => connected,
+        Err(code) => return Ok(code),
+    };
+    let target = Target { client, namespace: args.guard_namespace.clone(), name: args.name.clone() };
+    let (configurations, bundles) = target.configurations().await;
+    let deployment = target.deployment().await;
+    let checks = vec![
+        configurations,
+        target.ca(&bundles, deployment.as_ref()).await,
+        target.endpoints().await,
+        target.replicas(deployment.as_ref()),
+        target.verdict().await,
+        target.rbac().await,
+        target.mode(deployment.as_ref()).await,
+    ];
+    if !print_data(&checks, args.output)? {
+        outln!("helm-guard check: {} in namespace {}", args.name, args.guard_namespace)?;
+        for check in &checks {
+            let mark = match check.result {
+                Result_::Pass => "[ok]  ",
+                Result_::Fail => "[FAIL]",
+                Result_::Skip => "[skip]",
+            };
+            outln!("{mark} {}: {}", check.check, check.detail)?;
+            if let Some(hint) = &check.hint {
+                outln!("       hint: {hint}")?;
+            }
+        }
+        let failed = checks.iter().filter(|c| c.result == Result_::Fail).count();
+        if failed == 0 {
+            outln!("every check passed")?;
+        } else {
+            outln!("{failed} of {} checks failed", checks.len())?;
+        }
+    }
+    Ok(if checks.iter().any(|c| c.result == Result_::Fail) { EXIT_FAILURE } else { EXIT_OK })
+}
+
+/// A permission asked of the API server: API group, resource, verb, namespace, name.
+type Permission<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, Option<&'a str>);
+
+/// The guard checked: its namespace and the name its objects share.
+struct Target {
+    client: kube::Client,
+    namespace: String,
+    name: String,
+}
+
+/// What an API error says, for a detail line.
+fn said(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+impl Target {
+    /// The two configurations as the guard registers them: present, every shipped webhook,
+    /// calling this guard, failing as shipped. Returns the CA bundles they carry.
+    async fn configurations(&self) -> (Check, Vec<Vec<u8>>) {
+        const CHECK: &str = "webhook configurations";
+        let registration = Registration {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            ca_file: Default::default(),
+            timeout_seconds: 10,
+        };
+        let shipped = match registration::desired(&registration, b"") {
+            Ok(shipped) => shipped,
+            Err(error) => {
+                return (
+                    Check::fail(CHECK, format!("{error:#}"), "a build of helm-guard without its webhooks"),
+                    vec![],
+                );
+            }
+        };
+        let mut bundles = Vec::new();
+        let mut found = Vec::new();
+        for wanted in &shipped {
+            let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &wanted.kind);
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+            let live = match api.get_opt(&self.name).await {
+                Ok(Some(live)) => live,
+                Ok(None) => {
+                    let detail = format!("{} {} is absent", wanted.kind, self.name);
+                    let hint = "`helm upgrade` of the chart puts it back, and a ready guard fills it in; with \
+                                another release name, pass --name RELEASE-helm-guard";
+                    return (Check::fail(CHECK, detail, hint), bundles);
+                }
+                Err(error) => {
+                    return (
+                        Check::fail(CHECK, said(&error), "can this kubeconfig read webhook configurations?"),
+                        bundles,
+                    );
+                }
+            };
+            let webhooks = live.data.get("webhooks").and_then(Value::as_array).cloned().unwrap_or_default();
+            if webhooks.is_empty() {
+                let detail = format!(
+                    "{} {} has no webhooks: the guard has not been ready yet",
+                    wanted.kind, self.name
+                );
+                let hint = format!(
+                    "the guard registers them once a replica is ready and its Service has a ready endpoint; see `kubectl -n {} get pods` and `kubectl -n {} logs deploy/{}`",
+                    self.namespace, self.namespace, self.name
+                );
+                return (Check::fail(CHECK, detail, hint), bundles);
+            }
+            for shipped_webhook in wanted.webhooks.as_array().into_iter().flatten() {
+                let name = shipped_webhook.get("name").cloned().unwrap_or_default();
+                let Some(live_webhook) = webhooks.iter().find(|w| w.get("name") == Some(&name)) else {
+                    let detail = format!("{} {} lacks the webhook {name}", wanted.kind, self.name);
+                    return (
+                        Check::fail(
+                            CHECK,
+                            detail,
+                            "a guard of this version puts it back within 10s; is it running?",
+                        ),
+                        bundles,
+                    );
+                };
+                let service = live_webhook.pointer("/clientConfig/service");
+                let calls = (
+                    service.and_then(|s| s.get("namespace")).and_then(Value::as_str),
+                    service.and_then(|s| s.get("name")).and_then(Value::as_str),
+                );
+                if calls != (Some(self.namespace.as_str()), Some(self.name.as_str())) {
+                    let detail = format!(
+                        "webhook {name} calls {calls:?}, not the Service {}/{}",
+                        self.namespace, self.name
+                    );
+                    return (
+                        Check::fail(
+                            CHECK,
+                            detail,
+                            "another guard's configuration, or --name/--guard-namespace are not this guard's",
+                        ),
+                        bundles,
+                    );
+                }
+                if live_webhook.get("failurePolicy") != shipped_webhook.get("failurePolicy") {
+                    let detail = format!(
+                        "webhook {name} has failurePolicy {}, shipped {}",
+                        live_webhook.get("failurePolicy").unwrap_or(&Value::Null),
+                        shipped_webhook.get("failurePolicy").unwrap_or(&Value::Null)
+                    );
+                    return (
+                        Check::fail(CHECK, detail, "edited by hand? a running guard puts it back within 10s"),
+                        bundles,
+                    );
+                }
+                let bundle = live_webhook
+                    .pointer("/clientConfig/caBundle")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                bundles.push(base64::engine::general_purpose::STANDARD.decode(bundle).unwrap_or_default());
+            }
+            found.push(format!("{} ({} webhooks)", wanted.kind, webhooks.len()));
+        }
+        let detail = format!("{}, calling Service {}/{}", found.join(", "), self.namespace, self.name);
+        (Check::pass(CHECK, detail), bundles)
+    }
+
+    async fn deployment(&self) -> Option<Deployment> {
+        Api::<Deployment>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(&self.name)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Every caBundle holds the CA that signed the serving certificate, which is current.
+    async fn ca(&self, bundles: &[Vec<u8>], deployment: Option<&Deployment>) -> Check {
+        const CHECK: &str = "certificate authority";
+        if bundles.is_empty() {
+            return Check::skip(CHECK, "no registered webhook to compare");
+        }
+        let secret_name = deployment
+            .and_then(|d| d.spec.as_ref()?.template.spec.as_ref()?.volumes.as_ref())
+            .and_then(|volumes| volumes.iter().find(|v| v.name == "tls"))
+            .and_then(|v| v.secret.as_ref()?.secret_name.clone())
+            .unwrap_or_else(|| format!("{}-tls", self.name));
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let secret = match secrets.get(&secret_name).await {
+            Ok(secret) => secret,
+            Err(error) => {
+                return Check::fail(
+                    CHECK,
+                    format!("Secret {secret_name}: {}", said(&error)),
+                    "the serving certificate's Secret (certificates.* values)",
+                );
+            }
+        };
+        let Some(leaf_pem) = secret.data.as_ref().and_then(|d| d.get("tls.crt")) else {
+            return Check::fail(
+                CHECK,
+                format!("Secret {secret_name} has no tls.crt"),
+                "a kubernetes.io/tls Secret",
+            );
+        };
+        match crate::certs::signed_by(&leaf_pem.0, bundles) {
+            Ok(summary) => Check::pass(
+                CHECK,
+                format!("every webhook trusts the CA that signed {secret_name}'s certificate ({summary})"),
+            ),
+            Err(problem) => Check::fail(
+                CHECK,
+                problem,
+                "the API server refuses the guard's answers with an x509 error; a running guard registers the CA of its mounted ca.crt within 10s of the kubelet updating it",
+            ),
+        }
+    }
+
+    /// The Service has at least one ready endpoint.
+    async fn endpoints(&self) -> Check {
+        const CHECK: &str = "ready endpoints";
+        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!("kubernetes.io/service-name={}", self.name);
+        let list = match slices.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => list,
+            Err(error) => {
+                return Check::fail(CHECK, said(&error), "can this kubeconfig list EndpointSlices?");
+            }
+        };
+        let endpoints: Vec<_> = list.items.iter().flat_map(|s| &s.endpoints).collect();
+        let ready: Vec<String> = endpoints
+            .iter()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .map(|e| {
+                e.target_ref.as_ref().and_then(|t| t.name.clone()).unwrap_or_else(|| e.addresses.join(","))
+            })
+            .collect();
+        if ready.is_empty() {
+            let detail = format!(
+                "Service {}/{}: {} endpoints, none ready",
+                self.namespace,
+                self.name,
+                endpoints.len()
+            );
+            let hint = format!(
+                "every Helm write the webhooks judge is refused now; `kubectl -n {} describe pods -l app.kubernetes.io/name=helm-guard`, and README's outage runbook",
+                self.namespace
+            );
+            return Check::fail(CHECK, detail, hint);
+        }
+        Check::pass(CHECK, format!("{} ready: {}", ready.len(), ready.join(", ")))
+    }
+
+    /// The Deployment: replicas ready, the image and the version against this command's.
+    fn replicas(&self, deployment: Option<&Deployment>) -> Check {
+        const CHECK: &str = "deployment";
+        let Some(deployment) = deployment else {
+            return Check::fail(
+                CHECK,
+                format!("no Deployment {}/{}", self.namespace, self.name),
+                "pass --guard-namespace and --name of the guard's release",
+            );
+        };
+        let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let status = deployment.status.as_ref();
+        let ready = status.and_then(|s| s.ready_replicas).unwrap_or(0);
+        let updated = status.and_then(|s| s.updated_replicas).unwrap_or(0);
+        let image = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref()?.containers.first()?.image.clone())
+            .unwrap_or_default();
+        let version = deployment
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/version"))
+            .cloned()
+            .unwrap_or_else(|| "unknown".into());
+        let detail = format!(
+            "{ready}/{wanted} ready, {updated} updated; image {image}, version {version} (this command: {})",
+            env!("CARGO_PKG_VERSION")
+        );
+        if ready == 0 {
+            return Check::fail(
+                CHECK,
+                detail,
+                format!(
+                    "`kubectl -n {} describe deploy/{}`: an image the nodes cannot pull?",
+                    self.namespace, self.name
+                ),
+            );
+        }
+        Check::pass(CHECK, detail)
+    }
+
+    /// A real verdict: a server-side dry-run deletion of a deployed release record.
+    async fn verdict(&self) -> Check {
+        const CHECK: &str = "a real verdict";
+        let Some((kind, namespace, name)) = self.a_deployed_record().await else {
+            return Check::skip(
+                CHECK,
+                format!(
+                    "no deployed Helm release outside {} to try; install one and run again",
+                    self.namespace
+                ),
+            );
+        };
+        let plural = if kind == "Secret" { "secrets" } else { "configmaps" };
+        let url = format!("/api/v1/namespaces/{namespace}/{plural}/{name}?dryRun=All");
+        let body = json!({"apiVersion": "v1", "kind": "DeleteOptions", "dryRun": ["All"]});
+        let request = http::Request::delete(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(kube::client::Body::from(body.to_string().into_bytes()));
+        let request = match request {
+            Ok(request) => request,
+            Err(error) => return Check::fail(CHECK, error.to_string(), "a bug in helm-guard check"),
+        };
+        let response = match self.client.send(request).await {
+            Ok(response) => response,
+            Err(error) => return Check::fail(CHECK, said(&error), "the API server could not be asked"),
+        };
+        let status = response.status();
+        let warnings: Vec<String> = response
+            .headers()
+            .get_all("warning")
+            .iter()
+            .filter_map(|w| w.to_str().ok())
+            .filter(|w| w.contains("helm-guard"))
+            .map(str::to_owned)
+            .collect();
+        let text =
+            response.into_body().collect_bytes().await.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let message = text
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_default();
+        let what = format!("deleting {kind} {namespace}/{name} (dry run)");
+        if status.is_success() {
+            return match warnings.first() {
+                Some(warning) => Check::pass(
+                    CHECK,
+                    format!(
+                        "{what}: allowed with the guard's warning (warn or audit mode: nothing is refused yet): {warning}"
+                    ),
+                ),
+                None => Check::fail(
+                    CHECK,
+                    format!("{what}: allowed without a word from the guard"),
+                    format!(
+                        "is namespace {namespace} opted out or exempt (see mode), or the records webhook missing?"
+                    ),
+                ),
+            };
+        }
+        if message.contains("helm-guard") && message.contains("denied the request") {
+            return Check::pass(CHECK, format!("{what}: refused: {message}"));
+        }
+        let hint = if message.contains("x509") || message.contains("certificate") {
+            "the API server does not trust the guard's certificate: see certificate authority"
+        } else if message.contains("no endpoints")
+            || message.contains("connection refused")
+            || message.contains("deadline")
+        {
+            "the API server cannot reach a ready guard: see ready endpoints"
+        } else {
+            "not the guard's refusal: can this kubeconfig delete that record?"
+        };
+        Check::fail(CHECK, format!("{what}: {} {message}", status.as_u16()), hint)
+    }
+
+    /// A record labelled deployed, in a namespace the guard judges (not its own, not opted out).
+    async fn a_deployed_record(&self) -> Option<(&'static str, String, String)> {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let ignored: Vec<String> = namespaces
+            .list(&ListParams::default().labels("helm-guard.io/ignore=true"))
+            .await
+            .map(|list| list.items.into_iter().filter_map(|n| n.metadata.name).collect())
+            .unwrap_or_default();
+        let params = ListParams::default().labels("owner=helm,status=deployed").limit(100);
+        let judged = |namespace: &Option<String>| {
+            namespace.as_ref().is_some_and(|n| *n != self.namespace && !ignored.contains(n))
+        };
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(self.client.clone());
+        if let Ok(list) = secrets.list_metadata(&params).await
+            && let Some(found) = list.items.into_iter().find(|s| judged(&s.metadata.namespace))
+        {
+            return Some(("Secret", found.metadata.namespace?, found.metadata.name?));
+        }
+        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(self.client.clone());
+        let list = configmaps.list_metadata(&params).await.ok()?;
+        let found = list.items.into_iter().find(|c| judged(&c.metadata.namespace))?;
+        Some(("ConfigMap", found.metadata.namespace?, found.metadata.name?))
+    }
+
+    /// Each permission the guard needs, asked of the API server for its service account.
+    async fn rbac(&self) -> Check {
+        const CHECK: &str = "rbac";
+        let user = format!("system:serviceaccount:{}:{}", self.namespace, self.name);
+        let ns = Some(self.namespace.as_str());
+        // (API group, resource, verb, namespace, name)
+        let needed: [Permission; 11] = [
+            ("", "secrets", "watch", None, None),
+            ("", "configmaps", "watch", None, None),
+            ("", "secrets", "get", None, None),
+            ("", "namespaces", "watch", None, None),
+            (
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "patch",
+                None,
+                Some(&self.name),
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "patch",
+                None,
+                Some(&self.name),
+            ),
+            ("discovery.k8s.io", "endpointslices", "list", ns, None),
+            ("coordination.k8s.io", "leases", "patch", ns, None),
+            ("coordination.k8s.io", "leases", "watch", ns, None),
+            ("", "secrets", "create", ns, None),
+            ("events.k8s.io", "events", "create", None, None),
+        ];
+        let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let mut missing = Vec::new();
+        for (group, resource, verb, namespace, name) in &needed {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.clone()),
+                    groups: Some(vec![
+                        "system:serviceaccounts".into(),
+                        format!("system:serviceaccounts:{}", self.namespace),
+                    ]),
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some((*group).to_owned()),
+                        resource: Some((*resource).to_owned()),
+                        verb: Some((*verb).to_owned()),
+                        namespace: namespace.map(str::to_owned),
+                        name: name.map(str::to_owned),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let scope = namespace.map_or_else(|| "cluster-wide".to_owned(), |n| format!("in {n}"));
+            let what =
+                format!("{verb} {resource}{} {scope}", name.map(|n| format!(" {n}")).unwrap_or_default());
+            match reviews.create(&PostParams::default(), &review).await {
+                Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
+                Ok(_) => missing.push(what),
+                Err(error) => {
+                    return Check::fail(
+                        CHECK,
+                        format!("asking the API server: {}", said(&error)),
+                        "checking another account's permissions needs create subjectaccessreviews",
+                    );
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Check::pass(CHECK, format!("{user} has the {} permissions the guard uses", needed.len()));
+        }
+        Check::fail(
+            CHECK,
+            format!("{user} may not: {}", missing.join("; ")),
+            "the chart's templates/rbac.yaml grants each; was a role edited or left out?",
+        )
+    }
+
+    /// The mode and the opt-outs in force (never fails: what a reader should know).
+    async fn mode(&self, deployment: Option<&Deployment>) -> Check {
+        const CHECK: &str = "mode";
+        let args: Vec<String> = deployment
+            .and_then(|d| d.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.args.clone())
+            .unwrap_or_default();
+        let flag = |name: &str| -> Vec<String> {
+            args.iter().filter_map(|a| a.strip_prefix(name)?.strip_prefix('=')).map(str::to_owned).collect()
+        };
+        let mode = flag("--mode").pop().unwrap_or_else(|| "enforce".into());
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let labelled = |selector: &'static str| {
+            let namespaces = namespaces.clone();
+            async move {
+                namespaces
+                    .list_metadata(&ListParams::default().labels(selector))
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+            }
+        };
+        let ignored: Vec<String> =
+            labelled("helm-guard.io/ignore=true").await.into_iter().filter_map(|n| n.metadata.name).collect();
+        let moded: Vec<String> = labelled("helm-guard.io/mode")
+            .await
+            .into_iter()
+            .filter_map(|n| {
+                let mode = n.metadata.labels.as_ref()?.get("helm-guard.io/mode")?.clone();
+                Some(format!("{}={mode}", n.metadata.name?))
+            })
+            .collect();
+        let list = |items: Vec<String>| if items.is_empty() { "none".to_owned() } else { items.join(", ") };
+        let detail = format!(
+            "{mode}; opted out (helm-guard.io/ignore): {}; namespace modes: {}; exempt namespaces: {}; exempt users and groups: {}; break-glass groups: {}",
+            list(ignored),
+            list(moded),
+            list(flag("--exempt-namespace")),
+            list([flag("--exempt-user"), flag("--exempt-group")].concat()),
+            list(flag("--break-glass-group")),
+        );
+        if deployment.is_none() {
+            return Check::skip(CHECK, "no Deployment to read the flags of");
+        }
+        Check::pass(CHECK, detail)
+    }
+}
