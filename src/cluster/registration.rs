@@ -89,6 +89,61 @@ pub(crate) fn desired(registration: &Registration, ca_pem: &[u8]) -> anyhow::Res
     Ok(configurations)
 }
 
+/// The certificates of a PEM bundle, each as its text (whitespace aside, for comparing).
+fn pem_blocks(bundle: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(END)
+        .filter_map(|chunk| chunk.find("-----BEGIN CERTIFICATE-----").map(|at| chunk[at..].to_owned()))
+        .filter(|block| block.ends_with(END))
+        .collect()
+}
+
+/// The caBundle of one webhook across a rotation of the CA: what is registered, if it already
+/// trusts `ca_pem`; else `ca_pem` and the newest CA registered before it. The kubelet replaces
+/// the mounted CA and certificate at once, but the guard reloads its certificate and registers
+/// the CA on their own clocks: trusting both for the switch means no answer is refused between
+/// them. The older CA goes at the next rotation (or by hand: a bundle that holds the current CA
+/// is left as it is).
+pub(crate) fn ca_bundle_across_rotation(registered_base64: Option<&str>, ca_pem: &[u8]) -> String {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let current = String::from_utf8_lossy(ca_pem).into_owned();
+    let registered = registered_base64
+        .and_then(|b| engine.decode(b).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let squeeze = |text: &str| text.split_whitespace().collect::<String>();
+    let wanted: Vec<String> = pem_blocks(&current).iter().map(|b| squeeze(b)).collect();
+    let old = pem_blocks(&registered);
+    if !wanted.is_empty() && wanted.iter().all(|w| old.iter().any(|o| squeeze(o) == *w)) {
+        return registered_base64.unwrap_or_default().to_owned();
+    }
+    let mut bundle = current.trim_end().to_owned();
+    if let Some(previous) = old.first().filter(|o| !wanted.contains(&squeeze(o))) {
+        bundle.push('\n');
+        bundle.push_str(previous);
+    }
+    bundle.push('\n');
+    engine.encode(bundle)
+}
+
+/// Sets each webhook's caBundle in `wanted` as [`ca_bundle_across_rotation`] says, from the
+/// webhook of the same name in `live`.
+fn across_rotation(wanted: &mut Value, live: Option<&Value>, ca_pem: &[u8]) {
+    for webhook in wanted.as_array_mut().into_iter().flatten() {
+        let name = webhook.get("name").cloned();
+        let registered = live
+            .and_then(Value::as_array)
+            .and_then(|live| live.iter().find(|l| l.get("name") == name.as_ref()))
+            .and_then(|l| l.pointer("/clientConfig/caBundle"))
+            .and_then(Value::as_str);
+        let bundle = ca_bundle_across_rotation(registered, ca_pem);
+        if let Some(client) = webhook.get_mut("clientConfig").and_then(Value::as_object_mut) {
+            client.insert("caBundle".into(), Value::String(bundle));
+        }
+    }
+}
+
 /// Whether `live` already says everything `wanted` says: the API server's defaults (fields the
 /// shipped webhooks leave out) are no difference, a changed or missing value is.
 pub(crate) fn says(live: &Value, wanted: &Value) -> bool {
@@ -142,13 +197,14 @@ pub(crate) async fn check_once(
         .await
         .with_context(|| format!("reading the CA {}", registration.ca_file.display()))?;
     let mut checked = Checked::Current;
-    for wanted in desired(registration, &ca_pem)? {
+    for mut wanted in desired(registration, &ca_pem)? {
         let api = api(client, &wanted.kind);
         let Some(live) = api.get_opt(&registration.name).await? else {
             tracing::warn!(kind = %wanted.kind, name = %registration.name, "webhook configuration absent: the guard does not create it (`helm upgrade` of the chart puts it back)");
             checked = Checked::Absent;
             continue;
         };
+        across_rotation(&mut wanted.webhooks, live.data.get("webhooks"), &ca_pem);
         if says(live.data.get("webhooks").unwrap_or(&Value::Null), &wanted.webhooks) {
             continue;
         }
@@ -250,6 +306,33 @@ mod tests {
         // The webhook for kube-system's CNI releases selects by name with In: left as shipped.
         let needed = &configurations[0].webhooks[1];
         assert_eq!(needed["namespaceSelector"]["matchExpressions"][0]["values"], json!(["kube-system"]));
+    }
+
+    #[test]
+    fn a_rotated_ca_is_trusted_beside_the_one_before_it_until_the_next_rotation() {
+        let engine = base64::engine::general_purpose::STANDARD;
+        let names = ["guard.ns.svc".to_owned()];
+        let [first, second, third] = [(); 3].map(|()| crate::certs::generate(&names, 1).unwrap().ca_pem);
+        let certificates =
+            |bundle: &str| pem_blocks(&String::from_utf8(engine.decode(bundle).unwrap()).unwrap());
+        // Nothing registered yet: the current CA alone.
+        let registered = ca_bundle_across_rotation(None, first.as_bytes());
+        assert_eq!(certificates(&registered), pem_blocks(&first));
+        // The same CA again: the bundle as it is, byte for byte (no patch).
+        assert_eq!(ca_bundle_across_rotation(Some(&registered), first.as_bytes()), registered);
+        // Rotated: the new CA, and the one before it for the switch.
+        let rotated = ca_bundle_across_rotation(Some(&registered), second.as_bytes());
+        assert_eq!(certificates(&rotated), [pem_blocks(&second), pem_blocks(&first)].concat());
+        assert_eq!(ca_bundle_across_rotation(Some(&rotated), second.as_bytes()), rotated, "stable");
+        // Rotated again: the oldest goes.
+        let again = ca_bundle_across_rotation(Some(&rotated), third.as_bytes());
+        assert_eq!(certificates(&again), [pem_blocks(&third), pem_blocks(&second)].concat());
+        // A bundle that is not PEM is replaced by the current CA.
+        let garbage = engine.encode("not a certificate");
+        assert_eq!(
+            certificates(&ca_bundle_across_rotation(Some(&garbage), third.as_bytes())),
+            pem_blocks(&third)
+        );
     }
 
     #[test]
