@@ -44,78 +44,84 @@ fn one_agreement(value: &str) -> Result<String, String> {
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// HTTPS address the API server calls.
-    #[arg(long, env = "HELM_GUARD_LISTEN", default_value = "0.0.0.0:8443")]
+    #[arg(
+        help_heading = "Listening and TLS",
+        long,
+        env = "HELM_GUARD_LISTEN",
+        default_value = "0.0.0.0:8443"
+    )]
     pub listen: SocketAddr,
     /// Serving certificate chain (PEM); reloaded when the file changes. Required with
     /// --tls-key, unless --dev-certs is given.
-    #[arg(long, env = "HELM_GUARD_TLS_CERT", requires = "tls_key")]
+    #[arg(help_heading = "Listening and TLS", long, env = "HELM_GUARD_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// Serving private key (PEM); reloaded when the file changes.
-    #[arg(long, env = "HELM_GUARD_TLS_KEY", requires = "tls_cert")]
+    #[arg(help_heading = "Listening and TLS", long, env = "HELM_GUARD_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Development only: make a throwaway CA and a certificate for localhost in DIR (ca.crt,
     /// tls.crt, tls.key) and serve with them.
-    #[arg(long, env = "HELM_GUARD_DEV_CERTS", value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    #[arg(help_heading = "Listening and TLS", long, env = "HELM_GUARD_DEV_CERTS", value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
     pub dev_certs: Option<PathBuf>,
     /// What to do with a request the policy denies.
-    #[arg(long, env = "HELM_GUARD_MODE", default_value_t,
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_MODE", default_value_t,
           value_parser = clap::builder::TypedValueParser::try_map(clap::builder::PossibleValuesParser::new(<Mode as strum::VariantArray>::VARIANTS.iter().map(|m| m.as_str())), |m| m.parse::<Mode>()))]
     pub mode: Mode,
     /// A user whose requests are always allowed (repeatable; comma-separated in the env var).
-    #[arg(long, env = "HELM_GUARD_EXEMPT_USERS", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_EXEMPT_USERS", value_delimiter = ',')]
     pub exempt_user: Vec<String>,
     /// A group whose members' requests are always allowed (repeatable; comma-separated in the env var).
-    #[arg(long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_EXEMPT_GROUPS", value_delimiter = ',')]
     pub exempt_group: Vec<String>,
     /// A user who may opt a namespace out: set `helm-guard.io/ignore=true` or a weaker
     /// `helm-guard.io/mode` on it (repeatable; comma-separated in the env var).
-    #[arg(long, env = "HELM_GUARD_OPT_OUT_USERS", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_OPT_OUT_USERS", value_delimiter = ',')]
     pub opt_out_user: Vec<String>,
     /// A group whose members may opt a namespace out (repeatable; comma-separated in the env var).
-    #[arg(long, env = "HELM_GUARD_OPT_OUT_GROUPS", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_OPT_OUT_GROUPS", value_delimiter = ',')]
     pub opt_out_group: Vec<String>,
     /// A group whose members' break-glass annotation (`helm-guard.io/allow-delete`) counts
     /// (repeatable; comma-separated in the env var). Default: anyone's, as anyone who may delete
     /// the record may annotate it.
-    #[arg(long, env = "HELM_GUARD_BREAK_GLASS_GROUPS", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_BREAK_GLASS_GROUPS", value_delimiter = ',')]
     pub break_glass_group: Vec<String>,
     /// A user that forgets releases: its deletions of records the rules would refuse are let
     /// through, each record kept in the recycle bin first (D10; repeatable, comma-separated in the
     /// env var).
-    #[arg(long, env = "HELM_GUARD_FORGETTER_USERS", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_FORGETTER_USERS", value_delimiter = ',')]
     pub forgetter_user: Vec<String>,
     /// A group whose members forget releases, as --forgetter-user (repeatable, comma-separated in
     /// the env var). Replaces the default, the service accounts of Rancher Fleet's agent
     /// namespaces; `''` names none.
-    #[arg(long, env = "HELM_GUARD_FORGETTER_GROUPS", value_delimiter = ',', value_name = "GROUP",
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_FORGETTER_GROUPS", value_delimiter = ',', value_name = "GROUP",
           default_values_t = crate::policy::config::DEFAULT_FORGETTER_GROUPS.iter().map(|g| (*g).to_owned()).collect::<Vec<String>>())]
     pub forgetter_group: Vec<String>,
     /// A namespace anyone may opt out (repeatable; comma-separated in the env var).
-    #[arg(long, env = "HELM_GUARD_EXEMPT_NAMESPACES", value_delimiter = ',')]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_EXEMPT_NAMESPACES", value_delimiter = ',')]
     pub exempt_namespace: Vec<String>,
     /// A record label that no update may add, change or remove (U2b; repeatable, comma-separated
     /// in the env var). Replaces the default, helm-controller's configHash; `''` protects none.
-    #[arg(long, env = "HELM_GUARD_PROTECTED_LABELS", value_delimiter = ',', value_name = "KEY",
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_PROTECTED_LABELS", value_delimiter = ',', value_name = "KEY",
           default_values_t = crate::policy::config::DEFAULT_PROTECTED_LABELS.iter().map(|l| (*l).to_owned()).collect::<Vec<String>>())]
     pub protected_label: Vec<String>,
     /// Serve verdicts from a dump instead of a cluster: the `scan --from-file` format; Namespace
     /// objects in it, if any, give per-namespace modes and teardown.
-    #[arg(long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
     pub snapshot: Option<PathBuf>,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "The cluster")]
     pub cluster: ClusterArgs,
     /// Accepted for manifests of earlier versions, only as `watch`: replicas agree one way.
-    #[arg(long, env = "HELM_GUARD_COORDINATION", hide = true, value_parser = one_agreement)]
+    #[arg(help_heading = "Replicas", long, env = "HELM_GUARD_COORDINATION", hide = true, value_parser = one_agreement)]
     pub coordination: Option<String>,
     /// The guard's own namespace, where its claim books, fence and recycle bin are (default: the
     /// service account's namespace in a pod, else the kubeconfig context's).
-    #[arg(long, env = "HELM_GUARD_LEASE_NAMESPACE")]
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// Once ready, fill the webhook configurations of this name with the webhooks of
     /// manifests/webhooks.yaml, calling the Service of this name in --lease-namespace and trusting
     /// --webhook-ca-file, and keep them so (the chart's way: an install whose pods never become
     /// ready refuses nothing). The configurations must exist: the guard patches, never creates.
     #[arg(
+        help_heading = "The cluster",
         long,
         env = "HELM_GUARD_REGISTER_WEBHOOKS",
         value_name = "NAME",
@@ -125,132 +131,165 @@ pub struct ServeArgs {
     pub register_webhooks: Option<String>,
     /// The PEM of the CA that signed --tls-cert, for the registered webhooks' caBundle (read again
     /// every 10s, so a rotated CA reaches the API server).
-    #[arg(long, env = "HELM_GUARD_WEBHOOK_CA_FILE", value_name = "FILE")]
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_WEBHOOK_CA_FILE", value_name = "FILE")]
     pub webhook_ca_file: Option<PathBuf>,
     /// How long the API server waits for the registered webhooks, in seconds (1 to 30); a
     /// decision ends a second before (--decision-deadline at most).
-    #[arg(long, env = "HELM_GUARD_WEBHOOK_TIMEOUT", value_name = "SECONDS", default_value_t = 10,
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_WEBHOOK_TIMEOUT", value_name = "SECONDS", default_value_t = 10,
           value_parser = clap::value_parser!(u8).range(1..=30))]
     pub webhook_timeout: u8,
     /// Show that the watch has caught up before a verdict that rests on a release's history by a
     /// fence round (one write of `helm-guard-fence` in --lease-namespace shared by every verdict
     /// waiting), not by a listing of the release per verdict (README, "How it sees the cluster");
     /// `--watch-fence=false` lists every time.
-    #[arg(long, env = "HELM_GUARD_WATCH_FENCE", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_WATCH_FENCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub watch_fence: bool,
     /// Read every record's payload once the index is ready, a page at a time, and each record the
     /// watch brings a new version of, so that verdicts rarely wait on a GET;
     /// `--read-ahead=false` reads only what a verdict needs, when it needs it.
-    #[arg(long, env = "HELM_GUARD_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub read_ahead: bool,
     /// Keep a copy of each record whose deletion only an override lets through (the break-glass
     /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
     /// --lease-namespace before approving it (README, "The recycle bin");
     /// `--recycle-bin=false` turns it off.
-    #[arg(long, env = "HELM_GUARD_RECYCLE_BIN", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BIN", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub recycle_bin: bool,
     /// How long a copy is kept.
-    #[arg(long, env = "HELM_GUARD_RECYCLE_TTL", default_value = "7d", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_TTL", default_value = "7d", value_parser = humantime::parse_duration)]
     pub recycle_ttl: Duration,
     /// Copies the bin holds at most; the oldest go first.
-    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_COPIES", default_value_t = BinBounds::default().copies)]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_MAX_COPIES", default_value_t = BinBounds::default().copies)]
     pub recycle_max_copies: usize,
     /// Bytes the bin holds at most.
-    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_BYTES", value_name = "SIZE", default_value_t = ByteSize::b(BinBounds::default().bytes))]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_MAX_BYTES", value_name = "SIZE", default_value_t = ByteSize::b(BinBounds::default().bytes))]
     pub recycle_max_bytes: ByteSize,
     /// Copies of one release the bin holds at most.
-    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_RELEASE_COPIES", default_value_t = BinBounds::default().release_copies)]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_MAX_RELEASE_COPIES", default_value_t = BinBounds::default().release_copies)]
     pub recycle_max_release_copies: usize,
     /// Bytes of one release the bin holds at most.
-    #[arg(long, env = "HELM_GUARD_RECYCLE_MAX_RELEASE_BYTES", value_name = "SIZE", default_value_t = ByteSize::b(BinBounds::default().release_bytes))]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_MAX_RELEASE_BYTES", value_name = "SIZE", default_value_t = ByteSize::b(BinBounds::default().release_bytes))]
     pub recycle_max_release_bytes: ByteSize,
     /// When a copy cannot be stored within the decision deadline, approve the deletion anyway
     /// (with a warning) instead of refusing it with "retry".
-    #[arg(long, env = "HELM_GUARD_RECYCLE_BEST_EFFORT")]
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BEST_EFFORT")]
     pub recycle_best_effort: bool,
     /// This replica's name in the Leases (default: $HOSTNAME, the pod name).
-    #[arg(long, env = "HELM_GUARD_REPLICA_ID")]
+    #[arg(help_heading = "Replicas", long, env = "HELM_GUARD_REPLICA_ID")]
     pub replica_id: Option<String>,
     /// Write a Kubernetes Event on each record whose DELETE or UPDATE was refused or warned
     /// (not for dry runs); `--emit-events=false` turns them off.
-    #[arg(long, env = "HELM_GUARD_EMIT_EVENTS", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_EMIT_EVENTS", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub emit_events: bool,
     /// How long an approved deletion stays hidden from verdicts while the watch has not confirmed it.
-    #[arg(long, env = "HELM_GUARD_TOMBSTONE_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Replicas", long, env = "HELM_GUARD_TOMBSTONE_TTL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub tombstone_ttl: Duration,
     /// Plain-HTTP address for /metrics, /healthz and /readyz.
-    #[arg(long, env = "HELM_GUARD_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    #[arg(
+        help_heading = "Listening and TLS",
+        long,
+        env = "HELM_GUARD_METRICS_LISTEN",
+        default_value = "0.0.0.0:9090"
+    )]
     pub metrics_listen: SocketAddr,
     /// Log lines as JSON (for log collectors) or as text for people (coloured on a terminal).
-    #[arg(long, env = "HELM_GUARD_LOG_FORMAT", value_enum, default_value_t)]
+    #[arg(
+        help_heading = "Logs and shutdown",
+        long,
+        env = "HELM_GUARD_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
     pub log_format: LogFormat,
     /// Only the API server may call: require a client certificate signed by a CA in this PEM file
     /// (reloaded on change). See README, "Only the API server may call".
-    #[arg(long, env = "HELM_GUARD_CLIENT_CA_FILE", value_name = "FILE")]
+    #[arg(help_heading = "Listening and TLS", long, env = "HELM_GUARD_CLIENT_CA_FILE", value_name = "FILE")]
     pub client_ca_file: Option<PathBuf>,
     /// With --client-ca-file: the client certificate's subject CN must be this (repeatable).
-    #[arg(long, env = "HELM_GUARD_CLIENT_CN", value_delimiter = ',', requires = "client_ca_file")]
+    #[arg(
+        help_heading = "Listening and TLS",
+        long,
+        env = "HELM_GUARD_CLIENT_CN",
+        value_delimiter = ',',
+        requires = "client_ca_file"
+    )]
     pub client_cn: Vec<String>,
     /// Largest AdmissionReview body accepted. The largest the API server sends: an UPDATE of a
     /// Secret holding the 1 MiB Kubernetes allows, old and new, in base64: under 3.5 MiB.
     /// Bytes, or with a unit (64KiB, 4MiB).
-    #[arg(long, env = "HELM_GUARD_MAX_BODY_BYTES", value_name = "SIZE",
+    #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_MAX_BODY_BYTES", value_name = "SIZE",
           default_value_t = ByteSize::b(crate::server::DEFAULT_MAX_BODY_BYTES as u64))]
     pub max_body_bytes: ByteSize,
     /// A request's body must have arrived this long after its turn came; else 408 and the
     /// connection is closed.
-    #[arg(long, env = "HELM_GUARD_BODY_READ_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_BODY_READ_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
     pub body_read_timeout: Duration,
     /// A whole request (its turn, its body, its decision) past this gets 503. Keep it above
     /// --decision-deadline and at or below the webhooks' timeoutSeconds.
-    #[arg(long, env = "HELM_GUARD_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
     /// Open HTTPS connections at once; more are closed as soon as they are accepted.
-    #[arg(long, env = "HELM_GUARD_MAX_CONNECTIONS", default_value_t = 256)]
+    #[arg(
+        help_heading = "Limits and deadlines",
+        long,
+        env = "HELM_GUARD_MAX_CONNECTIONS",
+        default_value_t = 256
+    )]
     pub max_connections: usize,
     /// A connection whose client sends nothing for this long is closed (above the API server's
     /// own 90 s idle timeout, so that it closes first).
-    #[arg(long, env = "HELM_GUARD_IDLE_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_IDLE_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
     /// Decisions under way at once (each may decode a payload up to --max-decoded-bytes); more
     /// requests wait their turn.
-    #[arg(long, env = "HELM_GUARD_MAX_CONCURRENT_REVIEWS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_REVIEWS)]
+    #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_MAX_CONCURRENT_REVIEWS", default_value_t = crate::server::DEFAULT_MAX_CONCURRENT_REVIEWS)]
     pub max_concurrent_reviews: usize,
     /// The most one decision may spend on the API server (all its calls share it). A decision
     /// also ends a second before the API server stops waiting (the `timeout` it sends: the
     /// webhook's timeoutSeconds) and before --request-timeout. A DELETE that cannot be shown
     /// harmless in time is refused with a message to retry.
-    #[arg(long, env = "HELM_GUARD_DECISION_DEADLINE", default_value = "9s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_DECISION_DEADLINE", default_value = "9s", value_parser = humantime::parse_duration)]
     pub decision_deadline: Duration,
     /// A pending revision unchanged for longer than this is stuck.
-    #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
     /// Write release health as PolicyReports (one replica at a time, holding a Lease): into
     /// every report API the cluster serves (`auto`: wgpolicyk8s.io and openreports.io, whichever
     /// CRDs are installed, looked for again every 30 s), one of them, or none.
-    #[arg(long, env = "HELM_GUARD_POLICY_REPORTS", value_enum, default_value_t)]
+    #[arg(
+        help_heading = "PolicyReports",
+        long,
+        env = "HELM_GUARD_POLICY_REPORTS",
+        value_enum,
+        default_value_t
+    )]
     pub policy_reports: crate::policy_reports::writer::ApiChoice,
     /// How often changed releases are written to their reports: a report lags the index by at
     /// most this (and one write).
-    #[arg(long, env = "HELM_GUARD_POLICY_REPORT_DEBOUNCE", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "PolicyReports", long, env = "HELM_GUARD_POLICY_REPORT_DEBOUNCE", default_value = "5s", value_parser = humantime::parse_duration)]
     pub policy_report_debounce: Duration,
     /// How often every report is read back and put right (one edited or deleted by hand).
-    #[arg(long, env = "HELM_GUARD_POLICY_REPORT_RESYNC", default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "PolicyReports", long, env = "HELM_GUARD_POLICY_REPORT_RESYNC", default_value = "10m", value_parser = humantime::parse_duration)]
     pub policy_report_resync: Duration,
     /// The most namespace reports written; namespaces past it (in name order) get none.
-    #[arg(long, env = "HELM_GUARD_POLICY_REPORT_MAX_REPORTS", default_value_t = 5000)]
+    #[arg(
+        help_heading = "PolicyReports",
+        long,
+        env = "HELM_GUARD_POLICY_REPORT_MAX_REPORTS",
+        default_value_t = 5000
+    )]
     pub policy_report_max_reports: usize,
     /// How often to check the certificate files for changes.
-    #[arg(long, env = "HELM_GUARD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Listening and TLS", long, env = "HELM_GUARD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
     /// After SIGTERM, stay up (unready) this long so endpoints drop the pod first. Ctrl-C
     /// (SIGINT) stops without it.
-    #[arg(long, env = "HELM_GUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Logs and shutdown", long, env = "HELM_GUARD_SHUTDOWN_DELAY", default_value = "5s", value_parser = humantime::parse_duration)]
     pub shutdown_delay: Duration,
     /// Then give in-flight requests this long to finish.
-    #[arg(long, env = "HELM_GUARD_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
+    #[arg(help_heading = "Logs and shutdown", long, env = "HELM_GUARD_SHUTDOWN_GRACE", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Limits and deadlines")]
     pub decode: DecodeArgs,
 }
 
