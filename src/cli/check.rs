@@ -439,28 +439,66 @@ impl Target {
         Check::fail(CHECK, format!("{what}: {} {message}", status.as_u16()), hint)
     }
 
-    /// A record labelled deployed, in a namespace the guard judges (not its own, not opted out).
+    /// The latest record of a release, deployed and the release's only deployed one (so that
+    /// deleting it is refused in every mode's verdict), in a namespace the guard judges (not its
+    /// own, not opted out).
     async fn a_deployed_record(&self) -> Option<(&'static str, String, String)> {
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let ignored: Vec<String> = namespaces
-            .list(&ListParams::default().labels("helm-guard.io/ignore=true"))
+            .list_metadata(&ListParams::default().labels("helm-guard.io/ignore=true"))
             .await
             .map(|list| list.items.into_iter().filter_map(|n| n.metadata.name).collect())
             .unwrap_or_default();
-        let params = ListParams::default().labels("owner=helm,status=deployed").limit(100);
-        let judged = |namespace: &Option<String>| {
-            namespace.as_ref().is_some_and(|n| *n != self.namespace && !ignored.contains(n))
+        let judged = |namespace: &str| namespace != self.namespace && !ignored.iter().any(|n| n == namespace);
+        let params = ListParams::default().labels("owner=helm,status=deployed").limit(50);
+        let label = |meta: &kube::api::ObjectMeta, key: &str| {
+            meta.labels.as_ref().and_then(|l| l.get(key)).cloned().unwrap_or_default()
         };
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(self.client.clone());
-        if let Ok(list) = secrets.list_metadata(&params).await
-            && let Some(found) = list.items.into_iter().find(|s| judged(&s.metadata.namespace))
-        {
-            return Some(("Secret", found.metadata.namespace?, found.metadata.name?));
+        for kind in ["Secret", "ConfigMap"] {
+            let candidates = if kind == "Secret" {
+                Api::<Secret>::all(self.client.clone())
+                    .list_metadata(&params)
+                    .await
+                    .map(|l| l.items.into_iter().map(|o| o.metadata).collect::<Vec<_>>())
+            } else {
+                Api::<ConfigMap>::all(self.client.clone())
+                    .list_metadata(&params)
+                    .await
+                    .map(|l| l.items.into_iter().map(|o| o.metadata).collect())
+            };
+            for candidate in candidates.unwrap_or_default().into_iter().take(10) {
+                let (Some(namespace), Some(name)) = (candidate.namespace.clone(), candidate.name.clone())
+                else {
+                    continue;
+                };
+                if !judged(&namespace) {
+                    continue;
+                }
+                let release =
+                    ListParams::default().labels(&format!("owner=helm,name={}", label(&candidate, "name")));
+                let records: Vec<kube::api::ObjectMeta> = if kind == "Secret" {
+                    Api::<Secret>::namespaced(self.client.clone(), &namespace)
+                        .list_metadata(&release)
+                        .await
+                        .map(|l| l.items.into_iter().map(|o| o.metadata).collect())
+                } else {
+                    Api::<ConfigMap>::namespaced(self.client.clone(), &namespace)
+                        .list_metadata(&release)
+                        .await
+                        .map(|l| l.items.into_iter().map(|o| o.metadata).collect())
+                }
+                .unwrap_or_default();
+                let version =
+                    |meta: &kube::api::ObjectMeta| label(meta, "version").parse::<u64>().unwrap_or(0);
+                let latest = records.iter().map(version).max();
+                let deployed = records.iter().filter(|r| label(r, "status") == "deployed").count();
+                if latest == Some(version(&candidate)) && deployed == 1 {
+                    return Some((kind, namespace, name));
+                }
+            }
         }
-        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(self.client.clone());
-        let list = configmaps.list_metadata(&params).await.ok()?;
-        let found = list.items.into_iter().find(|c| judged(&c.metadata.namespace))?;
-        Some(("ConfigMap", found.metadata.namespace?, found.metadata.name?))
+        None
     }
 
     /// Each permission the guard needs, asked of the API server for its service account.
