@@ -238,8 +238,15 @@ fn the_chart_on_a_node_guards_helm_through_a_crash_a_rollout_and_a_ca_rotation()
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (namespaces, _dir, chart) = twins("deployed");
     let deployed = Deployed::install("helm", "deployed", CHART, &[]);
+    // With a release to try a verdict on, check's dry-run deletion is refused.
+    assert!(run(&["helm", "install", "tried", &chart, "-n", &namespaces[0]]).status.success());
     let checked = until_checked(&deployed.namespace, &deployed.name);
     assert!(checked.contains("every check passed") && checked.contains("refused"), "{checked}");
+    assert!(
+        checked.contains(&format!("deleting Secret {}/sh.helm.release.v1.tried.v1", namespaces[0])),
+        "{checked}"
+    );
+    assert!(run(&["helm", "uninstall", "tried", "-n", &namespaces[0]]).status.success());
     in_the_way(&namespaces[0], &chart);
     for (i, seed) in seeds(11, 2).into_iter().enumerate() {
         let helm = if i % 2 == 0 { "helm" } else { "helm3" };
