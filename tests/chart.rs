@@ -161,7 +161,24 @@ fn the_default_render_is_what_platform_teams_check() {
     let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
     assert!(parsed.is_ok(), "serve accepts the chart's args: {:?}", parsed.err().map(|e| e.to_string()));
     assert_eq!(one(&objects, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
-    assert!(one(&objects, "NetworkPolicy")["spec"]["ingress"].is_array());
+    let policy = &one(&objects, "NetworkPolicy")["spec"];
+    assert_eq!(policy["policyTypes"], json!(["Ingress", "Egress"]));
+    assert_eq!(
+        policy["egress"],
+        json!([
+            {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
+            {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        ]),
+        "out: the API server and DNS only"
+    );
+    let narrowed = render(&[
+        "networkPolicy.apiServer.cidrs={10.0.0.10/32}",
+        "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.10/32",
+    ]);
+    let narrowed = &one(&narrowed, "NetworkPolicy")["spec"];
+    assert_eq!(narrowed["egress"][0]["to"], json!([{"ipBlock": {"cidr": "10.0.0.10/32"}}]));
+    assert_eq!(narrowed["ingress"][0]["from"], json!([{"ipBlock": {"cidr": "10.0.0.10/32"}}]));
+    assert!(narrowed["ingress"][1].get("from").is_none(), "metrics from anyone unless narrowed");
 
     // The workload: requests and a memory limit, non-root, read-only root, no privilege; the
     // guard's probes. No other workload: the uninstall needs no image.
