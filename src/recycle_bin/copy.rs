@@ -43,7 +43,26 @@ pub const COPY_TYPE: &str = "helm-guard.io/recycled-record";
 /// The annotation holding [`KeptObject`], as JSON.
 pub const ANNOTATION_OBJECT: &str = "helm-guard.io/object";
 /// The prefix of the data keys holding the original's data.
+/// SHA-256 of the copy as it was kept (its `helm-guard.io/object` and data): `restore` refuses a
+/// copy that no longer matches it.
+pub const ANNOTATION_DIGEST: &str = "helm-guard.io/sha256";
 const DATA_PREFIX: &str = "data.";
+
+/// The digest of a copy: its object annotation and each data value (decoded), by key.
+fn copy_digest<'a>(object: &str, data: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"helm-guard recycle-bin copy v1\n");
+    hash.update(object.len().to_le_bytes());
+    hash.update(object.as_bytes());
+    let sorted: BTreeMap<&str, &[u8]> = data.into_iter().collect();
+    for (key, value) in sorted {
+        for part in [key.as_bytes(), value] {
+            hash.update(part.len().to_le_bytes());
+            hash.update(part);
+        }
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Why and by whom a record was let go, as the copy records it.
 #[derive(Debug, Clone, Copy)]
@@ -171,6 +190,21 @@ pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) ->
             Driver::ConfigMap => string_data.insert(key, value),
         };
     }
+    // Over the values as the copy's reader gets them: a Secret's decoded, a ConfigMap's as text.
+    let decoded: Vec<(String, Vec<u8>)> = data
+        .iter()
+        .map(|(k, v)| {
+            let bytes =
+                base64::engine::general_purpose::STANDARD.decode(v).unwrap_or_else(|_| v.as_bytes().to_vec());
+            (k.trim_start_matches(DATA_PREFIX).to_owned(), bytes)
+        })
+        .chain(
+            string_data
+                .iter()
+                .map(|(k, v)| (k.trim_start_matches(DATA_PREFIX).to_owned(), v.as_bytes().to_vec())),
+        )
+        .collect();
+    let digest = copy_digest(&object, decoded.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
     let key = &record.id.key;
     let labels = [
         ("app.kubernetes.io/managed-by", "helm-guard".to_owned()),
@@ -187,6 +221,7 @@ pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) ->
         (ANNOTATION_BYTES, bytes.to_string()),
         (ANNOTATION_ORIGINAL, record.describe()),
         (ANNOTATION_OBJECT, object),
+        (ANNOTATION_DIGEST, digest),
     ];
     let body = CopyBody {
         api_version: "v1",
@@ -393,6 +428,9 @@ pub enum RestoreError {
     /// The `helm-guard.io/object` annotation is missing or does not parse.
     #[error("its helm-guard.io/object annotation does not describe the original: {0}")]
     Object(String),
+    /// The copy changed after it was kept: its digest no longer matches.
+    #[error("it changed after it was kept (its helm-guard.io/sha256 does not match its content)")]
+    Edited,
     /// A ConfigMap's value is not text.
     #[error("the value of {0} is not text, as a ConfigMap's must be")]
     NotText(String),
@@ -409,10 +447,19 @@ impl RecycledCopy {
         if object.driver().is_none() {
             return Err(RestoreError::Object(format!("kind {} is no record's", object.kind)));
         }
-        let data = data
+        let data: BTreeMap<String, Vec<u8>> = data
             .iter()
             .filter_map(|(key, value)| Some((key.strip_prefix(DATA_PREFIX)?.to_owned(), value.clone())))
             .collect();
+        // Copies kept before digests were written carry none; any other must match.
+        let kept_digest = meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_DIGEST));
+        let annotation =
+            meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_OBJECT)).map_or("", String::as_str);
+        if let Some(kept) = kept_digest
+            && *kept != copy_digest(annotation, data.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
+        {
+            return Err(RestoreError::Edited);
+        }
         Ok(RecycledCopy { entry, object, data })
     }
 
@@ -500,6 +547,33 @@ mod tests {
             data.insert(key.clone(), value.as_str().unwrap().as_bytes().to_vec());
         }
         (meta, data)
+    }
+
+    #[test]
+    fn a_copy_changed_after_it_was_kept_is_not_restored() {
+        for (driver, payload) in [(Driver::Secret, "SDRzSUFBQUE="), (Driver::ConfigMap, "H4sIAAAA")] {
+            let body = copy_body(&record(driver, payload), &KEEPING, "helm-guard").unwrap();
+            let (meta, data) = stored(&body);
+            assert!(RecycledCopy::read(&meta, &data).is_ok(), "{driver}: as kept");
+            // A payload byte changed.
+            let mut edited = data.clone();
+            edited.get_mut("data.release").unwrap()[0] ^= 1;
+            assert_eq!(RecycledCopy::read(&meta, &edited).unwrap_err(), RestoreError::Edited, "{driver}");
+            // A value added.
+            let mut added = data.clone();
+            added.insert("data.extra".into(), b"x".to_vec());
+            assert_eq!(RecycledCopy::read(&meta, &added).unwrap_err(), RestoreError::Edited, "{driver}");
+            // The original's labels changed (in the object annotation).
+            let mut relabelled = meta.clone();
+            let object = relabelled.annotations.as_mut().unwrap().get_mut(ANNOTATION_OBJECT).unwrap();
+            *object = object.replace("\"status\":\"deployed\"", "\"status\":\"superseded\"");
+            assert_ne!(relabelled, meta, "the fixture's record is deployed");
+            assert_eq!(RecycledCopy::read(&relabelled, &data).unwrap_err(), RestoreError::Edited, "{driver}");
+            // A copy kept before digests were written: read as it is.
+            let mut older = meta.clone();
+            older.annotations.as_mut().unwrap().remove(ANNOTATION_DIGEST);
+            assert!(RecycledCopy::read(&older, &data).is_ok(), "{driver}");
+        }
     }
 
     #[test]
