@@ -17,7 +17,7 @@ pids=()
 for r in a b; do
   port=$([ $r = a ] && echo 18443 || echo 18444); metrics=$([ $r = a ] && echo 19090 || echo 19091)
   $bin serve --listen 127.0.0.1:$port --metrics-listen 127.0.0.1:$metrics --tls-cert $certs/tls.crt \
-    --tls-key $certs/tls.key --shutdown-delay 0s --lease-namespace hg-bench --replica-id burst-$r "$@" >target/burst-$r.log 2>&1 &
+    --tls-key $certs/tls.key --shutdown-delay 0s --guard-namespace hg-bench --replica-id burst-$r "$@" >target/burst-$r.log 2>&1 &
   pids+=($!)
 done
 for metrics in 19090 19091; do

@@ -20,7 +20,7 @@ podman run -d --name hg-image-bench --network host --user 65532 --read-only --re
   --cap-drop ALL --security-opt no-new-privileges \
   -v "$pki:$pki:ro" -v "$PWD/$certs:/certs:ro" $image serve --kubeconfig "$KUBECONFIG" \
   --listen 127.0.0.1:28443 --metrics-listen 127.0.0.1:29090 --tls-cert /certs/tls.crt --tls-key /certs/tls.key \
-  --lease-namespace hg-image-bench >/dev/null
+  --guard-namespace hg-image-bench >/dev/null
 until curl -sf localhost:29090/readyz >/dev/null; do sleep 0.05; done
 ready=$(date +%s.%N)
 pid=$(podman inspect --format '{{.State.Pid}}' hg-image-bench)

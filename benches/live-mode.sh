@@ -57,6 +57,6 @@ run() {  # mode label, serve args...
 
 echo "| mode | DELETE | c | throughput | latency | answers | API calls per verdict |"
 echo "|---|---|---|---|---|---|---|"
-run "live (defaults: fence, read-ahead, claim books)" --lease-namespace hg-bench
-run "live, no fence nor read-ahead (listing, GETs)" --lease-namespace hg-bench --watch-fence=false --read-ahead=false
+run "live (defaults: fence, read-ahead, claim books)" --guard-namespace hg-bench
+run "live, no fence nor read-ahead (listing, GETs)" --guard-namespace hg-bench --watch-fence=false --read-ahead=false
 run "snapshot" --snapshot target/live-mode-dump.json

@@ -29,7 +29,7 @@ run() {  # label, reports (auto|off)
   local label=$1 reports=$2
   local calls_before; calls_before=$($rig apicalls policyreports clusterpolicyreports)
   local start; start=$(date +%s.%N)
-  $bin serve --listen 127.0.0.1:18443 --metrics-listen 127.0.0.1:19090 --lease-namespace hg-bench \
+  $bin serve --listen 127.0.0.1:18443 --metrics-listen 127.0.0.1:19090 --guard-namespace hg-bench \
     --tls-cert $certs/tls.crt --tls-key $certs/tls.key --shutdown-delay 0s --recycle-bin=false \
     --policy-reports "$reports" >target/policy-reports-guard.log 2>&1 &
   local pid=$!

@@ -193,7 +193,7 @@ async fn recycle(binary: &str) {
     // RECYCLE_BIN=false: the same DELETEs without the copies, to measure what they cost.
     let keep = std::env::var("RECYCLE_BIN").unwrap_or_else(|_| "true".into());
     let keep = format!("--recycle-bin={keep}");
-    let guard = Guard::start_on(binary, &["--lease-namespace", bin, &keep], &[]).await;
+    let guard = Guard::start_on(binary, &["--guard-namespace", bin, &keep], &[]).await;
     // The watchers list the cluster before the guard is ready; decisions wait for it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let template =

@@ -49,7 +49,7 @@ fn start_replica(name: &str, port: u16, certs: &std::path::Path, lease_namespace
         .arg(certs.join("tls.crt"))
         .arg("--tls-key")
         .arg(certs.join("tls.key"))
-        .args(["--lease-namespace", lease_namespace, "--replica-id", name, "--shutdown-delay", "0s"])
+        .args(["--guard-namespace", lease_namespace, "--replica-id", name, "--shutdown-delay", "0s"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

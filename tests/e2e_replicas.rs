@@ -53,7 +53,7 @@ fn start(replica: &str, lease_namespace: &str, extra: &[&str]) -> GuardProcess {
         .args([
             "--metrics-listen",
             "127.0.0.1:0",
-            "--lease-namespace",
+            "--guard-namespace",
             lease_namespace,
             "--replica-id",
             replica,

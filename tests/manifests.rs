@@ -282,7 +282,7 @@ fn leases_are_written_only_in_the_guards_own_namespace() {
     );
     let deployment = documents("deployment.yaml").into_iter().find(|d| d["kind"] == "Deployment").unwrap();
     let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap();
-    let lease_namespace = env.iter().find(|e| e["name"] == "HELM_GUARD_LEASE_NAMESPACE").unwrap();
+    let lease_namespace = env.iter().find(|e| e["name"] == "HELM_GUARD_NAMESPACE").unwrap();
     assert_eq!(lease_namespace["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
 }
 

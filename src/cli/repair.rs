@@ -22,7 +22,7 @@ use crate::release::scan::{by_release, collect_records};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "What it changes, only as Helm itself does (payload status and status label together):\n  - a pending-install/upgrade/rollback revision older than --stuck-after: marked failed (as `helm set-status`), so the next upgrade or rollback runs;\n  - a status label that disagrees with the payload: the label set from the payload;\n  - several deployed revisions: all but the newest marked superseded, as Helm does on upgrade.\nAn orphaned-superseded release needs its chart: repair prints the `helm upgrade`/`helm rollback` that fixes it and changes nothing.\n\nExit status: 0 planned or repaired, 1 refused (Helm may still be running), 2 bad input or the release not found."
+    after_help = "What it changes, only as Helm itself does (payload status and status label together):\n  - a pending-install/upgrade/rollback revision older than --stuck-after: marked failed (as `helm set-status`), so the next upgrade or rollback runs;\n  - a status label that disagrees with the payload: the label set from the payload;\n  - several deployed revisions: all but the newest marked superseded, as Helm does on upgrade.\nAn orphaned-superseded release needs its chart: repair prints the `helm upgrade`/`helm rollback` that fixes it and changes nothing.\n\nExit status: 0 nothing was broken or every edit was made, 1 a release still needs someone (a plan not yet applied with --apply, a refusal: Helm may still be running, or a state only an operator can fix), 2 bad input or the release not found."
 )]
 pub struct RepairArgs {
     /// The release to repair.

@@ -24,6 +24,9 @@ use crate::release::scan::{ReleaseReport, by_release, collect_records, report};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  helm-guard scan                                   every release in the cluster, the broken ones first\n  helm-guard scan -n shop --release web -o json     one release, for a script\n  kubectl get secrets,configmaps -A -l owner=helm -o json > dump.json && helm-guard scan --from-file dump.json\n\nExit status: 0 no release needs attention, 1 one does (or the cluster could not be read), 2 bad input (a dump that does not parse, a missing file)."
+)]
 pub struct ScanArgs {
     /// Read a dump instead of the cluster: the output of `kubectl get secrets,configmaps -A -l
     /// owner=helm -o json` (JSON or YAML; `-` for stdin). -n, -A and --release filter it as

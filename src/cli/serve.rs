@@ -114,10 +114,10 @@ pub struct ServeArgs {
     pub coordination: Option<String>,
     /// The guard's own namespace, where its claim books, fence and recycle bin are (default: the
     /// service account's namespace in a pod, else the kubeconfig context's).
-    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_LEASE_NAMESPACE")]
-    pub lease_namespace: Option<String>,
+    #[arg(help_heading = "The cluster", long, alias = "lease-namespace", env = "HELM_GUARD_NAMESPACE")]
+    pub guard_namespace: Option<String>,
     /// Once ready, fill the webhook configurations of this name with the webhooks of
-    /// manifests/webhooks.yaml, calling the Service of this name in --lease-namespace and trusting
+    /// manifests/webhooks.yaml, calling the Service of this name in --guard-namespace and trusting
     /// --webhook-ca-file, and keep them so (the chart's way: an install whose pods never become
     /// ready refuses nothing). The configurations must exist: the guard patches, never creates.
     #[arg(
@@ -139,7 +139,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u8).range(1..=30))]
     pub webhook_timeout: u8,
     /// Show that the watch has caught up before a verdict that rests on a release's history by a
-    /// fence round (one write of `helm-guard-fence` in --lease-namespace shared by every verdict
+    /// fence round (one write of `helm-guard-fence` in --guard-namespace shared by every verdict
     /// waiting), not by a listing of the release per verdict (README, "How it sees the cluster");
     /// `--watch-fence=false` lists every time.
     #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_WATCH_FENCE", default_value_t = true, action = clap::ArgAction::Set)]
@@ -151,7 +151,7 @@ pub struct ServeArgs {
     pub read_ahead: bool,
     /// Keep a copy of each record whose deletion only an override lets through (the break-glass
     /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
-    /// --lease-namespace before approving it (README, "The recycle bin");
+    /// --guard-namespace before approving it (README, "The recycle bin");
     /// `--recycle-bin=false` turns it off.
     #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BIN", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub recycle_bin: bool,
@@ -332,13 +332,21 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
         return Ok(EXIT_BAD_INPUT);
     }
     let _flush = init_logging(args.log_format)?;
+    // A snapshot that is missing or does not read is bad input, as for `scan --from-file`.
+    let snapshot = match args.snapshot.as_deref().map(|path| load_snapshot(path, args)).transpose() {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     // A failure from here on (binding, TLS, the cluster) is the runtime's: exit 1 (main).
-    runtime.block_on(serve(args))?;
+    runtime.block_on(serve(args, snapshot))?;
     Ok(EXIT_OK)
 }
 
-async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow::Result<()> {
     let mut tls = match (&args.dev_certs, &args.tls_cert, &args.tls_key) {
         (Some(dir), _, _) => dev_certs(dir)?,
         (None, Some(cert), Some(key)) => TlsFiles::new(cert.clone(), key.clone()),
@@ -366,9 +374,8 @@ async fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         decision_deadline: args.decision_deadline,
         recycle_best_effort: args.recycle_best_effort,
     };
-    let (admission, client) = match &args.snapshot {
-        Some(path) => {
-            let index = load_snapshot(path, args)?;
+    let (admission, client) = match snapshot {
+        Some(index) => {
             (Admission::new(index, decide, LiveParts::default(), metrics.decision_counts.clone()), None)
         }
         None => {
@@ -474,9 +481,13 @@ async fn watch_cluster(
     Ok((crate::live::admission(client.clone(), decide, options, metrics), client))
 }
 
-/// The guard's namespace: --lease-namespace, else the service account's or the context's.
+/// The guard's namespace: --guard-namespace (HELM_GUARD_LEASE_NAMESPACE in manifests of earlier
+/// versions), else the service account's or the context's.
 fn guard_namespace(args: &ServeArgs, client: &kube::Client) -> String {
-    args.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned())
+    args.guard_namespace
+        .clone()
+        .or_else(|| std::env::var("HELM_GUARD_LEASE_NAMESPACE").ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| client.default_namespace().to_owned())
 }
 
 /// The recycle bin's bounds, as the flags set them.
