@@ -1,0 +1,17 @@
+// The check of the `gojson` fuzz target, shared with tests/fuzz_corpus.rs (which runs it on the
+// corpus in CI): included, not a module, so that both crates compile it as their own.
+
+/// Any JSON value serde_json accepts (valid UTF-8, nesting within its limit of 128) Go's decoder
+/// accepts too, so the reader must; reading a whole release never panics.
+pub fn check(data: &[u8]) {
+    use helm_guard::release::DecodeLimits;
+    use helm_guard::release::decode::codec::read_release_json;
+    use helm_guard::release::decode::gojson::{JsonReader, Source};
+    let limits = DecodeLimits { max_decoded_bytes: 1 << 20 };
+    let _ = read_release_json(data, limits);
+    let mut reader = JsonReader::new(Source::new(data, 1 << 20));
+    let ours = reader.any(None, true).and_then(|()| reader.end());
+    if serde_json::from_slice::<serde_json::Value>(data).is_ok() {
+        assert!(ours.is_ok(), "serde_json and Go accept it, the reader refused it: {ours:?}");
+    }
+}
