@@ -8,6 +8,15 @@ RUN cargo build --release --locked --bin helm-guard \
  && mkdir -p /image && image/rootfs.sh target/release/helm-guard /image/rootfs
 
 FROM scratch
+ARG VERSION=unknown
+ARG REVISION=unknown
+# OCI annotations: scanners and registries read where the image comes from.
+LABEL org.opencontainers.image.title="helm-guard" \
+      org.opencontainers.image.description="Admission webhook that keeps Helm release records from being broken" \
+      org.opencontainers.image.source="https://github.com/helm-guard/helm-guard" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="$VERSION" \
+      org.opencontainers.image.revision="$REVISION"
 COPY --from=build /image/rootfs/ /
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/helm-guard"]

@@ -11,5 +11,7 @@ cargo build --release --locked --bin helm-guard
 target=${CARGO_TARGET_DIR:-target}
 context=$target/image
 image/rootfs.sh "$target/release/helm-guard" "$context/rootfs"
-podman build --quiet -t "$tag" -f image/Containerfile "$context" >/dev/null
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+podman build --quiet -t "$tag" --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+  -f image/Containerfile "$context" >/dev/null
 echo "$tag $(podman image inspect "$tag" --format '{{.Size}}') bytes"

@@ -344,3 +344,23 @@ fn the_network_policy_admits_exactly_the_ports_the_guard_serves() {
             .unwrap();
     assert!(kustomization.contains("networkpolicy.yaml"));
 }
+
+/// Both image builds label the image with where it comes from (OCI annotations scanners read),
+/// its version and the commit; image/build.sh passes them.
+#[test]
+fn the_image_says_its_source_version_and_revision() {
+    let read =
+        |path: &str| std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let (containerfile, dockerfile, build) =
+        (read("image/Containerfile"), read("Dockerfile"), read("image/build.sh"));
+    for file in [&containerfile, &dockerfile] {
+        let last_stage = file.rsplit("FROM ").next().unwrap();
+        for label in ["source", "version=\"$VERSION\"", "revision=\"$REVISION\"", "licenses=\"Apache-2.0\""] {
+            assert!(
+                last_stage.contains(&format!("org.opencontainers.image.{label}")),
+                "{label} in {last_stage}"
+            );
+        }
+    }
+    assert!(build.contains("--build-arg VERSION=") && build.contains("--build-arg REVISION="), "{build}");
+}
