@@ -29,15 +29,10 @@ use futures::future::BoxFuture;
 
 /// The annotation holding a Lease's claims, as JSON.
 pub const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
-/// The annotation naming the release a Lease is for, for people reading it.
-pub const RELEASE_ANNOTATION: &str = "helm-guard.io/release";
 /// Labels of the Leases per release that versions before 0.2 wrote (`--coordination lease`): an
 /// upgraded guard sweeps what they left.
 pub const LEASE_LABELS: &str =
     "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=release-deletions";
-/// Claims one Lease holds at most: a release whose history is being pruned faster than claims
-/// expire waits (a refusal saying "retry") rather than growing an object without bound.
-pub const MAX_CLAIMS: usize = 512;
 
 /// One approved deletion, visible to every replica until it expires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,18 +82,6 @@ impl Claims {
             lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION)).map(String::as_str);
         Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms)
     }
-
-    /// The claims after this replica's approval of `record` (a claim of the same object is
-    /// replaced), or `None` when the Lease is full.
-    pub fn with(&self, record: &ClaimedRecord<'_>, until: i64, by: &str) -> Option<Vec<Claim>> {
-        let mut claims: Vec<Claim> = self.claims.iter().filter(|c| !c.is(record)).cloned().collect();
-        if claims.len() >= MAX_CLAIMS {
-            return None;
-        }
-        let uid = record.uid.map(str::to_owned);
-        claims.push(Claim { object: record.object.to_owned(), uid, until, by: by.to_owned() });
-        Some(claims)
-    }
 }
 
 /// The record a claim is about: its object name and uid.
@@ -124,8 +107,11 @@ pub enum CoordinationError {
     #[error("the Kubernetes API did not answer within the decision deadline")]
     /// The API did not answer in time.
     Deadline,
-    #[error("the release's deletion Lease already holds {MAX_CLAIMS} unexpired claims")]
-    /// The Lease holds as many claims as it may.
+    #[error(
+        "this replica's claim book already holds {} unexpired claims",
+        super::claim_books::MAX_BOOK_CLAIMS
+    )]
+    /// This replica's book holds as many claims as it may: approvals wait ("retry").
     Full,
     #[error("the Kubernetes API refused: {0}")]
     /// The API refused the read or the write.
@@ -141,7 +127,7 @@ pub enum CoordinationError {
 pub enum Claimed {
     /// Written: the approval stands.
     Yes,
-    /// Someone wrote the Lease since it was read: read it again and decide again.
+    /// Another replica claimed on the release since `seen`: decide again.
     Conflict,
 }
 
@@ -153,7 +139,8 @@ pub trait DeleteCoordinator: Send + Sync + std::fmt::Debug {
         key: &'a ReleaseKey,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Claims, CoordinationError>>;
-    /// Adds a claim on `record`, if the Lease is still as `seen` read it.
+    /// Adds a claim on `record`; [`Claimed::Conflict`] when another replica's claim on the
+    /// release, written before it, is not among those `seen`: decide again.
     fn claim<'a>(
         &'a self,
         key: &'a ReleaseKey,
@@ -225,10 +212,6 @@ mod tests {
         Claim { object: object.to_owned(), uid: Some(format!("uid-{object}")), until, by: "a".to_owned() }
     }
 
-    fn record(object: &str) -> ClaimedRecord<'_> {
-        ClaimedRecord { object, uid: None }
-    }
-
     #[test]
     fn expired_claims_are_dropped_and_garbage_counts_as_none() {
         let text = serde_json::to_string(&[claim("v1", 100), claim("v2", 300)]).unwrap();
@@ -240,19 +223,6 @@ mod tests {
     }
 
     #[test]
-    fn a_new_claim_replaces_one_of_the_same_object_and_a_full_lease_refuses() {
-        let claims = Claims { claims: vec![claim("v1", 100), claim("v2", 100)], version: None };
-        let v1 = ClaimedRecord { object: "v1", uid: Some("uid-v1") };
-        let after = claims.with(&v1, 500, "b").unwrap();
-        let renewed = Claim { object: "v1".into(), uid: Some("uid-v1".into()), until: 500, by: "b".into() };
-        assert_eq!(after, vec![claim("v2", 100), renewed]);
-        let full =
-            Claims { claims: (0..MAX_CLAIMS).map(|i| claim(&format!("v{i}"), 100)).collect(), version: None };
-        assert!(full.with(&record("new"), 500, "b").is_none());
-        assert!(full.with(&record("v3"), 500, "b").is_some(), "renewing an existing claim fits");
-    }
-
-    #[test]
     fn a_claim_is_on_one_object_not_on_a_later_one_of_its_name() {
         let old = claim("sh.helm.release.v1.web.v2", 100);
         let reinstalled = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-new") };
@@ -260,8 +230,6 @@ mod tests {
         let same =
             ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("uid-sh.helm.release.v1.web.v2") };
         assert!(old.is(&same));
-        let after = Claims { claims: vec![old.clone()], version: None }.with(&reinstalled, 500, "b").unwrap();
-        assert_eq!(after.len(), 2, "a claim on the new object does not replace the old one's");
     }
 
     #[test]
@@ -280,7 +248,13 @@ mod tests {
             until: i64,
             by: String,
         }
-        let written = serde_json::to_string(&claims.with(&any, 500, "new").unwrap()).unwrap();
+        let mine = Claim {
+            object: any.object.to_owned(),
+            uid: any.uid.map(str::to_owned),
+            until: 500,
+            by: "new".into(),
+        };
+        let written = serde_json::to_string(&[mine]).unwrap();
         let read_by_old: Vec<OldClaim> = serde_json::from_str(&written).unwrap();
         assert_eq!(read_by_old.len(), 1, "an older replica still reads the claims this one writes");
     }

@@ -101,10 +101,23 @@ impl Replica {
         if current != seen.version {
             return Ok(Claimed::Conflict);
         }
-        let claims = seen.with(record, now_ms() + 30_000, self.name).ok_or(CoordinationError::Full)?;
+        let claims = with(seen, record, now_ms() + 30_000, self.name).ok_or(CoordinationError::Full)?;
         let version = leases.get(key).map_or(1, |(version, _)| version + 1);
         leases.insert(key.clone(), (version, claims));
         self.leases.writes.fetch_add(1, Ordering::SeqCst);
         Ok(Claimed::Yes)
     }
+}
+
+/// The claims a Lease holds after `by`'s approval of `record` (a claim of the same object is
+/// replaced), or `None` when the Lease is full: what a Lease per release held.
+fn with(seen: &Claims, record: &ClaimedRecord<'_>, until: i64, by: &str) -> Option<Vec<Claim>> {
+    const MAX_CLAIMS: usize = 512;
+    let mut claims: Vec<Claim> = seen.claims.iter().filter(|c| !c.is(record)).cloned().collect();
+    if claims.len() >= MAX_CLAIMS {
+        return None;
+    }
+    let uid = record.uid.map(str::to_owned);
+    claims.push(Claim { object: record.object.to_owned(), uid, until, by: by.to_owned() });
+    Some(claims)
 }
