@@ -16,7 +16,7 @@ use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::{DeleteCoordinator, IndexChange};
 use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
-use crate::policy::mode::{Decision, apply_mode};
+use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Mode, Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::recycle_bin::api::RecycleBin;
@@ -97,18 +97,8 @@ fn allowed(verdict: Verdict) -> Decided {
 /// The answer: verdict with mode applied, warnings and audit annotations.
 fn respond(request: &AdmissionRequest<ReviewObject>, decided: Decided, mut entry: LedgerEntry) -> Reviewed {
     let Decided { verdict, mut outcome, .. } = decided;
-    // Audit mode is silent to Helm; a dry run is a person asking what the guard would do
-    // (`kubectl delete --dry-run=server`, `helm-guard check`), so it is told.
-    if request.dry_run
-        && outcome.mode == Mode::Audit
-        && outcome.decision == Decision::Warned
-        && let Some(message) = &verdict.message
-    {
-        let said = format!(
-            "helm-guard (audit mode, said to dry runs only) would deny [{}]: {message}",
-            verdict.reason
-        );
-        outcome.warnings.push(crate::policy::echoed(&said).into_owned());
+    if request.dry_run {
+        tell_dry_run(&mut outcome, &verdict);
     }
     entry.reason = verdict.reason;
     entry.detail = verdict.detail;

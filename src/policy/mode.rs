@@ -119,6 +119,22 @@ pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
     }
 }
 
+/// What a dry run is told beyond `outcome`: in audit mode, silent to Helm, the would-be denial
+/// as a warning. Helm never dry-runs a record write; a person asking what the guard would do
+/// (`kubectl delete --dry-run=server`, `helm-guard check`) does.
+pub fn tell_dry_run(outcome: &mut Outcome, verdict: &Verdict) {
+    if outcome.mode == Mode::Audit
+        && outcome.decision == Decision::Warned
+        && let Some(message) = &verdict.message
+    {
+        let said = format!(
+            "helm-guard (audit mode, said to dry runs only) would deny [{}]: {message}",
+            verdict.reason
+        );
+        outcome.warnings.push(warning(said));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,8 +154,22 @@ mod tests {
             warn.warnings,
             vec!["helm-guard (warn mode) would deny [latest-deployed-revision]: no".to_owned()]
         );
-        let audit = apply_mode(&deny, Mode::Audit);
+        let mut audit = apply_mode(&deny, Mode::Audit);
         assert_eq!((audit.allowed, audit.decision, audit.warnings.len()), (true, Decision::Warned, 0));
+        // A dry run is told what audit mode would deny; an enforced denial or a warning is told
+        // nothing more.
+        tell_dry_run(&mut audit, &deny);
+        assert_eq!(
+            audit.warnings,
+            vec![
+                "helm-guard (audit mode, said to dry runs only) would deny [latest-deployed-revision]: no"
+                    .to_owned()
+            ]
+        );
+        let (mut enforced, mut warned) = (enforce.clone(), warn.clone());
+        tell_dry_run(&mut enforced, &deny);
+        tell_dry_run(&mut warned, &deny);
+        assert_eq!((enforced, warned), (enforce, warn));
     }
 
     /// The spelling the `decision` audit annotation, the ledger line and the metrics' label
