@@ -7,8 +7,7 @@ use base64::Engine as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 
 use super::{ClusterArgs, EXIT_FAILURE, EXIT_OK, Output, print_data};
@@ -77,14 +76,15 @@ async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
     let target = Target { client, namespace: args.guard_namespace.clone(), name: args.name.clone() };
     let (configurations, bundles) = target.configurations().await;
     let deployment = target.deployment().await;
+    let in_force = target.in_force(deployment.as_ref()).await;
     let checks = vec![
         configurations,
         target.ca(&bundles, deployment.as_ref()).await,
         target.endpoints().await,
         target.replicas(deployment.as_ref()),
-        target.verdict().await,
+        target.verdict(&in_force).await,
         target.rbac().await,
-        target.mode(deployment.as_ref()).await,
+        mode(deployment.is_some(), &in_force),
     ];
     if !print_data(&checks, args.output)? {
         outln!("helm-guard check: {} in namespace {}", args.name, args.guard_namespace)?;
@@ -138,7 +138,7 @@ impl Target {
             ca_file: Default::default(),
             timeout_seconds: 10,
         };
-        let shipped = match registration::desired(&registration, b"") {
+        let shipped = match registration::desired(&registration) {
             Ok(shipped) => shipped,
             Err(error) => {
                 return (
@@ -150,9 +150,7 @@ impl Target {
         let mut bundles = Vec::new();
         let mut found = Vec::new();
         for wanted in &shipped {
-            let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &wanted.kind);
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
-            let live = match api.get_opt(&self.name).await {
+            let live = match registration::api(&self.client, &wanted.kind).get_opt(&self.name).await {
                 Ok(Some(live)) => live,
                 Ok(None) => {
                     let detail = format!("{} {} is absent", wanted.kind, self.name);
@@ -288,29 +286,16 @@ impl Target {
     /// The Service has at least one ready endpoint.
     async fn endpoints(&self) -> Check {
         const CHECK: &str = "ready endpoints";
-        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = format!("kubernetes.io/service-name={}", self.name);
-        let list = match slices.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => list,
-            Err(error) => {
-                return Check::fail(CHECK, said(&error), "can this kubeconfig list EndpointSlices?");
-            }
-        };
-        let endpoints: Vec<_> = list.items.iter().flat_map(|s| &s.endpoints).collect();
-        let ready: Vec<String> = endpoints
-            .iter()
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-            .map(|e| {
-                e.target_ref.as_ref().and_then(|t| t.name.clone()).unwrap_or_else(|| e.addresses.join(","))
-            })
-            .collect();
+        let (ready, endpoints) =
+            match registration::ready_endpoints(&self.client, &self.namespace, &self.name).await {
+                Ok(found) => found,
+                Err(error) => {
+                    return Check::fail(CHECK, said(&error), "can this kubeconfig list EndpointSlices?");
+                }
+            };
         if ready.is_empty() {
-            let detail = format!(
-                "Service {}/{}: {} endpoints, none ready",
-                self.namespace,
-                self.name,
-                endpoints.len()
-            );
+            let detail =
+                format!("Service {}/{}: {} endpoints, none ready", self.namespace, self.name, endpoints);
             let hint = format!(
                 "every Helm write the webhooks judge is refused now; `kubectl -n {} describe pods -l app.kubernetes.io/name=helm-guard`, and README's outage runbook",
                 self.namespace
@@ -364,9 +349,9 @@ impl Target {
     }
 
     /// A real verdict: a server-side dry-run deletion of a deployed release record.
-    async fn verdict(&self) -> Check {
+    async fn verdict(&self, in_force: &InForce) -> Check {
         const CHECK: &str = "a real verdict";
-        let Some((kind, namespace, name)) = self.a_deployed_record().await else {
+        let Some((kind, namespace, name)) = self.a_deployed_record(in_force).await else {
             return Check::skip(
                 CHECK,
                 format!(
@@ -441,33 +426,33 @@ impl Target {
 
     /// The latest record of a release, deployed and the release's only deployed one (so that
     /// deleting it is refused in every mode's verdict), in a namespace the guard judges (not its
-    /// own, not opted out).
-    async fn a_deployed_record(&self) -> Option<(&'static str, String, String)> {
+    /// own, not opted out, not exempt).
+    async fn a_deployed_record(&self, in_force: &InForce) -> Option<(&'static str, String, String)> {
         use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-        let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let ignored: Vec<String> = namespaces
-            .list_metadata(&ListParams::default().labels("helm-guard.io/ignore=true"))
-            .await
-            .map(|list| list.items.into_iter().filter_map(|n| n.metadata.name).collect())
-            .unwrap_or_default();
-        let judged = |namespace: &str| namespace != self.namespace && !ignored.iter().any(|n| n == namespace);
-        let params = ListParams::default().labels("owner=helm,status=deployed").limit(50);
-        let label = |meta: &kube::api::ObjectMeta, key: &str| {
+        let judged = |namespace: &str| {
+            namespace != self.namespace
+                && !in_force.ignored.iter().chain(&in_force.exempt_namespaces).any(|n| n == namespace)
+        };
+        let label = |meta: &ObjectMeta, key: &str| {
             meta.labels.as_ref().and_then(|l| l.get(key)).cloned().unwrap_or_default()
         };
+        // A record's metadata by its labels, as a Secret or as a ConfigMap: no payload is read.
+        let list = |kind: &str, namespace: Option<&str>, selector: &str| {
+            let (client, params) = (self.client.clone(), ListParams::default().labels(selector).limit(50));
+            let secrets = kind == "Secret";
+            let namespace = namespace.map(str::to_owned);
+            async move {
+                let metas = match (secrets, namespace) {
+                    (true, Some(ns)) => list_meta(Api::<Secret>::namespaced(client, &ns), params).await,
+                    (true, None) => list_meta(Api::<Secret>::all(client), params).await,
+                    (false, Some(ns)) => list_meta(Api::<ConfigMap>::namespaced(client, &ns), params).await,
+                    (false, None) => list_meta(Api::<ConfigMap>::all(client), params).await,
+                };
+                metas.unwrap_or_default()
+            }
+        };
         for kind in ["Secret", "ConfigMap"] {
-            let candidates = if kind == "Secret" {
-                Api::<Secret>::all(self.client.clone())
-                    .list_metadata(&params)
-                    .await
-                    .map(|l| l.items.into_iter().map(|o| o.metadata).collect::<Vec<_>>())
-            } else {
-                Api::<ConfigMap>::all(self.client.clone())
-                    .list_metadata(&params)
-                    .await
-                    .map(|l| l.items.into_iter().map(|o| o.metadata).collect())
-            };
-            for candidate in candidates.unwrap_or_default().into_iter().take(10) {
+            for candidate in list(kind, None, "owner=helm,status=deployed").await.into_iter().take(10) {
                 let (Some(namespace), Some(name)) = (candidate.namespace.clone(), candidate.name.clone())
                 else {
                     continue;
@@ -475,22 +460,9 @@ impl Target {
                 if !judged(&namespace) {
                     continue;
                 }
-                let release =
-                    ListParams::default().labels(&format!("owner=helm,name={}", label(&candidate, "name")));
-                let records: Vec<kube::api::ObjectMeta> = if kind == "Secret" {
-                    Api::<Secret>::namespaced(self.client.clone(), &namespace)
-                        .list_metadata(&release)
-                        .await
-                        .map(|l| l.items.into_iter().map(|o| o.metadata).collect())
-                } else {
-                    Api::<ConfigMap>::namespaced(self.client.clone(), &namespace)
-                        .list_metadata(&release)
-                        .await
-                        .map(|l| l.items.into_iter().map(|o| o.metadata).collect())
-                }
-                .unwrap_or_default();
-                let version =
-                    |meta: &kube::api::ObjectMeta| label(meta, "version").parse::<u64>().unwrap_or(0);
+                let release = format!("owner=helm,name={}", label(&candidate, "name"));
+                let records = list(kind, Some(&namespace), &release).await;
+                let version = |meta: &ObjectMeta| label(meta, "version").parse::<u64>().unwrap_or(0);
                 let latest = records.iter().map(version).max();
                 let deployed = records.iter().filter(|r| label(r, "status") == "deployed").count();
                 if latest == Some(version(&candidate)) && deployed == 1 {
@@ -579,49 +551,73 @@ impl Target {
         )
     }
 
-    /// The mode and the opt-outs in force (never fails: what a reader should know).
-    async fn mode(&self, deployment: Option<&Deployment>) -> Check {
-        const CHECK: &str = "mode";
+    /// The mode and the opt-outs in force: the Deployment's flags and the namespaces' labels.
+    async fn in_force(&self, deployment: Option<&Deployment>) -> InForce {
         let args: Vec<String> = deployment
             .and_then(|d| d.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.args.clone())
             .unwrap_or_default();
         let flag = |name: &str| -> Vec<String> {
             args.iter().filter_map(|a| a.strip_prefix(name)?.strip_prefix('=')).map(str::to_owned).collect()
         };
-        let mode = flag("--mode").pop().unwrap_or_else(|| "enforce".into());
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let labelled = |selector: &'static str| {
-            let namespaces = namespaces.clone();
-            async move {
-                namespaces
-                    .list_metadata(&ListParams::default().labels(selector))
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-            }
-        };
-        let ignored: Vec<String> =
-            labelled("helm-guard.io/ignore=true").await.into_iter().filter_map(|n| n.metadata.name).collect();
-        let moded: Vec<String> = labelled("helm-guard.io/mode")
-            .await
-            .into_iter()
-            .filter_map(|n| {
-                let mode = n.metadata.labels.as_ref()?.get("helm-guard.io/mode")?.clone();
-                Some(format!("{}={mode}", n.metadata.name?))
-            })
-            .collect();
-        let list = |items: Vec<String>| if items.is_empty() { "none".to_owned() } else { items.join(", ") };
-        let detail = format!(
-            "{mode}; opted out (helm-guard.io/ignore): {}; namespace modes: {}; exempt namespaces: {}; exempt users and groups: {}; break-glass groups: {}",
-            list(ignored),
-            list(moded),
-            list(flag("--exempt-namespace")),
-            list([flag("--exempt-user"), flag("--exempt-group")].concat()),
-            list(flag("--break-glass-group")),
-        );
-        if deployment.is_none() {
-            return Check::skip(CHECK, "no Deployment to read the flags of");
+        let labelled =
+            |selector: &'static str| list_meta(namespaces.clone(), ListParams::default().labels(selector));
+        let ignored = labelled("helm-guard.io/ignore=true").await.unwrap_or_default();
+        let moded = labelled("helm-guard.io/mode").await.unwrap_or_default();
+        InForce {
+            mode: flag("--mode").pop().unwrap_or_else(|| "enforce".into()),
+            ignored: ignored.into_iter().filter_map(|n| n.name).collect(),
+            namespace_modes: moded
+                .into_iter()
+                .filter_map(|n| {
+                    let mode = n.labels.as_ref()?.get("helm-guard.io/mode")?.clone();
+                    Some(format!("{}={mode}", n.name?))
+                })
+                .collect(),
+            exempt_namespaces: flag("--exempt-namespace"),
+            exempt_identities: [flag("--exempt-user"), flag("--exempt-group")].concat(),
+            break_glass_groups: flag("--break-glass-group"),
         }
-        Check::pass(CHECK, detail)
     }
+}
+
+/// The mode and the opt-outs in force.
+struct InForce {
+    mode: String,
+    /// Namespaces labelled `helm-guard.io/ignore=true`.
+    ignored: Vec<String>,
+    /// `namespace=mode` of those labelled `helm-guard.io/mode`.
+    namespace_modes: Vec<String>,
+    exempt_namespaces: Vec<String>,
+    exempt_identities: Vec<String>,
+    break_glass_groups: Vec<String>,
+}
+
+/// The mode and the opt-outs in force (never fails: what a reader should know).
+fn mode(deployment_found: bool, in_force: &InForce) -> Check {
+    const CHECK: &str = "mode";
+    if !deployment_found {
+        return Check::skip(CHECK, "no Deployment to read the flags of");
+    }
+    let list = |items: &[String]| if items.is_empty() { "none".to_owned() } else { items.join(", ") };
+    Check::pass(
+        CHECK,
+        format!(
+            "{}; opted out (helm-guard.io/ignore): {}; namespace modes: {}; exempt namespaces: {}; exempt users and groups: {}; break-glass groups: {}",
+            in_force.mode,
+            list(&in_force.ignored),
+            list(&in_force.namespace_modes),
+            list(&in_force.exempt_namespaces),
+            list(&in_force.exempt_identities),
+            list(&in_force.break_glass_groups),
+        ),
+    )
+}
+
+/// The metadata of the objects `api` lists with `params`: no data is read.
+async fn list_meta<K>(api: Api<K>, params: ListParams) -> kube::Result<Vec<ObjectMeta>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api.list_metadata(&params).await?.items.into_iter().map(|o| o.metadata).collect())
 }

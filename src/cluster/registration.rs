@@ -54,10 +54,10 @@ pub(crate) struct Desired {
     pub(crate) webhooks: Value,
 }
 
-/// The shipped webhooks pointed at `registration`'s Service, trusting `ca_pem`. Pure.
-pub(crate) fn desired(registration: &Registration, ca_pem: &[u8]) -> anyhow::Result<Vec<Desired>> {
+/// The shipped webhooks pointed at `registration`'s Service (their CA is set at each check, by
+/// [`across_rotation`]). Pure.
+pub(crate) fn desired(registration: &Registration) -> anyhow::Result<Vec<Desired>> {
     let documents: Vec<Value> = serde_saphyr::from_multiple(SHIPPED).context("manifests/webhooks.yaml")?;
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let mut configurations = Vec::new();
     for mut document in documents {
         let Some(kind) = document.get("kind").and_then(Value::as_str).map(str::to_owned) else { continue };
@@ -70,7 +70,7 @@ pub(crate) fn desired(registration: &Registration, ca_pem: &[u8]) -> anyhow::Res
                 "path": path,
                 "port": 443,
             });
-            webhook.insert("clientConfig".into(), json!({"service": service, "caBundle": ca_bundle}));
+            webhook.insert("clientConfig".into(), json!({"service": service}));
             webhook.insert("timeoutSeconds".into(), json!(registration.timeout_seconds));
             let expressions = webhook
                 .get_mut("namespaceSelector")
@@ -158,72 +158,64 @@ pub(crate) fn says(live: &Value, wanted: &Value) -> bool {
     }
 }
 
-/// The configurations' API, by kind.
-fn api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+/// The webhook configurations' API, by kind.
+pub(crate) fn api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
     Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
 }
 
-/// Whether the Service `name` in `namespace` has an endpoint ready to answer.
-async fn has_ready_endpoint(client: &kube::Client, namespace: &str, name: &str) -> kube::Result<bool> {
+/// The Service `name` in `namespace`: the endpoints ready to answer (by their pod's name, else
+/// their addresses), and how many it has in all.
+pub(crate) async fn ready_endpoints(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> kube::Result<(Vec<String>, usize)> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let selector = format!("kubernetes.io/service-name={name}");
     let list = slices.list(&ListParams::default().labels(&selector)).await?;
+    let endpoints: Vec<_> = list.items.iter().flat_map(|slice| &slice.endpoints).collect();
     // An endpoint whose readiness is unknown counts as ready (the field's documented meaning).
-    Ok(list
-        .items
+    let ready = endpoints
         .iter()
-        .flat_map(|slice| &slice.endpoints)
-        .any(|endpoint| endpoint.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)))
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .map(|e| e.target_ref.as_ref().and_then(|t| t.name.clone()).unwrap_or_else(|| e.addresses.join(",")))
+        .collect();
+    Ok((ready, endpoints.len()))
 }
 
-/// What one check did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Checked {
-    /// Both configurations already say what the guard would write.
-    Current,
-    /// At least one was patched.
-    Patched,
-    /// At least one is absent (and was not created).
-    Absent,
-}
-
-/// Compares both configurations with what the guard would write and patches those that differ.
-pub(crate) async fn check_once(
+/// Compares both configurations with `template` trusting the CA read now, and patches those
+/// that differ.
+async fn check_once(
     client: &kube::Client,
     registration: &Registration,
-) -> anyhow::Result<Checked> {
+    template: &[Desired],
+) -> anyhow::Result<()> {
     let ca_pem = tokio::fs::read(&registration.ca_file)
         .await
         .with_context(|| format!("reading the CA {}", registration.ca_file.display()))?;
-    let mut checked = Checked::Current;
-    for mut wanted in desired(registration, &ca_pem)? {
+    for wanted in template {
         let api = api(client, &wanted.kind);
         let Some(live) = api.get_opt(&registration.name).await? else {
             tracing::warn!(kind = %wanted.kind, name = %registration.name, "webhook configuration absent: the guard does not create it (`helm upgrade` of the chart puts it back)");
-            checked = Checked::Absent;
             continue;
         };
-        across_rotation(&mut wanted.webhooks, live.data.get("webhooks"), &ca_pem);
-        if says(live.data.get("webhooks").unwrap_or(&Value::Null), &wanted.webhooks) {
+        let mut webhooks = wanted.webhooks.clone();
+        across_rotation(&mut webhooks, live.data.get("webhooks"), &ca_pem);
+        if says(live.data.get("webhooks").unwrap_or(&Value::Null), &webhooks) {
             continue;
         }
         // A merge patch replaces the whole list: the guard's webhooks are all the configuration has.
-        let patch = json!({"webhooks": wanted.webhooks});
+        let patch = json!({"webhooks": webhooks});
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
         match api.patch(&registration.name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => {
-                tracing::info!(kind = %wanted.kind, name = %registration.name, "webhooks registered");
-                if checked == Checked::Current {
-                    checked = Checked::Patched;
-                }
-            }
+            Ok(_) => tracing::info!(kind = %wanted.kind, name = %registration.name, "webhooks registered"),
             // Deleted between the read and the patch: as absent, not created.
-            Err(kube::Error::Api(status)) if status.code == 404 => checked = Checked::Absent,
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(error) => return Err(error.into()),
         }
     }
-    Ok(checked)
+    Ok(())
 }
 
 /// Waits until `ready` says the guard can answer and its Service has a ready endpoint, then
@@ -234,24 +226,34 @@ pub(crate) async fn keep_registered(
     registration: Registration,
     ready: impl Fn() -> bool + Send + 'static,
 ) {
+    let template = match desired(&registration) {
+        Ok(template) => template,
+        Err(error) => {
+            tracing::error!(
+                error = format!("{error:#}"),
+                "this build's webhooks do not read: none registered"
+            );
+            return;
+        }
+    };
     while !ready() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let mut waiting_said = false;
     loop {
-        match has_ready_endpoint(&client, &registration.namespace, &registration.name).await {
-            Ok(true) => break,
-            Ok(false) if !waiting_said => {
+        match ready_endpoints(&client, &registration.namespace, &registration.name).await {
+            Ok((ready, _)) if !ready.is_empty() => break,
+            Ok(_) if !waiting_said => {
                 tracing::info!(service = %registration.name, "ready; the webhooks are registered once the Service has a ready endpoint");
                 waiting_said = true;
             }
-            Ok(false) => {}
+            Ok(_) => {}
             Err(error) => tracing::warn!(%error, "reading the Service's endpoints"),
         }
         tokio::time::sleep(ENDPOINT_POLL).await;
     }
     loop {
-        if let Err(error) = check_once(&client, &registration).await {
+        if let Err(error) = check_once(&client, &registration, &template).await {
             tracing::warn!(error = format!("{error:#}"), "registering the webhooks; retried");
         }
         tokio::time::sleep(RECHECK_EVERY).await;
@@ -273,7 +275,11 @@ mod tests {
 
     #[test]
     fn the_shipped_webhooks_point_at_the_service_trust_the_ca_and_leave_the_namespace_out() {
-        let configurations = desired(&registration(), b"PEM").unwrap();
+        let mut configurations = desired(&registration()).unwrap();
+        // The CA reaches every webhook at each check (nothing registered yet: it alone).
+        for configuration in &mut configurations {
+            across_rotation(&mut configuration.webhooks, None, b"PEM");
+        }
         let kinds: Vec<&str> = configurations.iter().map(|c| c.kind.as_str()).collect();
         assert_eq!(kinds, ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]);
         let shipped: Vec<Value> = serde_saphyr::from_multiple(SHIPPED).unwrap();
@@ -286,7 +292,7 @@ mod tests {
                 assert_eq!(service["namespace"], "platform");
                 assert_eq!(service["port"], 443);
                 assert_eq!(service["path"], shipped["clientConfig"]["service"]["path"]);
-                assert_eq!(webhook["clientConfig"]["caBundle"], "UEVN");
+                assert_eq!(webhook["clientConfig"]["caBundle"], "UEVNCg==", "PEM, ended by a newline");
                 assert_eq!(webhook["timeoutSeconds"], 7);
                 // Everything else is the shipped webhook's.
                 for key in
