@@ -114,13 +114,21 @@ impl Deployed {
             .collect()
     }
 
-    fn rollout_status(&self) -> Output {
-        let deployment = format!("deployment/{}", self.name);
-        run(&["kubectl", "rollout", "status", &deployment, "-n", &self.namespace, "--timeout=180s"])
-    }
-
-    fn uninstall(&self) -> Output {
-        run(&[self.helm, "uninstall", &self.release, "-n", &self.namespace, "--wait", "--timeout", "120s"])
+    /// `helm uninstall` of the chart: it completes and leaves no webhook.
+    fn uninstall(&self) {
+        let done = run(&[
+            self.helm,
+            "uninstall",
+            &self.release,
+            "-n",
+            &self.namespace,
+            "--wait",
+            "--timeout",
+            "120s",
+        ]);
+        assert!(done.status.success(), "{} uninstall: {}", self.helm, said(&done));
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(self.webhooks_left(), "", "uninstall leaves no webhook");
     }
 
     fn webhooks_left(&self) -> String {
@@ -202,6 +210,19 @@ fn flow(helm: &'static str, seed: u64, namespaces: &[String; 2], chart: &str) ->
     }
 }
 
+/// `kubectl rollout status` of the guard's Deployment, to its end.
+fn rollout_status(namespace: &str, name: &str) -> Output {
+    let deployment = format!("deployment/{name}");
+    run(&["kubectl", "rollout", "status", &deployment, "-n", namespace, "--timeout=180s"])
+}
+
+/// The twin namespaces go (without waiting).
+fn delete_namespaces(namespaces: &[String; 2]) {
+    for ns in namespaces {
+        let _ = run(&["kubectl", "delete", "namespace", ns, "--wait=false"]);
+    }
+}
+
 /// One random step of `flow`, agreeing with the twin.
 fn random_step(flow: &mut Flow) {
     let op = random_op(&mut flow.rng, RELEASES.len());
@@ -278,10 +299,7 @@ fn the_chart_on_a_node_guards_helm_through_a_crash_a_rollout_and_a_ca_rotation()
         assert!(restart.status.success(), "{}", said(&restart));
         flow.log.push("(rolling restart)".to_owned());
         let (namespace, name) = (deployed.namespace.clone(), deployed.name.clone());
-        let rolled = std::thread::spawn(move || {
-            let deployment = format!("deployment/{name}");
-            run(&["kubectl", "rollout", "status", &deployment, "-n", &namespace, "--timeout=180s"])
-        });
+        let rolled = std::thread::spawn(move || rollout_status(&namespace, &name));
         steps_while(&mut flow, steps / 3, || rolled.is_finished());
         let rolled = rolled.join().unwrap();
         assert!(rolled.status.success(), "{}", said(&rolled));
@@ -347,13 +365,8 @@ fn the_chart_on_a_node_guards_helm_through_a_crash_a_rollout_and_a_ca_rotation()
     assert!(upgraded.status.success(), "{}", said(&upgraded));
     until_checked(&deployed.namespace, &deployed.name);
 
-    let uninstall = deployed.uninstall();
-    assert!(uninstall.status.success(), "{}", said(&uninstall));
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(deployed.webhooks_left(), "", "uninstall leaves no webhook");
-    for ns in &namespaces {
-        let _ = run(&["kubectl", "delete", "namespace", ns, "--wait=false"]);
-    }
+    deployed.uninstall();
+    delete_namespaces(&namespaces);
 }
 
 /// A little more than the guard's registration period.
@@ -429,7 +442,7 @@ fn upgrading_the_guard_from_the_previous_version_with_the_k3s_values_refuses_not
         steps_while(&mut flow, steps / 3, || upgrading.is_finished());
         let upgraded = upgrading.join().unwrap();
         assert!(upgraded.status.success(), "helm3 upgrade of the guard: {}", said(&upgraded));
-        let rolled = deployed.rollout_status();
+        let rolled = rollout_status(&deployed.namespace, &deployed.name);
         assert!(rolled.status.success(), "{}", said(&rolled));
         for _ in 0..steps / 3 {
             random_step(&mut flow);
@@ -438,13 +451,8 @@ fn upgrading_the_guard_from_the_previous_version_with_the_k3s_values_refuses_not
         assert!(checked.contains("every check passed"), "{checked}");
         eprintln!("seed {seed}: agrees ({helm}) through an upgrade of the guard ({sets:?})");
     }
-    let uninstall = deployed.uninstall();
-    assert!(uninstall.status.success(), "{}", said(&uninstall));
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(deployed.webhooks_left(), "", "uninstall leaves no webhook");
-    for ns in &namespaces {
-        let _ = run(&["kubectl", "delete", "namespace", ns, "--wait=false"]);
-    }
+    deployed.uninstall();
+    delete_namespaces(&namespaces);
 }
 
 /// Three replicas on one node, and the guard installed while its image cannot be pulled: nothing
@@ -492,9 +500,6 @@ fn three_replicas_on_one_node_guard_helm_and_a_pod_that_never_runs_refuses_nothi
     for _ in 0..steps() / 2 {
         random_step(&mut flow);
     }
-    let uninstall = deployed.uninstall();
-    assert!(uninstall.status.success(), "{}", said(&uninstall));
-    for ns in &namespaces {
-        let _ = run(&["kubectl", "delete", "namespace", ns, "--wait=false"]);
-    }
+    deployed.uninstall();
+    delete_namespaces(&namespaces);
 }
