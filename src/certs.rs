@@ -113,7 +113,7 @@ pub(crate) fn signed_by(leaf_pem: &[u8], bundles: &[Vec<u8>]) -> Result<String, 
 }
 
 #[cfg(test)]
-mod signed_by_tests {
+mod tests {
     use super::*;
 
     #[test]
