@@ -48,7 +48,8 @@ pub const ANNOTATION_OBJECT: &str = "helm-guard.io/object";
 pub const ANNOTATION_DIGEST: &str = "helm-guard.io/sha256";
 const DATA_PREFIX: &str = "data.";
 
-/// The digest of a copy: its object annotation and each data value (decoded), by key.
+/// The digest of a copy: its object annotation and each data value as the record held it (a
+/// Secret's as the API's base64, a ConfigMap's as text), by key.
 fn copy_digest<'a>(object: &str, data: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
     let mut hash = sha2::Sha256::new();
     hash.update(b"helm-guard recycle-bin copy v1\n");
@@ -190,21 +191,10 @@ pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) ->
             Driver::ConfigMap => string_data.insert(key, value),
         };
     }
-    // Over the values as the copy's reader gets them: a Secret's decoded, a ConfigMap's as text.
-    let decoded: Vec<(String, Vec<u8>)> = data
-        .iter()
-        .map(|(k, v)| {
-            let bytes =
-                base64::engine::general_purpose::STANDARD.decode(v).unwrap_or_else(|_| v.as_bytes().to_vec());
-            (k.trim_start_matches(DATA_PREFIX).to_owned(), bytes)
-        })
-        .chain(
-            string_data
-                .iter()
-                .map(|(k, v)| (k.trim_start_matches(DATA_PREFIX).to_owned(), v.as_bytes().to_vec())),
-        )
-        .collect();
-    let digest = copy_digest(&object, decoded.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+    // Over the values as written: nothing decoded on the DELETE's path.
+    let written =
+        data.iter().chain(&string_data).map(|(k, v)| (k.trim_start_matches(DATA_PREFIX), v.as_bytes()));
+    let digest = copy_digest(&object, written);
     let key = &record.id.key;
     let labels = [
         ("app.kubernetes.io/managed-by", "helm-guard".to_owned()),
@@ -455,8 +445,18 @@ impl RecycledCopy {
         let kept_digest = meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_DIGEST));
         let annotation =
             meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_OBJECT)).map_or("", String::as_str);
+        // The API hands the values back decoded: a Secret record's are base64 again, as kept.
+        let as_kept: Vec<(&str, std::borrow::Cow<'_, [u8]>)> = data
+            .iter()
+            .map(|(k, v)| match object.driver() {
+                Some(Driver::Secret) => {
+                    (k.as_str(), base64::engine::general_purpose::STANDARD.encode(v).into_bytes().into())
+                }
+                _ => (k.as_str(), v.as_slice().into()),
+            })
+            .collect();
         if let Some(kept) = kept_digest
-            && *kept != copy_digest(annotation, data.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
+            && *kept != copy_digest(annotation, as_kept.iter().map(|(k, v)| (*k, v.as_ref())))
         {
             return Err(RestoreError::Edited);
         }
