@@ -542,6 +542,23 @@ fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
     argv.extend(changed);
     let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
     assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
+
+    // A bin of its own: the flag, and the Role and its binding move there (and nowhere else).
+    assert!(!default_args.iter().any(|a| a.starts_with("--recycle-bin-namespace")));
+    let moved = render(&["recycleBin.namespace=helm-guard-bin"]);
+    assert!(args(&moved).iter().any(|a| a == "--recycle-bin-namespace=helm-guard-bin"), "{:?}", args(&moved));
+    for kind in ["Role", "RoleBinding"] {
+        let bin = find(&moved, kind)
+            .into_iter()
+            .find(|r| r["metadata"]["name"].as_str().unwrap().ends_with("-recycle-bin"))
+            .expect("the bin's");
+        assert_eq!(bin["metadata"]["namespace"], "helm-guard-bin", "{kind}");
+    }
+    let elsewhere = find(&moved, "Role")
+        .into_iter()
+        .filter(|r| r["metadata"]["namespace"] == "helm-guard-bin")
+        .count();
+    assert_eq!(elsewhere, 1, "only the bin's Role is in the bin's namespace");
 }
 
 #[test]

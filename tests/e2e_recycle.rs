@@ -54,13 +54,17 @@ fn history(which: &str, release: &str, namespace: &str) -> Vec<Value> {
     serde_json::from_slice(&done.stdout).unwrap()
 }
 
-fn copies(guard_namespace: &str, release: &str) -> Vec<Value> {
+/// The copies of `release` in the bin in `bin_namespace`, which is not the guard's (it runs in
+/// the test's process), so the CLI is told where the bin is.
+fn copies(bin_namespace: &str, release: &str) -> Vec<Value> {
     let done = run(&[
         GUARD,
         "scan",
         "--recycle-bin",
         "--guard-namespace",
-        guard_namespace,
+        "helm-guard-e2e-no-such-namespace",
+        "--recycle-bin-namespace",
+        bin_namespace,
         "--release",
         release,
         "-o",

@@ -83,7 +83,7 @@ async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
         target.endpoints().await,
         target.replicas(deployment.as_ref()),
         target.verdict(&in_force).await,
-        target.rbac().await,
+        target.rbac(&in_force).await,
         mode(deployment.is_some(), &in_force),
     ];
     if !print_data(&checks, args.output)? {
@@ -474,10 +474,11 @@ impl Target {
     }
 
     /// Each permission the guard needs, asked of the API server for its service account.
-    async fn rbac(&self) -> Check {
+    async fn rbac(&self, in_force: &InForce) -> Check {
         const CHECK: &str = "rbac";
         let user = format!("system:serviceaccount:{}:{}", self.namespace, self.name);
         let ns = Some(self.namespace.as_str());
+        let bin = Some(in_force.recycle_bin_namespace.as_deref().unwrap_or(&self.namespace));
         // (API group, resource, verb, namespace, name)
         let needed: [Permission; 11] = [
             ("", "secrets", "watch", None, None),
@@ -501,7 +502,7 @@ impl Target {
             ("discovery.k8s.io", "endpointslices", "list", ns, None),
             ("coordination.k8s.io", "leases", "patch", ns, None),
             ("coordination.k8s.io", "leases", "watch", ns, None),
-            ("", "secrets", "create", ns, None),
+            ("", "secrets", "create", bin, None),
             ("events.k8s.io", "events", "create", None, None),
         ];
         let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
@@ -577,6 +578,7 @@ impl Target {
             exempt_namespaces: flag("--exempt-namespace"),
             exempt_identities: [flag("--exempt-user"), flag("--exempt-group")].concat(),
             break_glass_groups: flag("--break-glass-group"),
+            recycle_bin_namespace: flag("--recycle-bin-namespace").pop(),
         }
     }
 }
@@ -591,6 +593,8 @@ struct InForce {
     exempt_namespaces: Vec<String>,
     exempt_identities: Vec<String>,
     break_glass_groups: Vec<String>,
+    /// The recycle bin's namespace, when not the guard's.
+    recycle_bin_namespace: Option<String>,
 }
 
 /// The mode and the opt-outs in force (never fails: what a reader should know).

@@ -34,9 +34,8 @@ pub struct ForgetArgs {
     /// Delete the records. Without it the plan is printed and nothing changes.
     #[arg(long)]
     pub apply: bool,
-    /// Where the guard keeps its recycle bin: its own namespace.
-    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
-    pub guard_namespace: String,
+    #[command(flatten)]
+    pub bin: super::BinArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Output format: the plan for people, or as JSON or YAML.
@@ -69,17 +68,17 @@ async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
     let mut deleted = 0;
     if args.apply {
         // The bin must be readable before anything is deleted: every copy is checked there.
-        read_bin(&client, &args.guard_namespace, &namespace, &args.release).await.with_context(|| {
+        read_bin(&client, args.bin.namespace(), &namespace, &args.release).await.with_context(|| {
             format!(
                 "reading the recycle bin in namespace {} (the guard's namespace: --guard-namespace), where forget \
                  checks each record's copy before the next deletion; nothing deleted",
-                args.guard_namespace
+                args.bin.namespace()
             )
         })?;
         let total: usize = plans.iter().map(|plan| plan.steps.len()).sum();
         for step in plans.iter().flat_map(|plan| &plan.steps) {
             if let Err(error) =
-                forget_one(&client, &namespace, &args.guard_namespace, &args.release, step).await
+                forget_one(&client, &namespace, args.bin.namespace(), &args.release, step).await
             {
                 eprintln!(
                     "error: {error:#}\n{} of {total} records deleted (each kept in the recycle bin), the rest untouched; \
@@ -95,7 +94,7 @@ async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
         plans.into_iter().map(|plan| Applied { applied: args.apply, plan }).collect();
     if !print_data(&outcomes, args.output)? {
         for outcome in &outcomes {
-            print_plan(&outcome.plan, &args.guard_namespace)?;
+            print_plan(&outcome.plan, args.bin.namespace())?;
         }
         if args.apply {
             outln!(
@@ -118,7 +117,7 @@ async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
 async fn forget_one(
     client: &kube::Client,
     namespace: &str,
-    guard_namespace: &str,
+    bin_namespace: &str,
     release: &str,
     step: &ForgetStep,
 ) -> anyhow::Result<()> {
@@ -152,7 +151,7 @@ async fn forget_one(
     };
     deleted.with_context(|| format!("deleting {what}"))?;
     let bin =
-        read_bin(client, guard_namespace, namespace, release).await.context("reading the recycle bin")?;
+        read_bin(client, bin_namespace, namespace, release).await.context("reading the recycle bin")?;
     let kept = bin.iter().flatten().any(|copy| {
         copy.object.kind == step.kind
             && copy.object.name == step.name
@@ -160,9 +159,9 @@ async fn forget_one(
     });
     anyhow::ensure!(
         kept,
-        "deleted {what}, but the recycle bin in namespace {guard_namespace} holds no copy of it: is helm-guard running \
-         with its recycle bin on (--recycle-bin), guarding namespace {namespace}, and is {guard_namespace} its namespace \
-         (--guard-namespace)? Stopped before the next record"
+        "deleted {what}, but the recycle bin in namespace {bin_namespace} holds no copy of it: is helm-guard running \
+         with its recycle bin on (--recycle-bin), guarding namespace {namespace}, and is {bin_namespace} its recycle bin's \
+         namespace (--guard-namespace, --recycle-bin-namespace)? Stopped before the next record"
     );
     Ok(())
 }
@@ -191,9 +190,9 @@ where
     Ok(deleted)
 }
 
-fn print_plan(plan: &ForgetPlan, guard_namespace: &str) -> anyhow::Result<()> {
+fn print_plan(plan: &ForgetPlan, bin_namespace: &str) -> anyhow::Result<()> {
     outln!(
-        "Release {}/{} ({}): {} to delete, oldest first, each kept in the recycle bin in namespace {guard_namespace}; \
+        "Release {}/{} ({}): {} to delete, oldest first, each kept in the recycle bin in namespace {bin_namespace}; \
          its resources stay",
         plan.namespace,
         plan.release,

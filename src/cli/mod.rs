@@ -212,6 +212,26 @@ impl ClusterArgs {
     }
 }
 
+/// Where the guard keeps its recycle bin, for the commands that read or fill it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BinArgs {
+    /// The guard's namespace: its recycle bin is there unless --recycle-bin-namespace says
+    /// otherwise.
+    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
+    pub guard_namespace: String,
+    /// The namespace of the guard's recycle bin, when the guard keeps it outside its own (chart
+    /// value recycleBin.namespace).
+    #[arg(long, env = "HELM_GUARD_RECYCLE_BIN_NAMESPACE", value_name = "NAMESPACE")]
+    pub recycle_bin_namespace: Option<String>,
+}
+
+impl BinArgs {
+    /// The recycle bin's namespace.
+    pub(crate) fn namespace(&self) -> &str {
+        self.recycle_bin_namespace.as_deref().unwrap_or(&self.guard_namespace)
+    }
+}
+
 /// The cluster could not be reached or read (no kubeconfig, a dead address, a refusal): a failure
 /// at run time, exit 1, not bad input.
 #[derive(Debug, thiserror::Error)]

@@ -34,9 +34,8 @@ pub struct RestoreArgs {
     /// Create the records. Without it the plan is printed and nothing changes.
     #[arg(long)]
     pub apply: bool,
-    /// Where the guard keeps its recycle bin: its own namespace.
-    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
-    pub guard_namespace: String,
+    #[command(flatten)]
+    pub bin: super::BinArgs,
     /// A pending revision unchanged for longer than this is stuck (for the state shown).
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
@@ -60,10 +59,10 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     let bin =
-        read_bin(&client, &args.guard_namespace, &namespace, &args.release).await.with_context(|| {
+        read_bin(&client, args.bin.namespace(), &namespace, &args.release).await.with_context(|| {
             format!(
                 "reading the recycle bin in namespace {} (the guard's namespace: --guard-namespace)",
-                args.guard_namespace
+                args.bin.namespace()
             )
         })?;
     let mut copies = Vec::new();
@@ -76,7 +75,7 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<u8> {
     if copies.is_empty() {
         eprintln!(
             "error: the recycle bin in namespace {} holds no copy of release {namespace}/{}",
-            args.guard_namespace, args.release
+            args.bin.namespace(), args.release
         );
         return Ok(EXIT_BAD_INPUT);
     }

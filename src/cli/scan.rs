@@ -53,9 +53,8 @@ pub struct ScanArgs {
     /// back): release, revision, when, why and by whom.
     #[arg(long, conflicts_with_all = ["broken", "repair_plan", "opted_out", "from_file"])]
     pub recycle_bin: bool,
-    /// Where the guard keeps its recycle bin: its own namespace.
-    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
-    pub guard_namespace: String,
+    #[command(flatten)]
+    pub bin: super::BinArgs,
     /// For each release that needs attention, the `helm-guard repair` command that fixes it
     /// (and what it would change), or what only an operator can do.
     #[arg(long)]
@@ -177,7 +176,7 @@ pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
     }
     if args.output == ScanOutput::Policyreport {
-        let cluster = cluster_results(&opted_out, &bin, &args.guard_namespace);
+        let cluster = cluster_results(&opted_out, &bin, args.bin.namespace());
         print_policy_reports(args.report_api.into(), &releases, cluster, now_secs(args.now.as_ref()))?;
         return Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK });
     }
@@ -345,7 +344,7 @@ fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
             eprintln!("warning: could not list namespaces ({error}): opted-out namespaces are not shown");
             Vec::new()
         });
-        let bin = list_bin(&client, &args.guard_namespace, namespace, release).await.unwrap_or_default();
+        let bin = list_bin(&client, args.bin.namespace(), namespace, release).await.unwrap_or_default();
         anyhow::Ok(Listed { records, namespaces, bin })
     });
     listed.map_err(|error| ClusterUnavailable(error.context("reading the cluster")).into())
@@ -356,7 +355,7 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
     let entries = match list_bin_entries(args) {
         Ok(entries) => entries,
         Err(error) => {
-            eprintln!("error: reading the recycle bin in namespace {}: {error:#}", args.guard_namespace);
+            eprintln!("error: reading the recycle bin in namespace {}: {error:#}", args.bin.namespace());
             return Ok(EXIT_FAILURE);
         }
     };
@@ -364,7 +363,7 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
         return Ok(EXIT_OK);
     }
     if entries.is_empty() {
-        outln!("The recycle bin in namespace {} holds no copies{}.", args.guard_namespace, scope(args))?;
+        outln!("The recycle bin in namespace {} holds no copies{}.", args.bin.namespace(), scope(args))?;
         return Ok(EXIT_OK);
     }
     let rows: Vec<Vec<String>> = entries
@@ -396,7 +395,7 @@ fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::recycle_bin::c
     runtime.block_on(async {
         let client = connect(&args.cluster.access()).await?;
         let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
-        anyhow::Ok(list_bin(&client, &args.guard_namespace, namespace, release).await?)
+        anyhow::Ok(list_bin(&client, args.bin.namespace(), namespace, release).await?)
     })
 }
 

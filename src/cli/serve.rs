@@ -151,10 +151,15 @@ pub struct ServeArgs {
     pub read_ahead: bool,
     /// Keep a copy of each record whose deletion only an override lets through (the break-glass
     /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
-    /// --guard-namespace before approving it (README, "The recycle bin");
+    /// --recycle-bin-namespace before approving it (README, "The recycle bin");
     /// `--recycle-bin=false` turns it off.
     #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BIN", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub recycle_bin: bool,
+    /// Where the copies are kept (default: --guard-namespace). Whoever can read Secrets there can
+    /// read the values of every release whose record was let go: a namespace of its own narrows
+    /// that to those it grants (SECURITY.md).
+    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BIN_NAMESPACE", value_name = "NAMESPACE")]
+    pub recycle_bin_namespace: Option<String>,
     /// How long a copy is kept.
     #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_TTL", default_value = "7d", value_parser = humantime::parse_duration)]
     pub recycle_ttl: Duration,
@@ -450,6 +455,7 @@ async fn watch_cluster(
         .unwrap_or_else(|| format!("helm-guard-{}", std::process::id()));
     let guard_namespace = guard_namespace(args, &client);
     let fence_namespace = args.watch_fence.then(|| guard_namespace.clone());
+    let bin_namespace = args.recycle_bin_namespace.clone().unwrap_or_else(|| guard_namespace.clone());
     let policy_reports = (args.policy_reports != ApiChoice::Off).then(|| WriterOptions {
         apis: args.policy_reports,
         debounce: args.policy_report_debounce,
@@ -459,11 +465,11 @@ async fn watch_cluster(
         identity: identity.clone(),
         stuck_after_secs: i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX),
         default_mode: decide.policy.default_mode,
-        bin_namespace: args.recycle_bin.then(|| guard_namespace.clone()),
+        bin_namespace: args.recycle_bin.then(|| bin_namespace.clone()),
         max_reports: args.policy_report_max_reports,
     });
     let recycle_bin = args.recycle_bin.then(|| crate::live::RecycleOptions {
-        namespace: guard_namespace.clone(),
+        namespace: bin_namespace,
         bounds: recycle_bounds(args),
     });
     let options = crate::live::LiveOptions {
