@@ -1,10 +1,12 @@
 # With a registry: docker build -t helm-guard:0.1.0 .   (offline, with podman: image/build.sh)
-# The same binary as image/build.sh, the same way (cargo build --release --locked, laid out by
-# image/rootfs.sh); the final stage is image/Containerfile's.
+# The same binary as image/build.sh, the same way (cargo auditable build --release --locked, so
+# that scanners read its dependencies from the image; laid out by image/rootfs.sh); the final
+# stage is image/Containerfile's. The SBOM file beside the image is image/build.sh's.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+RUN cargo install --locked cargo-auditable@0.7.7
 COPY . .
-RUN cargo build --release --locked --bin helm-guard \
+RUN cargo auditable build --release --locked --bin helm-guard \
  && mkdir -p /image && image/rootfs.sh target/release/helm-guard /image/rootfs
 
 FROM scratch
