@@ -82,6 +82,8 @@ pub mod live;
 pub mod policy;
 pub mod policy_reports;
 pub mod recycle_bin;
+#[cfg(test)]
+mod reference;
 pub mod release;
 pub mod server;
 pub mod tally;

@@ -554,10 +554,8 @@ fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
             .expect("the bin's");
         assert_eq!(bin["metadata"]["namespace"], "helm-guard-bin", "{kind}");
     }
-    let elsewhere = find(&moved, "Role")
-        .into_iter()
-        .filter(|r| r["metadata"]["namespace"] == "helm-guard-bin")
-        .count();
+    let elsewhere =
+        find(&moved, "Role").into_iter().filter(|r| r["metadata"]["namespace"] == "helm-guard-bin").count();
     assert_eq!(elsewhere, 1, "only the bin's Role is in the bin's namespace");
 }
 

@@ -157,7 +157,7 @@ fn inspect_of_a_missing_revision_says_which_revisions_each_release_has() {
     assert!(err.contains("(demo/web has revisions 2, 3, 4; orphan/app has revision 1; "), "{err}");
 }
 
-/// README's "Exit status": a cluster that cannot be reached is a failure at run time (1) for
+/// docs/reference/commands.md's exit status: a cluster that cannot be reached is a failure at run time (1) for
 /// every command that reads one, never bad input (2), whether no kubeconfig is found or the one
 /// found points at an address that does not answer.
 #[test]
@@ -775,6 +775,56 @@ fn version_names_the_commit_and_completions_are_generated() {
 }
 
 #[test]
+fn every_command_shows_examples_and_its_exit_status() {
+    for command in [
+        "serve",
+        "inspect",
+        "scan",
+        "repair",
+        "restore",
+        "forget",
+        "audit",
+        "certs",
+        "check",
+        "completion",
+        "man",
+    ] {
+        let help = stdout(&helm_guard(&[command, "--help"]));
+        let examples = help.split("Examples:\n").nth(1).unwrap_or_else(|| panic!("{command}: no examples"));
+        let shown = examples.lines().take_while(|l| l.starts_with("  ")).count();
+        assert!((2..=4).contains(&shown), "{command}: {shown} examples");
+        assert!(help.contains("Exit status: 0 "), "{command}: no exit status");
+    }
+}
+
+#[test]
+fn man_pages_are_written_one_per_command_and_a_directory_that_cannot_be_made_is_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man1");
+    let output = helm_guard(&["man", out.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let mut pages: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    for page in ["helm-guard.1", "helm-guard-scan.1", "helm-guard-serve.1", "helm-guard-restore.1"] {
+        assert!(pages.iter().any(|p| p == page), "{page}: {pages:?}");
+    }
+    let scan = std::fs::read_to_string(out.join("helm-guard-scan.1")).unwrap();
+    assert!(scan.contains(".TH helm-guard-scan 1"), "{scan}");
+    assert!(scan.contains("recycle\\-bin\\-namespace"), "its flags are in it: {scan}");
+    assert!(stdout(&output).contains(&format!("wrote {} man pages", pages.len())));
+
+    // Under a file, no directory can be made: said, exit 1.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let failed = helm_guard(&["man", file.join("man1").to_str().unwrap()]);
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(stderr(&failed).contains("writing man pages into"), "{}", stderr(&failed));
+}
+
+#[test]
 fn serve_without_a_certificate_names_every_way_to_give_one() {
     let output = helm_guard(&["serve", "--snapshot", SNAPSHOT]);
     assert_eq!(output.status.code(), Some(2));
@@ -819,40 +869,6 @@ fn audit_names_the_webhooks_it_saw_when_the_one_asked_for_is_absent() {
     );
     let help = stdout(&helm_guard(&["audit", "--help"]));
     assert!(help.contains("Exit status: 0 when every decision listed allowed its request, 1 when"), "{help}");
-}
-
-#[test]
-fn readme_lists_every_serve_flag_with_its_environment_variable() {
-    let help = stdout(&helm_guard(&["serve", "--help"]));
-    // `--flag <VALUE>` ... `[env: NAME=]`, in clap's long help.
-    let mut flags: Vec<(String, Option<String>)> = Vec::new();
-    for line in help.lines().map(str::trim) {
-        if let Some(flag) = line.strip_prefix("--").map(|rest| rest.split([' ', '=']).next().unwrap()) {
-            flags.push((format!("--{flag}"), None));
-        } else if let (Some(env), Some(last)) = (line.strip_prefix("[env: "), flags.last_mut()) {
-            last.1 = Some(env.split('=').next().unwrap().to_owned());
-        }
-    }
-    flags.retain(|(flag, _)| flag != "--help");
-    assert!(flags.len() > 20, "{flags:?}");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let table = readme.split("### `serve` flags").nth(1).unwrap().split("\n#").next().unwrap();
-    for (flag, env) in &flags {
-        let row = table
-            .lines()
-            .find(|row| {
-                row.split('|').nth(1).is_some_and(|cell| {
-                    cell.contains(&format!("`{flag}`")) || cell.contains(&format!("`{flag} "))
-                })
-            })
-            .unwrap_or_else(|| panic!("README's serve flag table has no row for {flag}"));
-        if let Some(env) = env {
-            assert!(
-                row.split('|').nth(2).unwrap().contains(&format!("`{env}`")),
-                "README: {flag} row lacks {env}: {row}"
-            );
-        }
-    }
 }
 
 #[test]

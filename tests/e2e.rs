@@ -4,7 +4,7 @@
 //! The guard runs in this process; the API server must reach it at
 //! https://$HELM_GUARD_E2E_HOST:$HELM_GUARD_E2E_PORT (defaults 127.0.0.1 and 9443). With kind or
 //! k3d the API server runs in a container: set HELM_GUARD_E2E_HOST to the address of this machine
-//! on the Docker network (see README.md, "End-to-end tests").
+//! on the Docker network (see CONTRIBUTING.md, "End-to-end tests").
 //!
 //! Everything it creates is scoped to one fresh namespace and two webhook configurations whose
 //! namespaceSelector matches only that namespace; they are removed at the end, webhooks first,

@@ -1,8 +1,8 @@
 //! The guard is down, on a real API server: with the shipped webhook configurations every Helm
 //! operation on a guarded release is refused at its first write and leaves its history as it
 //! was (no `pending-*` revision, no half-purge of records); the records of a release the guard's
-//! own pods need (RKE2's CNI in kube-system) go through; and the two ways out of README's
-//! runbook ("The guard is down and Helm is blocked") work: the break-glass group, and removing
+//! own pods need (RKE2's CNI in kube-system) go through; and the two ways out of the
+//! runbook (`docs/operate/outage.md`) work: the break-glass group, and removing
 //! the webhook configuration.
 //!
 //! `cargo test --test e2e_outage -- --ignored`, with `helm` and `kubectl` on PATH and the

@@ -5,7 +5,7 @@
 //! For many releases whose revisions 1 and 2 are both `deployed` and 3 `failed`, the two guards
 //! receive, at the same instant, "delete revision 1" and "delete revision 2": each harmless
 //! alone, together they leave the release nothing to roll back to. Never both approved. It also
-//! measures what the agreement costs an approved deletion (README, BENCHMARKS.md).
+//! measures what the agreement costs an approved deletion (BENCHMARKS.md).
 
 #![allow(
     clippy::unwrap_used,

@@ -8,6 +8,9 @@ use super::EXIT_OK;
 use crate::certs::{FILES, generate, service_names, write};
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  helm-guard certs --out certs/out                             for the Service helm-guard/helm-guard\n  helm-guard certs --out /tmp/c --san 127.0.0.1 --force       for a guard on this machine\n\nExit status: 0 written (the caBundle printed), 1 the files could not be written, 2 bad input (files that exist, without --force)."
+)]
 pub struct CertsArgs {
     /// Directory to write ca.crt, tls.crt and tls.key into.
     #[arg(long, default_value = "certs/out")]

@@ -297,7 +297,7 @@ impl Target {
             let detail =
                 format!("Service {}/{}: {} endpoints, none ready", self.namespace, self.name, endpoints);
             let hint = format!(
-                "every Helm write the webhooks judge is refused now; `kubectl -n {} describe pods -l app.kubernetes.io/name=helm-guard`, and README's outage runbook",
+                "every Helm write the webhooks judge is refused now; `kubectl -n {} describe pods -l app.kubernetes.io/name=helm-guard`, and the outage runbook (docs/operate/outage.md)",
                 self.namespace
             );
             return Check::fail(CHECK, detail, hint);

@@ -150,8 +150,7 @@ async fn forget_one(
         }
     };
     deleted.with_context(|| format!("deleting {what}"))?;
-    let bin =
-        read_bin(client, bin_namespace, namespace, release).await.context("reading the recycle bin")?;
+    let bin = read_bin(client, bin_namespace, namespace, release).await.context("reading the recycle bin")?;
     let kept = bin.iter().flatten().any(|copy| {
         copy.object.kind == step.kind
             && copy.object.name == step.name

@@ -64,10 +64,21 @@ pub enum Command {
     /// Check that the guard in the cluster works: its webhooks, CA, endpoints, a real verdict, RBAC.
     Check(check::CheckArgs),
     /// Print a shell completion script: `source <(helm-guard completion bash)`.
+    #[command(
+        after_help = "Examples:\n  source <(helm-guard completion bash)\n  helm-guard completion zsh > \"${fpath[1]}/_helm-guard\"\n  helm-guard completion fish > ~/.config/fish/completions/helm-guard.fish\n\nExit status: 0 printed, 2 bad input (a shell it does not know)."
+    )]
     Completion {
         #[arg(value_enum)]
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Write the man pages (helm-guard.1 and one per command) into a directory.
+    #[command(
+        after_help = "Examples:\n  helm-guard man ~/.local/share/man/man1 && man helm-guard-scan\n  sudo helm-guard man /usr/local/share/man/man1\n\nExit status: 0 written, 1 the directory could not be written, 2 bad input."
+    )]
+    Man {
+        /// The directory (created if missing); existing pages of these names are replaced.
+        dir: std::path::PathBuf,
     },
 }
 
@@ -290,6 +301,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Restore(args) => restore::run(&args),
         Command::Forget(args) => forget::run(&args),
         Command::Completion { shell } => completion(shell),
+        Command::Man { dir } => man(&dir),
     };
     match code {
         Ok(code) => Ok(ExitCode::from(code)),
@@ -315,6 +327,39 @@ fn completion(shell: clap_complete::Shell) -> anyhow::Result<u8> {
     clap_complete::generate(shell, &mut Cli::command(), "helm-guard", &mut script);
     outln!("{}", String::from_utf8_lossy(&script).trim_end())?;
     Ok(EXIT_OK)
+}
+
+/// Writes helm-guard.1 and, for each command, helm-guard-COMMAND.1 (clap_mangen, from the same
+/// definitions as `--help`).
+fn man(dir: &std::path::Path) -> anyhow::Result<u8> {
+    use clap::CommandFactory as _;
+    let write = || -> std::io::Result<usize> {
+        std::fs::create_dir_all(dir)?;
+        let mut cli = Cli::command();
+        cli.build();
+        let mut pages = vec![cli.clone()];
+        pages.extend(
+            cli.get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                .map(|s| s.clone().name(format!("helm-guard-{}", s.get_name()))),
+        );
+        for page in &pages {
+            let mut roff = Vec::new();
+            clap_mangen::Man::new(page.clone()).render(&mut roff)?;
+            std::fs::write(dir.join(format!("{}.1", page.get_name())), roff)?;
+        }
+        Ok(pages.len())
+    };
+    match write() {
+        Ok(count) => {
+            outln!("wrote {count} man pages into {}", dir.display())?;
+            Ok(EXIT_OK)
+        }
+        Err(error) => {
+            eprintln!("error: writing man pages into {}: {error}", dir.display());
+            Ok(EXIT_FAILURE)
+        }
+    }
 }
 
 /// See [`outln!`].

@@ -20,7 +20,7 @@ use kube::api::{Api, PostParams};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "The bin holds a copy of each record whose deletion only an override let through (the break-glass annotation, an exemption, warn or audit mode, a record Helm cannot read), for --recycle-ttl (7 days by default). Restore recreates each record as it was (name, labels, type, data; not the break-glass annotation), the newest copy of each, never over an object that exists now. The copies stay in the bin until they expire.\n\nExit status: 0 planned or restored, 1 nothing to restore (every copy's object exists, or none is readable), 2 bad input or no copy of the release in the bin."
+    after_help = "The bin holds a copy of each record whose deletion only an override let through (the break-glass annotation, an exemption, warn or audit mode, a record Helm cannot read), for --recycle-ttl (7 days by default). Restore recreates each record as it was (name, labels, type, data; not the break-glass annotation), the newest copy of each, never over an object that exists now. The copies stay in the bin until they expire.\n\nExamples:\n  helm-guard restore web -n shop                     what would come back, and `helm history` after\n  helm-guard restore web -n shop --revision 3 --apply\n  helm-guard scan --recycle-bin                      what the bin holds\n\nExit status: 0 planned or restored, 1 nothing to restore (every copy's object exists, or none is readable), 2 bad input or no copy of the release in the bin."
 )]
 pub struct RestoreArgs {
     /// The release to restore.
@@ -75,7 +75,8 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<u8> {
     if copies.is_empty() {
         eprintln!(
             "error: the recycle bin in namespace {} holds no copy of release {namespace}/{}",
-            args.bin.namespace(), args.release
+            args.bin.namespace(),
+            args.release
         );
         return Ok(EXIT_BAD_INPUT);
     }

@@ -36,12 +36,15 @@ fn one_agreement(value: &str) -> Result<String, String> {
         "watch" => Ok(value.to_owned()),
         _ => Err(format!(
             "`{value}` is no longer offered: replicas agree through claim books only, one replica as several \
-             (README, \"Replicas that agree\"); drop --coordination"
+             (docs/concepts/replicas.md); drop --coordination"
         )),
     }
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  helm-guard serve --snapshot examples/cluster-snapshot.json --dev-certs target/dev-certs\n  helm-guard serve --tls-cert /tls/tls.crt --tls-key /tls/tls.key          in a pod, as the chart runs it\n  helm-guard serve --mode audit --kubeconfig ~/.kube/config --dev-certs /tmp/c\n\nExit status: 0 stopped by SIGTERM or Ctrl-C once drained, 1 it could not start (an address that cannot be bound, a certificate that cannot be loaded, no cluster), 2 bad input (a flag, a missing --snapshot file)."
+)]
 pub struct ServeArgs {
     /// HTTPS address the API server calls.
     #[arg(
@@ -140,7 +143,7 @@ pub struct ServeArgs {
     pub webhook_timeout: u8,
     /// Show that the watch has caught up before a verdict that rests on a release's history by a
     /// fence round (one write of `helm-guard-fence` in --guard-namespace shared by every verdict
-    /// waiting), not by a listing of the release per verdict (README, "How it sees the cluster");
+    /// waiting), not by a listing of the release per verdict (`docs/concepts/live-view.md`);
     /// `--watch-fence=false` lists every time.
     #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_WATCH_FENCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub watch_fence: bool,
@@ -151,14 +154,19 @@ pub struct ServeArgs {
     pub read_ahead: bool,
     /// Keep a copy of each record whose deletion only an override lets through (the break-glass
     /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
-    /// --recycle-bin-namespace before approving it (README, "The recycle bin");
+    /// --recycle-bin-namespace before approving it (`docs/operate/restore.md`);
     /// `--recycle-bin=false` turns it off.
     #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BIN", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub recycle_bin: bool,
     /// Where the copies are kept (default: --guard-namespace). Whoever can read Secrets there can
     /// read the values of every release whose record was let go: a namespace of its own narrows
     /// that to those it grants (SECURITY.md).
-    #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_BIN_NAMESPACE", value_name = "NAMESPACE")]
+    #[arg(
+        help_heading = "Recycle bin",
+        long,
+        env = "HELM_GUARD_RECYCLE_BIN_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
     pub recycle_bin_namespace: Option<String>,
     /// How long a copy is kept.
     #[arg(help_heading = "Recycle bin", long, env = "HELM_GUARD_RECYCLE_TTL", default_value = "7d", value_parser = humantime::parse_duration)]
@@ -207,7 +215,7 @@ pub struct ServeArgs {
     )]
     pub log_format: LogFormat,
     /// Only the API server may call: require a client certificate signed by a CA in this PEM file
-    /// (reloaded on change). See README, "Only the API server may call".
+    /// (reloaded on change). See `docs/operate/certificates.md`.
     #[arg(help_heading = "Listening and TLS", long, env = "HELM_GUARD_CLIENT_CA_FILE", value_name = "FILE")]
     pub client_ca_file: Option<PathBuf>,
     /// With --client-ca-file: the client certificate's subject CN must be this (repeatable).
@@ -468,10 +476,9 @@ async fn watch_cluster(
         bin_namespace: args.recycle_bin.then(|| bin_namespace.clone()),
         max_reports: args.policy_report_max_reports,
     });
-    let recycle_bin = args.recycle_bin.then(|| crate::live::RecycleOptions {
-        namespace: bin_namespace,
-        bounds: recycle_bounds(args),
-    });
+    let recycle_bin = args
+        .recycle_bin
+        .then(|| crate::live::RecycleOptions { namespace: bin_namespace, bounds: recycle_bounds(args) });
     let options = crate::live::LiveOptions {
         tombstone_ttl: args.tombstone_ttl,
         claims_namespace: Some(guard_namespace.clone()),

@@ -14,6 +14,7 @@
     strum::Display,
     strum::EnumString,
     strum::VariantArray,
+    strum::EnumMessage,
 )]
 #[strum(serialize_all = "kebab-case")]
 pub enum Reason {

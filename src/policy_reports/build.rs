@@ -59,7 +59,7 @@ pub struct Finding {
     pub severity: Severity,
 }
 
-/// What a release's report amounts to (README, "Release health as PolicyReports", has the table).
+/// What a release's report amounts to (`docs/operate/policy-reports.md`, has the table).
 pub fn finding(release: &ReleaseReport) -> Finding {
     let of = |rule, outcome, severity| Finding { rule, outcome, severity };
     let state = release.state.as_str();
@@ -386,7 +386,7 @@ mod tests {
         }
     }
 
-    /// README's table, row by row: a release's state (and anomalies) to the rule, outcome and
+    /// `docs/operate/policy-reports.md`'s table, row by row: a release's state (and anomalies) to the rule, outcome and
     /// severity its PolicyReport result carries.
     #[test]
     fn each_state_has_its_outcome_and_severity() {

@@ -1,5 +1,5 @@
 //! The recycle bin: what the guard lets go, kept so that it can be brought back (POLICY.md, "The
-//! recycle bin"; README, "The recycle bin").
+//! recycle bin"; `docs/operate/restore.md`).
 //!
 //! Which deletions keep a copy is a rule, [`crate::policy::delete::keeps_copy`]; the admission
 //! step that keeps it before approving is `keep_copy` in [`crate::admission::validating`]. The

@@ -478,7 +478,7 @@ mod tests {
         }
     }
 
-    /// README and `--stuck-after`: 15 minutes.
+    /// The documented default of `--stuck-after`: 15 minutes.
     #[test]
     fn by_default_a_pending_revision_is_stuck_after_fifteen_minutes() {
         let pending = [rev(1, Status::PendingUpgrade)];

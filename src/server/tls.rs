@@ -180,7 +180,7 @@ fn report_expiry(loaded: &LoadedPem, files: &TlsFiles, metrics: &Metrics) {
     let left = not_after - jiff::Timestamp::now().as_second();
     let expires = jiff::Timestamp::from_second(not_after).map(|t| t.to_string()).unwrap_or_default();
     if left <= 0 {
-        tracing::warn!(cert = %files.cert.display(), %expires, "the serving certificate has EXPIRED: the API server will refuse it; renew it (README, \"Certificates\")");
+        tracing::warn!(cert = %files.cert.display(), %expires, "the serving certificate has EXPIRED: the API server will refuse it; renew it (docs/operate/certificates.md)");
     } else if left < EXPIRY_WARNING_SECS {
         tracing::warn!(cert = %files.cert.display(), %expires, "the serving certificate expires in under 7 days; renew it");
     }

@@ -1,0 +1,163 @@
+//! The documentation as a user reads it: every `console` block of README.md and the book
+//! (`docs/`) is run and its output compared (trycmd: `$ helm-guard ...`, `? N` for an exit
+//! status other than 0); those that need a cluster are `sh` blocks, run by the end-to-end
+//! suites. And every link between the book's pages, and from README.md into it, leads to a file
+//! that exists and, with `#anchor`, to a heading in it.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "a failed unwrap is a failed test"
+)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// README.md and every page of the book, recursively.
+fn pages() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut pages = vec![root().join("README.md")];
+    walk(&root().join("docs"), &mut pages);
+    pages.sort();
+    pages
+}
+
+#[test]
+fn every_console_block_runs_as_shown() {
+    let cases = trycmd::TestCases::new();
+    cases.register_bin("helm-guard", trycmd::cargo::cargo_bin!("helm-guard"));
+    for page in pages() {
+        cases.case(page);
+    }
+}
+
+/// A heading's anchor as mdBook and GitHub make it: lower case, letters, digits, `-` and `_`
+/// kept, spaces to `-`, the rest dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a page's headings (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// The targets of a page's inline links `[text](target)`, outside code blocks and code spans.
+fn links(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Drop code spans: a `[x](y)` inside backticks is not a link.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_owned());
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_of_the_book_and_readme_leads_somewhere() {
+    let docs = root().join("docs");
+    let mut broken = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for target in links(&text) {
+            if target.starts_with("http://")
+                || target.starts_with("https://")
+                || target.starts_with("mailto:")
+            {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let resolved = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            let Ok(resolved) = resolved.canonicalize() else {
+                broken.push(format!("{}: {target}: no such file", page.display()));
+                continue;
+            };
+            // The book's pages may link only within the book (mdBook copies nothing else).
+            if page.starts_with(&docs) && !resolved.starts_with(docs.canonicalize().unwrap()) {
+                broken.push(format!("{}: {target}: outside the book (docs/)", page.display()));
+                continue;
+            }
+            if !fragment.is_empty() {
+                let target_text = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if !anchors(&target_text).contains(fragment) {
+                    broken.push(format!("{}: {target}: no heading with that anchor", page.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn every_page_of_the_book_is_in_its_summary() {
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
+    let listed: BTreeSet<String> = links(&summary).into_iter().collect();
+    let docs = root().join("docs");
+    let missing: Vec<String> = pages()
+        .into_iter()
+        .filter(|p| p.starts_with(&docs))
+        .map(|p| p.strip_prefix(&docs).unwrap().to_string_lossy().into_owned())
+        .filter(|p| p != "SUMMARY.md" && !listed.contains(p))
+        .collect();
+    assert!(missing.is_empty(), "pages docs/SUMMARY.md does not list: {missing:?}");
+}
+
+#[test]
+fn the_readme_stays_short() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(lines < 200, "README.md has {lines} lines: what it does not need belongs in the book");
+    // Its first two commands: the guard on the snapshot, and the test command .ci/run runs.
+    let first_block: Vec<&str> = readme.split("```sh\n").nth(1).unwrap().lines().take(2).collect();
+    assert!(first_block[0].starts_with("cargo run -- serve --snapshot examples/cluster-snapshot.json"));
+    assert_eq!(first_block[1], "cargo test --locked");
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(ci.contains("cargo test --locked"), ".ci/run runs README's test command");
+}
