@@ -3,15 +3,7 @@
 //! unfinished bodies, idle and surplus connections, shutdown, echoed text, and a verdict's
 //! deadline against an API server that never answers.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -6,15 +6,7 @@
 //! in a format this version cannot read refuses every agreement, "retry", until it is gone.
 //! (tests/e2e_replicas.rs races replicas on a real API server.)
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,14 +1,6 @@
 //! The `inspect` and `scan` commands as a user runs them.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

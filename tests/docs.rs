@@ -4,14 +4,6 @@
 //! suites. And every link between the book's pages, and from README.md into it, leads to a file
 //! that exists and, with `#anchor`, to a heading in it.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,5 @@
 //! End-to-end against a real cluster (the one in KUBECONFIG). Ignored unless asked for:
-//! `cargo test --test e2e -- --ignored`.
+//! `cargo test --test real_cluster e2e:: -- --ignored`.
 //!
 //! The guard runs in this process; the API server must reach it at
 //! https://$HELM_GUARD_E2E_HOST:$HELM_GUARD_E2E_PORT (defaults 127.0.0.1 and 9443). With kind or
@@ -10,15 +10,7 @@
 //! namespaceSelector matches only that namespace; they are removed at the end, webhooks first,
 //! also when a check fails.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -30,7 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test e2e -- --ignored"]
+#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test real_cluster e2e:: -- --ignored"]
 async fn end_to_end_against_a_real_cluster() {
     let guard = common::cluster::start_guard("helm-guard-e2e", 0).await;
     let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, .. } = guard;

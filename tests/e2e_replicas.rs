@@ -1,21 +1,13 @@
 //! Replicas that agree, on a real API server: two `helm-guard serve` processes watch the same
 //! cluster and agree approvals of deletions through Leases. Ignored unless asked for, like
-//! tests/e2e.rs: `cargo test --test e2e_replicas -- --ignored`, against the cluster in KUBECONFIG.
+//! tests/e2e.rs: `cargo test --test real_cluster e2e_replicas:: -- --ignored`, against the cluster in KUBECONFIG.
 //!
 //! For many releases whose revisions 1 and 2 are both `deployed` and 3 `failed`, the two guards
 //! receive, at the same instant, "delete revision 1" and "delete revision 2": each harmless
 //! alone, together they leave the release nothing to roll back to. Never both approved. It also
 //! measures what the agreement costs an approved deletion (BENCHMARKS.md).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -108,7 +100,7 @@ async fn delete(guard: &HttpsClient, record: &Value) -> (bool, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test e2e_replicas -- --ignored"]
+#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test real_cluster e2e_replicas:: -- --ignored"]
 async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
     let suffix =

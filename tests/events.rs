@@ -1,15 +1,7 @@
 //! Events about refusals: what a refused or warned change of a record puts on the queue, and
 //! what it does not. Writing them to a real API server is checked by tests/e2e.rs.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};

@@ -2,14 +2,6 @@
 //! coverage-guided fuzzing found worth keeping, and every crash it found, stays passing in CI
 //! without nightly or libFuzzer (fuzz/README.md runs the fuzzers themselves).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
 mod gojson {
     include!("../fuzz/checks/gojson.rs");
 }

@@ -8,17 +8,9 @@
 //! Every review Helm or those writers send must be allowed; a hand deletion must be refused
 //! exactly when POLICY.md's rules, applied to what is really stored, refuse it.
 //!
-//! A failure prints its seed: `HELM_FLOWS_SEED=<seed> cargo test --test helm_flows`.
+//! A failure prints its seed: `HELM_FLOWS_SEED=<seed> cargo test --test in_process helm_flows::`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -213,7 +205,7 @@ impl World {
     fn fail(&self, what: &str) -> ! {
         let tail = self.log.iter().rev().take(40).rev().cloned().collect::<Vec<_>>().join("\n");
         panic!(
-            "seed {} (HELM_FLOWS_SEED={} cargo test --test helm_flows), {}: {what}\nlast steps:\n{tail}",
+            "seed {} (HELM_FLOWS_SEED={} cargo test --test in_process helm_flows::), {}: {what}\nlast steps:\n{tail}",
             self.seed,
             self.seed,
             if self.helm4 { "Helm 4" } else { "Helm 3" }

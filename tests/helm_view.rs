@@ -3,15 +3,7 @@
 //! are read alike by the guard: a record both Helms read counts, with their revision and status;
 //! one either Helm skips (or that they read differently) does not.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::crafted::{Case, cases};
 use common::*;

@@ -2,15 +2,7 @@
 //! watchers list, the index becomes ready with the same state as the snapshot, and watch events
 //! arrive. (No Kubernetes API server can run on the CI machines; tests/e2e.rs covers a real one.)
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,15 +1,7 @@
 //! The live source without a cluster: the index fed with watcher events reaches the same state as
 //! the snapshot source for the same objects.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

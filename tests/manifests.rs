@@ -1,14 +1,6 @@
 //! The deployment files agree with the binary: the routes exist, the flags parse, the webhooks
 //! select what POLICY.md is about.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
 use clap::Parser;
 use helm_guard::cli::Cli;
 use serde_json::Value;

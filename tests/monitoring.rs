@@ -2,15 +2,7 @@
 //! dashboard panel names is one the guard exports, every expression parses as PromQL, and the
 //! rule file is a PrometheusRule.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,14 +1,6 @@
 //! Random, truncated and mutated input never panics the codec, the record reader or the classifier.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use helm_guard::release::DecodeLimits;
 use helm_guard::release::decode::codec::read_release_json;

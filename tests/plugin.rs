@@ -2,14 +2,6 @@
 //! in HELM_NAMESPACE and HELM_KUBECONTEXT, helm-guard found on PATH. Installing it into real
 //! Helm 3 and Helm 4 is checked by tests/e2e_helm.rs.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
 use std::path::Path;
 use std::process::{Command, Output};
 

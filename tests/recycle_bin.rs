@@ -3,15 +3,7 @@
 //! deletion. The bin here is an in-memory stand-in that keeps the create bodies the guard would
 //! send; tests/e2e_recycle.rs stores them in a real API server and restores them with Helm.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

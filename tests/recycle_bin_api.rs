@@ -4,15 +4,7 @@
 //! holds the bin to its bounds. (No Kubernetes API server runs on the CI machines;
 //! tests/e2e_recycle.rs covers a real one.)
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

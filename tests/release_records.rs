@@ -1,14 +1,6 @@
 //! The record codec and classifier on the real fixtures.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::*;
 use helm_guard::release::objects::parse_objects;

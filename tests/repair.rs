@@ -2,15 +2,7 @@
 //! judged by the guard's own UPDATE rules: repair changes only what Helm itself changes. The
 //! whole command against a real API server with real Helm is in tests/e2e_helm.rs.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::*;
 use helm_guard::admission::{Webhook, review as admission_review};

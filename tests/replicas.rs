@@ -4,15 +4,7 @@
 //! forced: both replicas read the claims before either writes. The real Lease, with two guard
 //! processes on a real API server, is checked by tests/e2e_replicas.rs.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};

@@ -2,15 +2,7 @@
 //! as Helm reads them, edits Helm never makes are refused, the recovery tools' edits pass, and the
 //! garbage collector is no namespace teardown.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::guard::{Guard, Options};
 use common::*;

@@ -1,14 +1,6 @@
 //! The mutating webhook on the real helm-install pod the job controller created (fixture 17).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use common::guard::{Guard, Options};

@@ -2,15 +2,7 @@
 //! envelope carrying a real Namespace (`tests/fixtures/namespace-tenant-a.json`, read from
 //! kube-apiserver v1.36.2) whose opt-out labels change.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};

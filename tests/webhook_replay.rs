@@ -1,15 +1,7 @@
 //! The real AdmissionReviews of tests/fixtures/admission, replayed in order over HTTPS against a
 //! guard that starts from a snapshot holding the one record that existed before them.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::guard::{Guard, Options};
 use common::*;

@@ -1,15 +1,7 @@
 //! Every rule of POLICY.md through the real HTTPS path, on real records re-encoded into the
 //! histories each rule is about.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use common::guard::{Guard, Options};
 use common::*;

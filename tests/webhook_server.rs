@@ -1,14 +1,6 @@
 //! The HTTPS server itself: bad input, TLS (ALPN, reload), health, metrics and shutdown.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    reason = "a failed unwrap is a failed test"
-)]
-
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
