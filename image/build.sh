@@ -16,6 +16,10 @@ for tool in cargo-auditable auditable2cdx rust-audit-info jq; do
   }
 done
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# The build date the binary reports is the commit's, so two builds of one commit are the same
+# bytes (BENCHMARKS.md, "Reproducible builds").
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+export SOURCE_DATE_EPOCH
 tag=${1:-helm-guard:$version}
 cargo auditable build --release --locked --bin helm-guard
 target=${CARGO_TARGET_DIR:-target}
