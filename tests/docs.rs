@@ -153,3 +153,74 @@ fn the_readme_stays_short() {
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(ci.contains("cargo test --locked"), ".ci/run runs README's test command");
 }
+
+/// The fenced block of `lang` that follows `after` in `text`.
+fn block_after<'a>(text: &'a str, after: &str, lang: &str) -> &'a str {
+    let from = text.find(after).unwrap_or_else(|| panic!("no {after:?}"));
+    let open = format!("```{lang}\n");
+    let start = from + text[from..].find(&open).unwrap() + open.len();
+    let end = start + text[start..].find("```").unwrap();
+    &text[start..end]
+}
+
+/// README's two minutes without a cluster, as a user runs them: its first command (on ports of
+/// the test's own), then its `curl`, whose answer, cut as its `jq` cuts it, is README's.
+#[test]
+fn the_readmes_demo_answers_as_shown() {
+    use std::io::{BufRead, BufReader};
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let first = block_after(&readme, "# helm-guard", "sh").lines().next().unwrap();
+    let args: Vec<&str> = first.strip_prefix("cargo run -- ").unwrap().split_whitespace().collect();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("dev-certs");
+    let mut argv: Vec<String> = Vec::new();
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        match *word {
+            // Ports of the test's own, certificates in its directory.
+            "--listen" | "--metrics-listen" => argv.extend([(*word).to_owned(), "127.0.0.1:0".into()]),
+            "--dev-certs" => argv.extend([(*word).to_owned(), certs.to_string_lossy().into_owned()]),
+            other => {
+                argv.push(other.to_owned());
+                continue;
+            }
+        }
+        words.next();
+    }
+    let mut guard = std::process::Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(&argv)
+        .current_dir(root())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let serving: serde_json::Value = BufReader::new(guard.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(&line).ok())
+        .find(|event| event["message"] == "serving")
+        .expect("the guard serves");
+    let port = serving["addr"].as_str().unwrap().rsplit(':').next().unwrap().to_owned();
+
+    // README's curl, on that port, with the certificates in the test's directory.
+    let curl = block_after(&readme, "## Two minutes, no cluster", "sh");
+    let curl = curl.split(" | jq").next().unwrap().replace("\\\n", " ");
+    let curl = curl
+        .replace("target/dev-certs", &certs.to_string_lossy())
+        .replace("localhost:8443", &format!("localhost:{port}"));
+    let answer = std::process::Command::new("bash").args(["-c", &curl]).current_dir(root()).output();
+    let _ = guard.kill();
+    let _ = guard.wait();
+    let answer = answer.expect("curl, as README runs it");
+    let review: serde_json::Value = serde_json::from_slice(&answer.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&answer.stderr)));
+    // README's jq: .response | {allowed, reason: .auditAnnotations.reason, message: .status.message}
+    let response = &review["response"];
+    let cut = serde_json::json!({
+        "allowed": response["allowed"],
+        "reason": response["auditAnnotations"]["reason"],
+        "message": response["status"]["message"],
+    });
+    let shown: serde_json::Value =
+        serde_json::from_str(block_after(&readme, "## Two minutes, no cluster", "json")).unwrap();
+    assert_eq!(cut, shown);
+}
