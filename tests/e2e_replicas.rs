@@ -39,13 +39,19 @@ impl Drop for GuardProcess {
 }
 
 fn start(replica: &str, lease_namespace: &str, extra: &[&str]) -> GuardProcess {
+    start_binary(env!("CARGO_BIN_EXE_helm-guard"), replica, lease_namespace, extra)
+}
+
+/// `start` with another build of the guard (the previous version's, for a rolling upgrade). The
+/// guard's namespace is passed as `--lease-namespace`, the name every version accepts.
+fn start_binary(binary: &str, replica: &str, lease_namespace: &str, extra: &[&str]) -> GuardProcess {
     let certs = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+    let mut child = Command::new(binary)
         .args(["serve", "--dev-certs", certs.path().to_str().unwrap(), "--listen", "127.0.0.1:0"])
         .args([
             "--metrics-listen",
             "127.0.0.1:0",
-            "--guard-namespace",
+            "--lease-namespace",
             lease_namespace,
             "--replica-id",
             replica,
@@ -128,28 +134,9 @@ async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
 async fn checks(client: Client, ns: String) {
     // The records exist before the guards start: their first lists hold them.
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let stored = conflicting_pairs(&secrets, &ns, "rel", RELEASES).await;
     let mut base = helm4_secret();
     base["metadata"]["namespace"] = json!(ns);
-    let mut stored: Vec<[Value; 2]> = Vec::new();
-    for i in 0..RELEASES {
-        let records: Vec<Value> = history(&base, &[(1, "deployed"), (2, "deployed"), (3, "failed")])
-            .iter()
-            .map(|r| as_release(r, &format!("rel-{i}")))
-            .collect();
-        let mut created = Vec::new();
-        for record in records {
-            let secret: Secret = serde_json::from_value(record).unwrap();
-            created.push(
-                serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap(),
-            );
-        }
-        let with_kind = |mut v: Value| {
-            v["kind"] = json!("Secret");
-            v["apiVersion"] = json!("v1");
-            v
-        };
-        stored.push([with_kind(created[0].clone()), with_kind(created[1].clone())]);
-    }
     // For the cost: a release whose revision 1 may go (D5) as often as asked, agreed first: it
     // is deployed, and so is revision 2 (Helm's pruning of a superseded revision needs none).
     let mut bench = Vec::new();
@@ -165,33 +152,7 @@ async fn checks(client: Client, ns: String) {
     // Claims (and the sweep) on a short clock, so that the sweep is seen within the test.
     let ttl = ["--tombstone-ttl", "3s"];
     let (a, b) = (start("replica-a", &ns, &ttl), start("replica-b", &ns, &ttl));
-    let mut both = 0;
-    for (i, [v1, v2]) in stored.iter().enumerate() {
-        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
-        let send = |guard: HttpsClient, record: Value| {
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                let body = serde_json::to_vec(&delete_review(&record)).unwrap();
-                let mut sender = guard.connect().await;
-                barrier.wait().await;
-                let (_, answer) = common::guard::send(&mut sender, "POST", "/validate", body).await;
-                let review: Value = serde_json::from_slice(&answer).unwrap();
-                let response = &review["response"];
-                (
-                    response["allowed"].as_bool().unwrap(),
-                    response["auditAnnotations"]["reason"].as_str().unwrap().to_owned(),
-                )
-            })
-        };
-        let (first, second) = (send(a.https.clone(), v1.clone()), send(b.https.clone(), v2.clone()));
-        let (first, second) = (first.await.unwrap(), second.await.unwrap());
-        assert!(!(first.0 && second.0), "release rel-{i}: both deletions approved: {first:?} {second:?}");
-        assert!(first.0 || second.0, "release rel-{i}: one of them is harmless: {first:?} {second:?}");
-        let refused = if first.0 { &second } else { &first };
-        assert_eq!(refused.1, "last-deployed-revision", "rel-{i}: {refused:?}");
-        both += 1;
-    }
-    assert_eq!(both, RELEASES);
+    race(&a.https, &b.https, &stored, "two replicas").await;
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
     let written =
         leases.list(&ListParams::default().labels("app.kubernetes.io/managed-by=helm-guard")).await.unwrap();
@@ -247,4 +208,114 @@ async fn checks(client: Client, ns: String) {
     })
     .await;
     assert!(swept, "the expired Leases were swept");
+}
+
+/// Sends each pair's two deletions to the two guards at the same instant (the first of a pair to
+/// `a` on even pairs, to `b` on odd ones): never both approved, and one always (each alone is
+/// harmless, so refusing both would refuse what Helm may do), the other refused by D4.
+async fn race(a: &HttpsClient, b: &HttpsClient, pairs: &[[Value; 2]], step: &str) {
+    for (i, [v1, v2]) in pairs.iter().enumerate() {
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let send = |guard: HttpsClient, record: Value| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                let body = serde_json::to_vec(&delete_review(&record)).unwrap();
+                let mut sender = guard.connect().await;
+                barrier.wait().await;
+                let (_, answer) = common::guard::send(&mut sender, "POST", "/validate", body).await;
+                let review: Value = serde_json::from_slice(&answer).unwrap();
+                let response = &review["response"];
+                (
+                    response["allowed"].as_bool().unwrap(),
+                    response["auditAnnotations"]["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+        };
+        let (to_first, to_second) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let (first, second) = (send(to_first.clone(), v1.clone()), send(to_second.clone(), v2.clone()));
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        let release = v1["metadata"]["labels"]["name"].as_str().unwrap_or_default();
+        assert!(
+            !(first.0 && second.0),
+            "{step}, release {release}: both deletions approved: {first:?} {second:?}"
+        );
+        assert!(
+            first.0 || second.0,
+            "{step}, release {release}: one of them is harmless: {first:?} {second:?}"
+        );
+        let refused = if first.0 { &second } else { &first };
+        assert_eq!(refused.1, "last-deployed-revision", "{step}, release {release}: {refused:?}");
+    }
+}
+
+/// Creates `count` releases named `{prefix}-N` whose revisions 1 and 2 are both deployed and 3
+/// failed, and returns each one's records 1 and 2 as stored.
+async fn conflicting_pairs(secrets: &Api<Secret>, ns: &str, prefix: &str, count: usize) -> Vec<[Value; 2]> {
+    let mut base = helm4_secret();
+    base["metadata"]["namespace"] = json!(ns);
+    let mut stored = Vec::new();
+    for i in 0..count {
+        let mut created = Vec::new();
+        for record in history(&base, &[(1, "deployed"), (2, "deployed"), (3, "failed")])
+            .iter()
+            .map(|r| as_release(r, &format!("{prefix}-{i}")))
+        {
+            let secret: Secret = serde_json::from_value(record).unwrap();
+            let mut value =
+                serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap();
+            value["kind"] = json!("Secret");
+            value["apiVersion"] = json!("v1");
+            created.push(value);
+        }
+        stored.push([created[0].clone(), created[1].clone()]);
+    }
+    stored
+}
+
+/// A rolling upgrade of the guard, as a Deployment does it: two replicas of the previous version
+/// (`HELM_GUARD_PREVIOUS_BIN`, the binary built from the commit CONTRIBUTING.md names), replaced
+/// one at a time by this build, with conflicting pairs of deletions racing to both replicas at
+/// each step (old and old, new and old in both directions, new and new). The two versions agree
+/// through the same claim books: never both of a pair approved, never both refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server and HELM_GUARD_PREVIOUS_BIN: cargo test --test real_cluster e2e_replicas:: -- --ignored"]
+async fn a_rolling_upgrade_from_the_previous_version_keeps_the_replicas_agreeing() {
+    let previous = std::env::var("HELM_GUARD_PREVIOUS_BIN")
+        .expect("HELM_GUARD_PREVIOUS_BIN: the previous version's helm-guard binary (CONTRIBUTING.md)");
+    let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
+    let suffix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
+    let ns = format!("helm-guard-e2e-upgrade-{suffix}");
+    let namespaces = Api::<Namespace>::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let steps = std::panic::AssertUnwindSafe(async {
+        let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+        let pairs = [
+            conflicting_pairs(&secrets, &ns, "old-old", 12).await,
+            conflicting_pairs(&secrets, &ns, "new-old", 12).await,
+            conflicting_pairs(&secrets, &ns, "new-new", 12).await,
+        ];
+        let version = |binary: &str| {
+            String::from_utf8(Command::new(binary).arg("--version").output().unwrap().stdout).unwrap()
+        };
+        eprintln!("from {}to   {}", version(&previous), version(env!("CARGO_BIN_EXE_helm-guard")));
+        let old_a = start_binary(&previous, "replica-a", &ns, &[]);
+        let old_b = start_binary(&previous, "replica-b", &ns, &[]);
+        race(&old_a.https, &old_b.https, &pairs[0], "previous and previous").await;
+        // The Deployment replaces replica a: the new one is ready, then the old one stops.
+        let new_a = start("replica-a2", &ns, &[]);
+        drop(old_a);
+        race(&new_a.https, &old_b.https, &pairs[1], "new and previous").await;
+        let new_b = start("replica-b2", &ns, &[]);
+        drop(old_b);
+        race(&new_a.https, &new_b.https, &pairs[2], "new and new").await;
+    });
+    let outcome = futures::FutureExt::catch_unwind(steps).await;
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }
