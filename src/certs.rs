@@ -46,7 +46,7 @@ fn time_now() -> std::time::SystemTime {
 }
 
 /// The DNS names the API server uses to reach a Service.
-pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
+pub(crate) fn service_names(service: &str, namespace: &str) -> Vec<String> {
     vec![
         format!("{service}.{namespace}.svc"),
         format!("{service}.{namespace}.svc.cluster.local"),
@@ -56,7 +56,7 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
 }
 
 /// The files a bundle is written to, in a directory.
-pub const FILES: [&str; 3] = ["ca.crt", "tls.crt", "tls.key"];
+pub(crate) const FILES: [&str; 3] = ["ca.crt", "tls.crt", "tls.key"];
 
 /// Writes the bundle as ca.crt, tls.crt and tls.key (mode 0600), replacing what is there.
 pub fn write(bundle: &CertBundle, dir: &Path) -> anyhow::Result<()> {

@@ -94,11 +94,11 @@ pub mod build {
     /// The crate's version.
     pub const VERSION: &str = env!("CARGO_PKG_VERSION");
     /// The git commit built from (`unknown` outside a git checkout).
-    pub const COMMIT: &str = env!("HELM_GUARD_GIT_COMMIT");
+    pub(crate) const COMMIT: &str = env!("HELM_GUARD_GIT_COMMIT");
     /// When it was built (UTC, RFC 3339).
-    pub const DATE: &str = env!("HELM_GUARD_BUILD_DATE");
+    pub(crate) const DATE: &str = env!("HELM_GUARD_BUILD_DATE");
     /// `--version`'s text.
-    pub const LONG_VERSION: &str = concat!(
+    pub(crate) const LONG_VERSION: &str = concat!(
         env!("CARGO_PKG_VERSION"),
         " (commit ",
         env!("HELM_GUARD_GIT_COMMIT"),

@@ -14,7 +14,7 @@ use crate::recycle_bin::api::{self as recycle_bin, ApiRecycleBin, RecycleBin};
 use crate::server::Metrics;
 
 /// Notices waiting to become Events; more are dropped (and counted) rather than waited for.
-pub const EVENT_QUEUE: usize = 256;
+pub(crate) const EVENT_QUEUE: usize = 256;
 
 /// How the live parts run.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ pub struct Tally(Arc<AtomicU64>);
 
 impl Tally {
     /// Adds one.
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -189,7 +189,7 @@ impl LedgerEntry {
 
     /// The Event a mutation calls for: a helm-install pod (not a dry run) whose command or
     /// failure policy the guard changed, on the HelmChart that made it.
-    pub fn pod_notice(&self, chart: &crate::cluster::helmcharts::HelmChart) -> Option<Notice> {
+    pub(crate) fn pod_notice(&self, chart: &crate::cluster::helmcharts::HelmChart) -> Option<Notice> {
         let changed = self.transition.as_deref()?;
         if self.webhook != super::Webhook::Mutate.as_str() || self.dry_run {
             return None;
@@ -214,7 +214,7 @@ impl LedgerEntry {
     }
 
     /// Writes the ledger line.
-    pub fn emit(&self) {
+    pub(crate) fn emit(&self) {
         macro_rules! ledger_event {
             ($level:expr) => {
                 tracing::event!(

@@ -140,11 +140,11 @@ impl Admission {
 const LARGE_PAYLOAD_BYTES: usize = 256 * 1024;
 
 /// The default of `--decision-deadline`: the webhooks' 10 s timeout less [`ANSWER_MARGIN`].
-pub const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(9);
+pub(crate) const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(9);
 
 /// What a decision leaves of the API server's timeout for its answer to get back (encoding, the
 /// network): an answer the API server gives up on refuses Helm.
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// A request's answer and its ledger entry.
 #[derive(Debug)]
@@ -159,7 +159,7 @@ impl Admission {
     /// When a decision on a request that arrived at `arrived` must be done with the API server:
     /// a slow API server should cost Helm time, not its operation, so a decision may use what
     /// the API server waits for it (`timeout`, the webhook's `timeoutSeconds`, which it sends
-    /// with each request) less [`ANSWER_MARGIN`], and never more than `--decision-deadline`.
+    /// with each request) less `ANSWER_MARGIN`, and never more than `--decision-deadline`.
     pub fn deadline(&self, arrived: Instant, timeout: Option<Duration>) -> Instant {
         let allowed = timeout.map_or(self.settings.decision_deadline, |timeout| {
             self.settings.decision_deadline.min(timeout.saturating_sub(ANSWER_MARGIN))
@@ -167,7 +167,7 @@ impl Admission {
         arrived + allowed
     }
 
-    /// Decides one request, arrived now, within `--decision-deadline`; see [`Admission::review_by`].
+    /// Decides one request, arrived now, within `--decision-deadline`; see `Admission::review_by`.
     pub async fn review(&self, webhook: Webhook, request: AdmissionRequest<ReviewObject>) -> Reviewed {
         self.review_by(webhook, request, self.deadline(Instant::now(), None)).await
     }
@@ -175,7 +175,7 @@ impl Admission {
     /// Decides one request; its API calls end by `deadline`, and a decision that waits on them
     /// holds no thread (a snapshot's decisions never wait: the future is ready at its first
     /// poll). Logs the decision as one ledger line.
-    pub async fn review_by(
+    pub(crate) async fn review_by(
         &self,
         webhook: Webhook,
         request: AdmissionRequest<ReviewObject>,

@@ -78,7 +78,7 @@ struct EventStatus {
 
 /// One admission decision found in the log.
 #[derive(Debug, Serialize)]
-pub struct AuditedDecision {
+pub(crate) struct AuditedDecision {
     pub time: String,
     pub webhook: String,
     pub verb: String,
@@ -93,7 +93,7 @@ pub struct AuditedDecision {
 }
 
 /// Reads the decisions out of an audit log; lines that are not audit events are counted, not fatal.
-pub fn read_decisions(reader: impl BufRead) -> anyhow::Result<(Vec<AuditedDecision>, usize)> {
+pub(crate) fn read_decisions(reader: impl BufRead) -> anyhow::Result<(Vec<AuditedDecision>, usize)> {
     let mut decisions = Vec::new();
     let mut unreadable = 0;
     for line in reader.lines() {

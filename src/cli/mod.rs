@@ -280,13 +280,13 @@ pub fn bytes(size: ByteSize) -> usize {
 /// Exit codes shared by the subcommands: 0 fine; 1 findings (a broken release, a denial), or a
 /// failure at run time (binding, TLS, the cluster: what `main` makes of an error); 2 bad input
 /// (usage, a file that is not what the command reads).
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// A broken release was found, or a decision was a denial.
-pub const EXIT_FINDINGS: u8 = 1;
+pub(crate) const EXIT_FINDINGS: u8 = 1;
 /// A failure at run time (binding, TLS, the cluster).
 pub const EXIT_FAILURE: u8 = 1;
 /// Bad input: usage, or a file that is not what the command reads.
-pub const EXIT_BAD_INPUT: u8 = 2;
+pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -374,7 +374,7 @@ pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
 /// the user staring at nothing, so the command says what it needs instead.
 #[derive(Debug, thiserror::Error)]
 #[error("no {what} given; name a file, or `-` (or a pipe) to read standard input\n\nUsage: {usage}")]
-pub struct NoInput {
+pub(crate) struct NoInput {
     /// What was not given (`a record file`).
     pub what: &'static str,
     /// The command's usage line.
@@ -382,7 +382,7 @@ pub struct NoInput {
 }
 
 /// The input to read: the file named, else standard input when it is piped (or `-` was given).
-pub fn input_path(file: Option<&Path>, missing: NoInput) -> Result<&Path, NoInput> {
+pub(crate) fn input_path(file: Option<&Path>, missing: NoInput) -> Result<&Path, NoInput> {
     use std::io::IsTerminal as _;
     match file {
         Some(path) => Ok(path),
@@ -392,12 +392,12 @@ pub fn input_path(file: Option<&Path>, missing: NoInput) -> Result<&Path, NoInpu
 }
 
 /// How messages name an input: its path, or "standard input" for `-`.
-pub fn input_name(path: &Path) -> String {
+pub(crate) fn input_name(path: &Path) -> String {
     if path == Path::new("-") { "standard input".to_owned() } else { path.display().to_string() }
 }
 
 /// Reads a file, or standard input for `-`.
-pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
     if path == Path::new("-") {
         let mut buffer = Vec::new();
         std::io::stdin().read_to_end(&mut buffer).context("reading standard input")?;
@@ -407,7 +407,7 @@ pub fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 /// A `--now` override (RFC 3339) for reproducible reports, else the clock; Unix seconds.
-pub fn now_secs(now: Option<&jiff::Timestamp>) -> i64 {
+pub(crate) fn now_secs(now: Option<&jiff::Timestamp>) -> i64 {
     now.copied().unwrap_or_else(jiff::Timestamp::now).as_second()
 }
 

@@ -42,14 +42,14 @@ use super::fence::GroupCommit;
 use crate::release::ReleaseKey;
 
 /// Labels of every claim book (the sweep lists by them).
-pub const BOOK_LABELS: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=claim-book";
+pub(crate) const BOOK_LABELS: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=claim-book";
 /// Claims one book holds at most (an annotation holds 256 KiB): past it, approvals wait ("retry").
-pub const MAX_BOOK_CLAIMS: usize = 1024;
+pub(crate) const MAX_BOOK_CLAIMS: usize = 1024;
 /// The annotation naming the format of a book's claims (POLICY.md, "Replicas that agree"). A
 /// book without it is of format 1, as written before the format was named.
-pub const FORMAT_ANNOTATION: &str = "helm-guard.io/claims-format";
+pub(crate) const FORMAT_ANNOTATION: &str = "helm-guard.io/claims-format";
 /// The format this version writes and reads.
-pub const FORMAT: &str = "1";
+pub(crate) const FORMAT: &str = "1";
 
 /// One claim in a book, with the release it is on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +114,7 @@ impl std::fmt::Debug for BookCoordinator {
 }
 
 /// A book's name: the replica's identity, made a valid object name.
-pub fn book_name(identity: &str) -> String {
+pub(crate) fn book_name(identity: &str) -> String {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(identity.as_bytes());
     let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();

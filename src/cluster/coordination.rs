@@ -28,10 +28,10 @@ use crate::release::record::same_object;
 use futures::future::BoxFuture;
 
 /// The annotation holding a Lease's claims, as JSON.
-pub const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
+pub(crate) const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
 /// Labels of the Leases per release that versions before 0.2 wrote (`--coordination lease`): an
 /// upgraded guard sweeps what they left.
-pub const LEASE_LABELS: &str =
+pub(crate) const LEASE_LABELS: &str =
     "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=release-deletions";
 
 /// One approved deletion, visible to every replica until it expires.
@@ -158,7 +158,7 @@ pub fn now_ms() -> i64 {
 }
 
 /// When a claim's expiry falls on this process's monotonic clock.
-pub fn local_instant(until_ms: i64, now_ms: i64) -> Instant {
+pub(crate) fn local_instant(until_ms: i64, now_ms: i64) -> Instant {
     let left = u64::try_from(until_ms.saturating_sub(now_ms)).unwrap_or(0);
     Instant::now() + Duration::from_millis(left)
 }

@@ -46,7 +46,7 @@ pub struct Notice {
 impl Notice {
     /// The same notice on the HelmChart that manages the object's release, so that `kubectl
     /// describe helmchart` shows it too; the note names the object.
-    pub fn about_chart(&self, chart: &super::helmcharts::HelmChart) -> Notice {
+    pub(crate) fn about_chart(&self, chart: &super::helmcharts::HelmChart) -> Notice {
         Notice {
             namespace: chart.namespace.clone(),
             api_version: super::helmcharts::API_VERSION.to_owned(),
@@ -76,7 +76,7 @@ impl EventQueue {
     }
 
     /// Never waits: a full (or closed) queue drops the notice.
-    pub fn offer(&self, notice: Notice) {
+    pub(crate) fn offer(&self, notice: Notice) {
         if self.sender.try_send(notice).is_err() {
             self.dropped.inc();
         }
@@ -87,9 +87,9 @@ impl EventQueue {
 pub const WRITE_INTERVAL: Duration = Duration::from_secs(10);
 /// A series older than this ends; the next repeat starts a new Event (as the API server's own
 /// event recorder does, so an old Event's TTL does not hide a new one).
-pub const SERIES_LIFETIME: Duration = Duration::from_secs(30 * 60);
+pub(crate) const SERIES_LIFETIME: Duration = Duration::from_secs(30 * 60);
 /// Series remembered at once; the oldest is forgotten first.
-pub const MAX_SERIES: usize = 4096;
+pub(crate) const MAX_SERIES: usize = 4096;
 
 /// Series are keyed by object (its uid too: a record reinstalled under the same name is another
 /// object, with Events of its own) and reason: a different refusal of one object is another Event.
@@ -126,7 +126,7 @@ pub enum Write {
 
 /// The series of every object that recently had an Event: pure bookkeeping, no I/O.
 #[derive(Debug, Default)]
-pub struct SeriesBook {
+pub(crate) struct SeriesBook {
     series: HashMap<SeriesKey, Series>,
 }
 
@@ -173,7 +173,7 @@ impl SeriesBook {
     }
 
     /// Counts not yet written whose interval has passed; forgets ended series.
-    pub fn due(&mut self, now: Instant) -> Vec<Write> {
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<Write> {
         self.series.retain(|_, s| now.duration_since(s.started) < SERIES_LIFETIME);
         let mut writes = Vec::new();
         for ((namespace, ..), series) in self.series.iter_mut() {
@@ -192,7 +192,7 @@ impl SeriesBook {
 }
 
 /// Writes Events until the queue closes. `failed` counts Events the API did not take.
-pub async fn write_events(
+pub(crate) async fn write_events(
     client: kube::Client,
     mut notices: mpsc::Receiver<Notice>,
     instance: String,

@@ -37,7 +37,7 @@ pub fn record_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedReco
 }
 
 /// What a Namespace's metadata tells.
-pub fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
+pub(crate) fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, NamespaceInfo)> {
     Some((meta.name.clone()?, NamespaceInfo::from_meta(meta)))
 }
 
@@ -74,7 +74,7 @@ pub struct Feed<S, T> {
 
 impl<S, T> Feed<S, T> {
     /// A feed into `sink`.
-    pub fn with_sink(sink: S) -> Feed<S, T> {
+    pub(crate) fn with_sink(sink: S) -> Feed<S, T> {
         Feed { sink, relist: None, relist_version: 0 }
     }
 
@@ -182,7 +182,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
 
 /// K3s/RKE2 HelmCharts (their target namespace and protection).
 #[derive(Debug, Default)]
-pub struct ChartSink;
+pub(crate) struct ChartSink;
 
 impl IndexSink<DynamicObject> for ChartSink {
     type Item = HelmChart;
@@ -211,7 +211,7 @@ pub type RecordFeed = Feed<RecordSink, IndexedRecord>;
 /// The namespaces.
 pub type NamespaceFeed = Feed<NamespaceSink, (String, NamespaceInfo)>;
 /// The HelmCharts.
-pub type ChartFeed = Feed<ChartSink, HelmChart>;
+pub(crate) type ChartFeed = Feed<ChartSink, HelmChart>;
 
 impl RecordFeed {
     /// The feed of one driver's records.

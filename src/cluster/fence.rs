@@ -253,7 +253,7 @@ impl Fence {
 
     /// Whether the index holds every write to `driver`'s records completed before this call: true
     /// once the next round completes, false when none does by `deadline`.
-    pub async fn caught_up(&self, driver: Driver, deadline: tokio::time::Instant) -> bool {
+    pub(crate) async fn caught_up(&self, driver: Driver, deadline: tokio::time::Instant) -> bool {
         let fence = self.drivers.of(driver);
         let need = fence.join();
         fence.done_by(need, deadline).await

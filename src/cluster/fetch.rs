@@ -16,7 +16,7 @@ use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
 
 /// Reads records with GETs, a few at a time, all within the verdict's deadline.
 #[derive(Clone)]
-pub struct ApiPayloadFetcher {
+pub(crate) struct ApiPayloadFetcher {
     /// The cluster.
     pub client: kube::Client,
     /// Bounds on reading payloads.

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::policy::pod::PROTECT_LABEL;
 
 /// The API group and version of K3s's HelmChart.
-pub const API_VERSION: &str = "helm.cattle.io/v1";
+pub(crate) const API_VERSION: &str = "helm.cattle.io/v1";
 /// Its kind.
 pub const KIND: &str = "HelmChart";
 
@@ -95,7 +95,7 @@ impl HelmCharts {
     /// The chart that manages the release `release` in `namespace`: named as the release, with
     /// the release's namespace as its target. Two such charts (in different namespaces, a
     /// misconfiguration helm-controller itself fights over) give none.
-    pub fn managing(&self, namespace: &str, release: &str) -> Option<HelmChart> {
+    pub(crate) fn managing(&self, namespace: &str, release: &str) -> Option<HelmChart> {
         let charts = self.read();
         let mut found = charts.values().filter(|c| c.name == release && c.target_namespace == namespace);
         let first = found.next()?;

@@ -25,7 +25,7 @@ use crate::release::record::same_object;
 
 /// What [`ReleaseIndex::take_touched`] says when a namespace itself (its labels) changed: no
 /// namespace is named so.
-pub const NAMESPACES_TOUCHED: &str = "";
+pub(crate) const NAMESPACES_TOUCHED: &str = "";
 
 /// Where the index's contents come from, which decides what an approved write does to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,9 @@ pub struct NamespaceInfo {
 
 impl NamespaceInfo {
     /// From a Namespace's metadata: its mode label and whether it is being deleted.
-    pub fn from_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> NamespaceInfo {
+    pub(crate) fn from_meta(
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> NamespaceInfo {
         NamespaceInfo {
             mode: meta
                 .labels
@@ -286,12 +288,12 @@ impl ReleaseIndex {
     }
 
     /// The source delivered a complete list or an event: the index is current as of now.
-    pub fn mark_synced(&self) {
+    pub(crate) fn mark_synced(&self) {
         *self.last_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 
     /// Time since the source was last heard from; `None` before the first sync.
-    pub fn since_sync(&self) -> Option<Duration> {
+    pub(crate) fn since_sync(&self) -> Option<Duration> {
         self.last_sync.lock().unwrap_or_else(|p| p.into_inner()).map(|at| at.elapsed())
     }
 
@@ -316,7 +318,7 @@ impl ReleaseIndex {
     /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load).
     /// Approved deletions still waiting for confirmation stay hidden; payload facts read at an
     /// unchanged resourceVersion stay.
-    pub fn replace_records(
+    pub(crate) fn replace_records(
         &self,
         drivers: &[crate::release::Driver],
         records: impl IntoIterator<Item = IndexedRecord>,
@@ -367,7 +369,7 @@ impl ReleaseIndex {
     }
 
     /// Adds or changes a namespace.
-    pub fn set_namespace(&self, name: &str, info: NamespaceInfo) {
+    pub(crate) fn set_namespace(&self, name: &str, info: NamespaceInfo) {
         let mut state = self.lock();
         if state.namespaces.get(name) != Some(&info) {
             state.touch(NAMESPACES_TOUCHED);
@@ -376,14 +378,14 @@ impl ReleaseIndex {
     }
 
     /// Forgets a namespace.
-    pub fn remove_namespace(&self, name: &str) {
+    pub(crate) fn remove_namespace(&self, name: &str) {
         let mut state = self.lock();
         state.touch(NAMESPACES_TOUCHED);
         state.namespaces.remove(name);
     }
 
     /// Replaces every namespace at once (a completed list).
-    pub fn replace_namespaces(&self, namespaces: impl IntoIterator<Item = (String, NamespaceInfo)>) {
+    pub(crate) fn replace_namespaces(&self, namespaces: impl IntoIterator<Item = (String, NamespaceInfo)>) {
         let mut state = self.lock();
         state.touch(NAMESPACES_TOUCHED);
         state.namespaces = namespaces.into_iter().collect();
@@ -391,7 +393,7 @@ impl ReleaseIndex {
 
     /// The namespaces whose labels leave them less protected than the global `default` mode, by
     /// name.
-    pub fn opted_out(&self, default: Mode) -> Vec<crate::policy::namespace::OptedOut> {
+    pub(crate) fn opted_out(&self, default: Mode) -> Vec<crate::policy::namespace::OptedOut> {
         let mut opted: Vec<_> = self
             .lock()
             .namespaces
@@ -475,7 +477,13 @@ impl ReleaseIndex {
     /// not moved since (the watch may lag the read: the read is newer, and may even be of a new
     /// object under the name, whose uid it then takes) or has moved to exactly the version read;
     /// otherwise the watch brought something newer than the read, which is dropped.
-    pub fn verified(&self, key: &ReleaseKey, object: &str, seen: Option<&str>, read: super::ReadRecord) {
+    pub(crate) fn verified(
+        &self,
+        key: &ReleaseKey,
+        object: &str,
+        seen: Option<&str>,
+        read: super::ReadRecord,
+    ) {
         let mut state = self.lock();
         state.touch(&key.namespace);
         if let Some(entry) = state.releases.get_mut(key).and_then(|records| records.get_mut(object)) {
@@ -540,7 +548,7 @@ impl ReleaseIndex {
     }
 
     /// Shows a record hidden by an approval that did not stand (its claim was not written).
-    pub fn unhide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+    pub(crate) fn unhide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
         let mut state = self.lock();
         state.touch(&key.namespace);
         if let Some(entry) = state.entry(key, object, uid) {
@@ -576,7 +584,7 @@ impl ReleaseIndex {
         census
     }
 
-    /// From now on, remember which namespaces' records change, for [`ReleaseIndex::take_touched`]
+    /// From now on, remember which namespaces' records change, for `ReleaseIndex::take_touched`
     /// (the PolicyReport writer; nothing is kept for anyone else).
     pub fn track_touched(&self) {
         let mut state = self.lock();
@@ -587,14 +595,14 @@ impl ReleaseIndex {
 
     /// The namespaces whose records changed since the last call (or since
     /// [`ReleaseIndex::track_touched`]), and forgets them.
-    pub fn take_touched(&self) -> BTreeSet<String> {
+    pub(crate) fn take_touched(&self) -> BTreeSet<String> {
         self.lock().touched.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Every release of the namespaces in `namespaces` (of every namespace when `None`) with
     /// the records verdicts see, by namespace: what the PolicyReport writer classifies, outside
     /// the lock.
-    pub fn releases_in(
+    pub(crate) fn releases_in(
         &self,
         namespaces: Option<&BTreeSet<String>>,
     ) -> BTreeMap<String, Vec<(ReleaseKey, Vec<RevisionFacts>)>> {

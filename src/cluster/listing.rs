@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams};
 use super::RECORD_LABELS;
 
 /// Lists the namespaces' metadata for `scan` (labels and managedFields): all, or the one named.
-pub async fn list_namespaces(
+pub(crate) async fn list_namespaces(
     client: &kube::Client,
     only: Option<&str>,
 ) -> Result<Vec<kube::core::ObjectMeta>, kube::Error> {
@@ -21,7 +21,7 @@ pub async fn list_namespaces(
 }
 
 /// Lists full records (payloads included) for `scan`: all namespaces or one, all releases or one.
-pub async fn list_records(
+pub(crate) async fn list_records(
     client: &kube::Client,
     namespace: Option<&str>,
     release: Option<&str>,

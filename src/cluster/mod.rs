@@ -23,7 +23,7 @@ pub mod watch;
 pub use coordination::DeleteCoordinator;
 
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.
-pub const RECORD_LABELS: &str = "owner=helm";
+pub(crate) const RECORD_LABELS: &str = "owner=helm";
 pub use index::{IndexChange, IndexedRecord, NamespaceInfo, ReleaseIndex, SourceKind};
 
 use std::time::Instant;

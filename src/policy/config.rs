@@ -43,7 +43,7 @@ pub struct PolicyConfig {
     /// Users who forget releases (D10): their deletions that D3–D9 refuse are let through, a copy
     /// kept. By exact name.
     pub forgetter_users: Vec<String>,
-    /// Groups whose members forget releases (D10). Default: [`DEFAULT_FORGETTER_GROUPS`].
+    /// Groups whose members forget releases (D10). Default: `DEFAULT_FORGETTER_GROUPS`.
     pub forgetter_groups: Vec<String>,
 }
 
@@ -53,11 +53,11 @@ pub struct PolicyConfig {
 /// `deleteHistory`) as its own account `fleet-agent` or one it impersonates, which
 /// `impersonate.go` always takes from the agent's namespace (`fleet-default`, or the bundle's
 /// `serviceAccount`): every one of them is in its namespace's group.
-pub const DEFAULT_FORGETTER_GROUPS: &[&str] =
+pub(crate) const DEFAULT_FORGETTER_GROUPS: &[&str] =
     &["system:serviceaccounts:cattle-fleet-system", "system:serviceaccounts:cattle-fleet-local-system"];
 
 /// The default of `--protected-label`: the label K3s/RKE2's helm-controller decides by.
-pub const DEFAULT_PROTECTED_LABELS: &[&str] = &["helmcharts.helm.cattle.io/configHash"];
+pub(crate) const DEFAULT_PROTECTED_LABELS: &[&str] = &["helmcharts.helm.cattle.io/configHash"];
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -87,7 +87,7 @@ fn matching(users: &[String], groups: &[String], requester: Requester<'_>) -> Op
 
 impl PolicyConfig {
     /// The exempt user or group the requester matches, as `user:NAME` or `group:NAME`.
-    pub fn exemption(&self, requester: Requester<'_>) -> Option<String> {
+    pub(crate) fn exemption(&self, requester: Requester<'_>) -> Option<String> {
         matching(&self.exempt_users, &self.exempt_groups, requester)
     }
 
@@ -97,19 +97,19 @@ impl PolicyConfig {
     }
 
     /// The opt-out user or group the requester matches (N3).
-    pub fn opt_out_privilege(&self, requester: Requester<'_>) -> Option<String> {
+    pub(crate) fn opt_out_privilege(&self, requester: Requester<'_>) -> Option<String> {
         matching(&self.opt_out_users, &self.opt_out_groups, requester)
     }
 
     /// Whether `requester`'s break-glass annotation counts (D2, U1).
-    pub fn may_break_glass(&self, requester: Requester<'_>) -> bool {
+    pub(crate) fn may_break_glass(&self, requester: Requester<'_>) -> bool {
         self.break_glass_groups.is_empty()
             || requester.groups.iter().any(|g| self.break_glass_groups.contains(g))
     }
 
     /// A refusal's message, saying that the break-glass annotation on the object did not count
     /// for this requester and who it counts for; unchanged for an allowance, or without one.
-    pub fn explain_break_glass(
+    pub(crate) fn explain_break_glass(
         &self,
         verdict: super::Verdict,
         break_glass: Option<&str>,
@@ -128,7 +128,7 @@ impl PolicyConfig {
     }
 
     /// Who may opt a namespace out, as a refusal says it.
-    pub fn opt_out_holders(&self) -> String {
+    pub(crate) fn opt_out_holders(&self) -> String {
         let users = self.opt_out_users.iter().map(|u| format!("user {u}"));
         let groups = self.opt_out_groups.iter().map(|g| format!("members of group {g}"));
         let holders: Vec<String> = users.chain(groups).collect();
@@ -140,7 +140,7 @@ impl PolicyConfig {
     }
 
     /// Whether `requester` is the namespace controller (D1).
-    pub fn is_namespace_controller(requester: Requester<'_>) -> bool {
+    pub(crate) fn is_namespace_controller(requester: Requester<'_>) -> bool {
         requester.username == NAMESPACE_CONTROLLER
     }
 

@@ -5,11 +5,11 @@
 use crate::release::Status;
 
 /// A script version: the `vMAJOR.MINOR.PATCH` of the image tag (`v0.13.3-build20260727`).
-pub type ScriptVersion = (u32, u32, u32);
+pub(crate) type ScriptVersion = (u32, u32, u32);
 
 /// The oldest behaviour the guard knows (v0.9.8, `971f9fd^:entry`): what an image whose version
 /// cannot be read is taken to run, since every rewrite made for it is harmless to newer scripts.
-pub const OLDEST_KNOWN: ScriptVersion = (0, 9, 8);
+pub(crate) const OLDEST_KNOWN: ScriptVersion = (0, 9, 8);
 
 /// The entry script of a pod's image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ impl EntryScript {
         EntryScript { version }
     }
 
-    /// The version the predictions follow: the one read, else [`OLDEST_KNOWN`].
+    /// The version the predictions follow: the one read, else `OLDEST_KNOWN`.
     pub fn assumed(self) -> ScriptVersion {
         self.version.unwrap_or(OLDEST_KNOWN)
     }
@@ -51,31 +51,31 @@ impl EntryScript {
 
     /// v0.9.9 (`971f9fd`): a `superseded` latest is reset to `failed` and upgraded; before, it
     /// fell through to `helm install`, which Helm refuses (the crash loop of PROBLEM.md).
-    pub fn resets_superseded(self) -> bool {
+    pub(crate) fn resets_superseded(self) -> bool {
         self.assumed() >= (0, 9, 9)
     }
 
     /// v0.9.15 (`ac8f73f`): exits without acting when the latest revision is not
     /// `EXPECTED_RELEASE_REVISION`; with status 64 until v0.9.17 (`f573316`), 0 since.
-    pub fn checks_expected_revision(self) -> bool {
+    pub(crate) fn checks_expected_revision(self) -> bool {
         self.assumed() >= (0, 9, 15)
     }
 
     /// v0.13.2 (`c7185fd`): `FAILURE_POLICY=retry` upgrades a failed release; before, any policy
     /// but `reinstall` waited for an operator.
-    pub fn has_retry_policy(self) -> bool {
+    pub(crate) fn has_retry_policy(self) -> bool {
         self.assumed() >= (0, 13, 2)
     }
 
     /// v0.13.0 read `helm ls` through a jq expression that printed one field per line and kept
     /// the first (the chart): no status, no revision, so it installs over any release (fixed in
     /// v0.13.1, `e9fef2a` "Fix jq|read pipeline").
-    pub fn reads_no_state(self) -> bool {
+    pub(crate) fn reads_no_state(self) -> bool {
         self.version == Some((0, 13, 0))
     }
 
     /// The failure policy that keeps a failed release instead of uninstalling it.
-    pub fn keeping_policy(self) -> &'static str {
+    pub(crate) fn keeping_policy(self) -> &'static str {
         if self.has_retry_policy() { "retry" } else { "abort" }
     }
 }
@@ -90,7 +90,7 @@ fn parse_tag(tag: &str) -> Option<ScriptVersion> {
 
 /// The first argument of the pod: what the helm-controller asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asked {
+pub(crate) enum Asked {
     /// `install` (or `upgrade`, after the guard's rewrite): install or upgrade the chart.
     Install,
     /// `upgrade`: the guard's rewrite of `install`; the script's last branch then upgrades.
@@ -180,7 +180,7 @@ pub struct ScriptEnv {
 
 /// What `script` does when asked `asked` for a release whose latest revision (as `helm status`
 /// and `helm ls` read it: the highest) is `latest`. Follows the script's branches in order.
-pub fn predict(
+pub(crate) fn predict(
     script: EntryScript,
     asked: Asked,
     latest: Option<(u32, Status)>,

@@ -20,9 +20,9 @@ pub use mode::{Decision, Mode, Outcome};
 pub use verdict::{Reason, Verdict};
 
 /// The annotation on a record that lets a deletion or edit through, with a reason.
-pub const BREAK_GLASS_ANNOTATION: &str = "helm-guard.io/allow-delete";
+pub(crate) const BREAK_GLASS_ANNOTATION: &str = "helm-guard.io/allow-delete";
 /// The namespace label that overrides the global mode.
-pub const MODE_LABEL: &str = "helm-guard.io/mode";
+pub(crate) const MODE_LABEL: &str = "helm-guard.io/mode";
 
 /// The longest text taken from a request into an audit annotation, a log field or an admission
 /// warning: anyone who may write an annotation would otherwise choose the size of the API
@@ -40,7 +40,7 @@ pub fn echoed(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// The break-glass reason on an object, when present and non-empty, cut to
 /// [`MAX_ECHOED_CHARS`].
-pub fn break_glass_reason(
+pub(crate) fn break_glass_reason(
     annotations: &std::collections::BTreeMap<String, String>,
 ) -> Option<std::borrow::Cow<'_, str>> {
     annotations

@@ -86,7 +86,7 @@ fn warning(text: String) -> String {
 }
 
 /// What `mode` makes of `verdict`.
-pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
+pub(crate) fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
     let message = verdict.message.clone();
     match (verdict.allowed, mode) {
         (true, _) => Outcome {
@@ -122,7 +122,7 @@ pub fn apply_mode(verdict: &Verdict, mode: Mode) -> Outcome {
 /// What a dry run is told beyond `outcome`: in audit mode, silent to Helm, the would-be denial
 /// as a warning. Helm never dry-runs a record write; a person asking what the guard would do
 /// (`kubectl delete --dry-run=server`, `helm-guard check`) does.
-pub fn tell_dry_run(outcome: &mut Outcome, verdict: &Verdict) {
+pub(crate) fn tell_dry_run(outcome: &mut Outcome, verdict: &Verdict) {
     if outcome.mode == Mode::Audit
         && outcome.decision == Decision::Warned
         && let Some(message) = &verdict.message

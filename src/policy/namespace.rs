@@ -10,11 +10,11 @@ use super::verdict::{Reason, Verdict};
 use super::{MODE_LABEL, Mode};
 
 /// The namespace label that takes a namespace out of the webhooks' `namespaceSelector`.
-pub const IGNORE_LABEL: &str = "helm-guard.io/ignore";
+pub(crate) const IGNORE_LABEL: &str = "helm-guard.io/ignore";
 
 /// How much of the guard a namespace's labels leave in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Protection {
+pub(crate) struct Protection {
     /// `helm-guard.io/ignore=true`: the webhooks do not see the namespace at all.
     pub ignored: bool,
     /// The mode its denials get: the label's, else the global default.
@@ -32,7 +32,7 @@ impl Protection {
     }
 
     /// Less than `before`: ignored where it was not, or a mode that lets more through.
-    pub fn is_weaker_than(self, before: Protection) -> bool {
+    pub(crate) fn is_weaker_than(self, before: Protection) -> bool {
         let strength = |mode: Mode| match mode {
             Mode::Enforce => 2,
             Mode::Warn => 1,
@@ -49,7 +49,7 @@ impl Protection {
 
 /// A namespace the guard does not fully protect, as `scan` and the metric show it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct OptedOut {
+pub(crate) struct OptedOut {
     /// The namespace.
     pub namespace: String,
     /// `ignored`, `warn` or `audit`.
@@ -72,7 +72,7 @@ impl OptedOut {
     }
 
     /// `protection` reported as an opt-out when it is weaker than the global `default`.
-    pub fn when_weaker(
+    pub(crate) fn when_weaker(
         namespace: String,
         protection: Protection,
         default: Mode,
@@ -90,7 +90,9 @@ impl OptedOut {
 /// When the opt-out labels were last written: the latest time among the managedFields entries
 /// that own one of them (the API server records which manager owns which field, and when it last
 /// changed any of its fields).
-pub fn labels_set_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<i64> {
+pub(crate) fn labels_set_at(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<i64> {
     let owns = |fields: &serde_json::Value| {
         [IGNORE_LABEL, MODE_LABEL].iter().any(|label| {
             fields
@@ -108,7 +110,7 @@ pub fn labels_set_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
 
 /// What the namespace rules read of a request.
 #[derive(Debug, Clone, Copy)]
-pub struct NamespaceFacts<'a> {
+pub(crate) struct NamespaceFacts<'a> {
     /// The namespace's name.
     pub name: &'a str,
     /// Its labels before (`None` for a CREATE).
@@ -120,7 +122,7 @@ pub struct NamespaceFacts<'a> {
 }
 
 /// Decides a Namespace CREATE or UPDATE (POLICY.md, rules N1–N4).
-pub fn decide_namespace(facts: &NamespaceFacts<'_>, config: &PolicyConfig) -> Verdict {
+pub(crate) fn decide_namespace(facts: &NamespaceFacts<'_>, config: &PolicyConfig) -> Verdict {
     let empty = BTreeMap::new();
     let before = Protection::of(facts.old_labels.unwrap_or(&empty), config.default_mode);
     let after = Protection::of(facts.new_labels, config.default_mode);

@@ -12,22 +12,22 @@ use super::klipper::{self, Asked, EntryScript, ScriptAction, ScriptEnv};
 use crate::release::{Classification, Driver, Status};
 
 /// The label the helm-controller puts on the pods of its jobs: the HelmChart's name.
-pub const CHART_LABEL: &str = "helmcharts.helm.cattle.io/chart";
+pub(crate) const CHART_LABEL: &str = "helmcharts.helm.cattle.io/chart";
 /// The release's state, as the guard saw it.
-pub const STATE_ANNOTATION: &str = "helm-guard.io/release-state";
+pub(crate) const STATE_ANNOTATION: &str = "helm-guard.io/release-state";
 /// The release's latest revision.
-pub const REVISION_ANNOTATION: &str = "helm-guard.io/release-revision";
+pub(crate) const REVISION_ANNOTATION: &str = "helm-guard.io/release-revision";
 /// What the pod's entry script will do.
-pub const ACTION_ANNOTATION: &str = "helm-guard.io/action";
+pub(crate) const ACTION_ANNOTATION: &str = "helm-guard.io/action";
 /// The entry script the prediction follows (`klipper-helm v0.13.3`).
-pub const SCRIPT_ANNOTATION: &str = "helm-guard.io/script";
+pub(crate) const SCRIPT_ANNOTATION: &str = "helm-guard.io/script";
 /// What the guard rewrote (`install`), when it rewrote the pod's command.
-pub const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
+pub(crate) const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
 /// The failure policy the guard replaced on a protected chart, and why.
-pub const POLICY_REWRITTEN_ANNOTATION: &str = "helm-guard.io/failure-policy-from";
+pub(crate) const POLICY_REWRITTEN_ANNOTATION: &str = "helm-guard.io/failure-policy-from";
 /// On a HelmChart or its namespace: never let the entry script uninstall the release to
 /// reinstall it.
-pub const PROTECT_LABEL: &str = "helm-guard.io/protect";
+pub(crate) const PROTECT_LABEL: &str = "helm-guard.io/protect";
 
 /// A pod the K3s/RKE2 helm-controller made to install or delete a chart.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +107,7 @@ pub struct EnvVar {
 impl HelmInstallPod {
     /// Recognises a helm-install pod: the chart label, a container with env `NAME` and first
     /// argument `install` or `delete`. `None` for any other pod, or a driver Helm would refuse.
-    pub fn from_pod(pod: &Pod, request_namespace: &str) -> Option<HelmInstallPod> {
+    pub(crate) fn from_pod(pod: &Pod, request_namespace: &str) -> Option<HelmInstallPod> {
         let chart = pod.metadata.labels.as_ref()?.get(CHART_LABEL)?;
         let pod_namespace = pod.metadata.namespace.as_deref().unwrap_or(request_namespace);
         pod.spec.containers.iter().enumerate().find_map(|(index, container)| {
@@ -141,7 +141,7 @@ impl HelmInstallPod {
 
 /// Whether helm-guard already annotated this pod (a reinvocation, or a pod made from a mutated
 /// template): it is not patched twice.
-pub fn already_annotated(pod: &Pod) -> bool {
+pub(crate) fn already_annotated(pod: &Pod) -> bool {
     pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(STATE_ANNOTATION))
 }
 

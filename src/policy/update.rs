@@ -10,11 +10,11 @@ use crate::release::Status;
 use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSION};
 
 /// The label every Helm update of a record sets to the time (`secrets.go`/`cfgmaps.go` `Update`).
-pub const LABEL_MODIFIED_AT: &str = "modifiedAt";
+pub(crate) const LABEL_MODIFIED_AT: &str = "modifiedAt";
 
 /// What Helm reads of one side's payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PayloadSide {
+pub(crate) struct PayloadSide {
     /// The status Helm reads.
     pub status: Status,
     /// Fingerprint of what Helm never rewrites (see `ReleasePayload::content`); `None` when not
@@ -24,7 +24,7 @@ pub struct PayloadSide {
 
 /// One side of the update.
 #[derive(Debug, Clone, Copy)]
-pub struct RecordSide<'a> {
+pub(crate) struct RecordSide<'a> {
     /// The object's labels.
     pub labels: &'a BTreeMap<String, String>,
     /// The Secret's `type` (`None` for a ConfigMap).
@@ -39,7 +39,7 @@ pub struct RecordSide<'a> {
 
 #[derive(Debug, Clone, Copy)]
 /// What the UPDATE rules (U1–U8) read of a request.
-pub struct UpdateFacts<'a> {
+pub(crate) struct UpdateFacts<'a> {
     /// The record's namespace.
     pub namespace: &'a str,
     /// The record's object name.
@@ -58,7 +58,7 @@ pub struct UpdateFacts<'a> {
 /// (`helm set-status`, Flux's unlock, klipper-helm >= 0.9.9, RKE2). Each is a place in Helm
 /// 3.17.3 and 4.1.4 (`pkg/action/`) that rewrites a stored release: POLICY.md, "The
 /// transitions", has the table with the source lines.
-pub fn helm_transition(from: Status, to: Status) -> bool {
+pub(crate) fn helm_transition(from: Status, to: Status) -> bool {
     use Status::*;
     let pending = |s: Status| s.is_pending();
     from == to
@@ -77,7 +77,7 @@ pub fn helm_transition(from: Status, to: Status) -> bool {
 }
 
 /// Decides an UPDATE of a release record (POLICY.md, rules U1–U8).
-pub fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
+pub(crate) fn decide_update(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdict {
     let verdict = decide_update_rules(facts, config);
     config.explain_break_glass(verdict, facts.break_glass, facts.requester)
 }

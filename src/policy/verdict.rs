@@ -100,7 +100,7 @@ impl Reason {
 impl Reason {
     /// An approval of one of Helm's own deletions (D1 teardown, D4a, D5, D6, D7): the only
     /// approvals that keep no copy in the recycle bin.
-    pub fn is_helm_deletion(self) -> bool {
+    pub(crate) fn is_helm_deletion(self) -> bool {
         matches!(
             self,
             Reason::NamespaceTeardown
@@ -115,7 +115,7 @@ impl Reason {
     /// one record the guard has not seen yet, or one gone that it has not seen go, can turn it.
     /// The teardown, break-glass, exempt, undecodable and D6 verdicts hold whatever else is
     /// stored.
-    pub fn rests_on_history(self) -> bool {
+    pub(crate) fn rests_on_history(self) -> bool {
         matches!(
             self,
             Reason::UninstallPurge
@@ -159,7 +159,7 @@ impl Verdict {
 
     #[must_use]
     /// The same verdict with free text for the audit annotations.
-    pub fn with_detail(mut self, detail: impl Into<String>) -> Verdict {
+    pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Verdict {
         self.detail = Some(detail.into());
         self
     }

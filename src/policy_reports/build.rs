@@ -16,7 +16,7 @@ use crate::release::{Driver, Status};
 /// The reports' `policy`, `source` and name.
 pub const POLICY: &str = "helm-guard";
 /// The results' `category`.
-pub const CATEGORY: &str = "Helm release health";
+pub(crate) const CATEGORY: &str = "Helm release health";
 
 /// A result's outcome, as the PolicyReport API spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
@@ -113,7 +113,7 @@ pub enum ReportApi {
 
 impl ReportApi {
     /// Both, in the order they are tried.
-    pub const ALL: [ReportApi; 2] = [ReportApi::WgPolicy, ReportApi::OpenReports];
+    pub(crate) const ALL: [ReportApi; 2] = [ReportApi::WgPolicy, ReportApi::OpenReports];
 
     /// The API group.
     pub fn group(self) -> &'static str {
@@ -142,7 +142,7 @@ impl ReportApi {
     }
 
     /// The resource's plural name (`cluster`: the cluster-scoped one's).
-    pub fn plural(self, cluster: bool) -> &'static str {
+    pub(crate) fn plural(self, cluster: bool) -> &'static str {
         match (self, cluster) {
             (ReportApi::WgPolicy, false) => "policyreports",
             (ReportApi::WgPolicy, true) => "clusterpolicyreports",
@@ -163,7 +163,7 @@ impl ReportApi {
 /// The most results one report carries: a report is one object (etcd keeps objects under
 /// 1.5 MiB; a result is under 1 KiB). Past it the worst results are kept and the summary still
 /// counts every release.
-pub const MAX_RESULTS: usize = 1000;
+pub(crate) const MAX_RESULTS: usize = 1000;
 
 /// The reports of `releases` in `api`'s kinds, one per namespace (sorted), at `now` (Unix
 /// seconds): what `scan -o policyreport` prints.
@@ -179,7 +179,7 @@ pub fn reports(api: ReportApi, releases: &[ReleaseReport], now: i64) -> Vec<Valu
 
 /// One release's result, without its `timestamp` (the writer keeps the time a result was first
 /// seen, so that an unchanged result is not rewritten; see [`stamp`]).
-pub fn release_result(release: &ReleaseReport) -> Value {
+pub(crate) fn release_result(release: &ReleaseReport) -> Value {
     let mut result = result(finding(release), format!("release {}: {}", release.release, release.hint));
     set(&mut result, "properties", properties(release));
     if let Some(resource) = latest_record(release) {
@@ -190,7 +190,7 @@ pub fn release_result(release: &ReleaseReport) -> Value {
 
 /// Adds `resource` (a reference: apiVersion, kind, namespace, name) to a result's `resources`,
 /// after the record: on K3s/RKE2 the HelmChart that manages the release.
-pub fn add_resource(result: &mut Value, resource: Value) {
+pub(crate) fn add_resource(result: &mut Value, resource: Value) {
     match result.get_mut("resources").and_then(Value::as_array_mut) {
         Some(resources) => resources.push(resource),
         None => set(result, "resources", json!([resource])),
@@ -220,14 +220,14 @@ fn set(value: &mut Value, field: &str, to: Value) {
 }
 
 /// Sets a result's `timestamp` to `seconds` (Unix).
-pub fn stamp(result: &mut Value, seconds: i64) {
+pub(crate) fn stamp(result: &mut Value, seconds: i64) {
     if let Some(fields) = result.as_object_mut() {
         fields.insert("timestamp".into(), json!({"seconds": seconds, "nanos": 0}));
     }
 }
 
 /// A report of `results`, of `namespace` (`None`: the cluster-scoped one) in `api`'s kinds, with
-/// its summary. Past [`MAX_RESULTS`] the worst are kept (error, fail, warn, then pass).
+/// its summary. Past `MAX_RESULTS` the worst are kept (error, fail, warn, then pass).
 pub fn report(api: ReportApi, namespace: Option<&str>, mut results: Vec<Value>) -> Value {
     let mut summary: BTreeMap<&str, u64> = ["pass", "fail", "warn", "error", "skip"].map(|k| (k, 0)).into();
     for result in &results {
@@ -266,7 +266,7 @@ pub fn report(api: ReportApi, namespace: Option<&str>, mut results: Vec<Value>) 
 /// protected than the guard's default (warn: ignored is medium, a weaker mode low), and each
 /// release with copies in the recycle bin (pass: nothing is broken; the message says how to
 /// bring them back). Without timestamps, as [`release_result`].
-pub fn cluster_results(opted_out: &[OptedOut], bin: &[BinEntry], guard_namespace: &str) -> Vec<Value> {
+pub(crate) fn cluster_results(opted_out: &[OptedOut], bin: &[BinEntry], guard_namespace: &str) -> Vec<Value> {
     let mut results = Vec::new();
     for namespace in opted_out {
         let severity = if namespace.protection == "ignored" { Severity::Medium } else { Severity::Low };

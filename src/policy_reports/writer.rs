@@ -30,9 +30,9 @@ use crate::release::scan::from_facts;
 use crate::tally::Tally;
 
 /// The Lease whose holder writes the reports.
-pub const LEASE_NAME: &str = "helm-guard-policy-reports";
+pub(crate) const LEASE_NAME: &str = "helm-guard-policy-reports";
 /// Selects the reports the guard wrote.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by=helm-guard";
+pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by=helm-guard";
 /// How long the Lease holds without renewal (seconds); the holder renews well before.
 const LEASE_SECONDS: u64 = 15;
 /// Writes under way at once.

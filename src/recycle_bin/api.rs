@@ -223,7 +223,7 @@ fn bin_selector(namespace: Option<&str>, release: Option<&str>) -> String {
 }
 
 /// The copies in the recycle bin in `bin_namespace` (metadata only), newest first: `scan --recycle-bin`.
-pub async fn list_bin(
+pub(crate) async fn list_bin(
     client: &kube::Client,
     bin_namespace: &str,
     namespace: Option<&str>,
@@ -240,7 +240,7 @@ pub async fn list_bin(
 
 /// The copies of one release in the recycle bin, read whole, for `restore`; a Secret that is no
 /// copy is named with why.
-pub async fn read_bin(
+pub(crate) async fn read_bin(
     client: &kube::Client,
     bin_namespace: &str,
     namespace: &str,

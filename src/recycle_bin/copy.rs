@@ -19,33 +19,34 @@ use sha2::Digest as _;
 use crate::release::record::{Driver, Record};
 
 /// Every copy carries these labels (the bin is listed by them).
-pub const BIN_SELECTOR: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/recycle-bin=copy";
+pub(crate) const BIN_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/recycle-bin=copy";
 /// The label with the release's namespace.
-pub const LABEL_NAMESPACE: &str = "helm-guard.io/release-namespace";
+pub(crate) const LABEL_NAMESPACE: &str = "helm-guard.io/release-namespace";
 /// The label with the release's name.
-pub const LABEL_RELEASE: &str = "helm-guard.io/release";
+pub(crate) const LABEL_RELEASE: &str = "helm-guard.io/release";
 /// The label with the revision.
-pub const LABEL_REVISION: &str = "helm-guard.io/revision";
+pub(crate) const LABEL_REVISION: &str = "helm-guard.io/revision";
 /// The label with the driver (`secret`, `configmap`).
-pub const LABEL_DRIVER: &str = "helm-guard.io/driver";
+pub(crate) const LABEL_DRIVER: &str = "helm-guard.io/driver";
 /// The label with the reason code of the verdict that let the record go.
-pub const LABEL_REASON: &str = "helm-guard.io/reason";
+pub(crate) const LABEL_REASON: &str = "helm-guard.io/reason";
 /// The label with when the copy was made (Unix seconds): the bounds evict the oldest first.
-pub const LABEL_KEPT_AT: &str = "helm-guard.io/kept-at";
+pub(crate) const LABEL_KEPT_AT: &str = "helm-guard.io/kept-at";
 /// The annotation naming who deleted the record (user names are no label values).
-pub const ANNOTATION_REQUESTER: &str = "helm-guard.io/requester";
+pub(crate) const ANNOTATION_REQUESTER: &str = "helm-guard.io/requester";
 /// The annotation with the copy's size in bytes (what the byte bounds count).
-pub const ANNOTATION_BYTES: &str = "helm-guard.io/bytes";
+pub(crate) const ANNOTATION_BYTES: &str = "helm-guard.io/bytes";
 /// The annotation naming the original, for people reading the bin.
-pub const ANNOTATION_ORIGINAL: &str = "helm-guard.io/original";
+pub(crate) const ANNOTATION_ORIGINAL: &str = "helm-guard.io/original";
 /// The copies' Secret type.
-pub const COPY_TYPE: &str = "helm-guard.io/recycled-record";
+pub(crate) const COPY_TYPE: &str = "helm-guard.io/recycled-record";
 /// The annotation holding [`KeptObject`], as JSON.
-pub const ANNOTATION_OBJECT: &str = "helm-guard.io/object";
+pub(crate) const ANNOTATION_OBJECT: &str = "helm-guard.io/object";
 /// The prefix of the data keys holding the original's data.
 /// SHA-256 of the copy as it was kept (its `helm-guard.io/object` and data): `restore` refuses a
 /// copy that no longer matches it.
-pub const ANNOTATION_DIGEST: &str = "helm-guard.io/sha256";
+pub(crate) const ANNOTATION_DIGEST: &str = "helm-guard.io/sha256";
 const DATA_PREFIX: &str = "data.";
 
 /// The digest of a copy: its object annotation and each data value as the record held it (a
@@ -129,7 +130,7 @@ impl KeptObject {
 
 /// The copy's name: fixed length, the same for the same object at the same version (a deletion
 /// retried finds its copy made), never that of another.
-pub fn copy_name(record: &Record) -> String {
+pub(crate) fn copy_name(record: &Record) -> String {
     let identity = format!(
         "{}/{}/{}/{}/{}",
         record.id.key.driver,
@@ -254,7 +255,7 @@ pub struct BinEntry {
 
 impl BinEntry {
     /// Reads a copy's metadata; `None` for a Secret that is not one.
-    pub fn from_meta(meta: &ObjectMeta) -> Option<BinEntry> {
+    pub(crate) fn from_meta(meta: &ObjectMeta) -> Option<BinEntry> {
         let labels = meta.labels.as_ref()?;
         let label = |key: &str| labels.get(key).cloned();
         let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).cloned();
@@ -306,7 +307,7 @@ impl Default for BinBounds {
 
 /// The largest copy a record makes, counted as the bounds count it: a Secret's 1 MiB of data as
 /// base64 text, and its labels and annotations (at most 256 KiB).
-pub const LARGEST_COPY: u64 = 2 << 20;
+pub(crate) const LARGEST_COPY: u64 = 2 << 20;
 
 impl BinBounds {
     /// Refuses bounds under which a copy just stored could be evicted at once: the client would
@@ -354,7 +355,7 @@ pub enum Eviction {
 
 /// The copies `bounds` evict from `entries` at `now`, oldest first: the expired, then per
 /// release, then overall.
-pub fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> Vec<(String, Eviction)> {
+pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> Vec<(String, Eviction)> {
     let mut kept: Vec<&BinEntry> = entries.iter().collect();
     kept.sort_by(|a, b| (a.kept_at, &a.name).cmp(&(b.kept_at, &b.name)));
     let mut evicted = Vec::new();

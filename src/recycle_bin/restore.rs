@@ -91,7 +91,7 @@ pub struct RestorePlan {
 
 impl RestorePlan {
     /// The copies the restore creates.
-    pub fn to_restore(&self) -> impl Iterator<Item = &RestoreStep> {
+    pub(crate) fn to_restore(&self) -> impl Iterator<Item = &RestoreStep> {
         self.steps.iter().filter(|s| s.action == StepAction::Restore)
     }
 }

@@ -199,7 +199,7 @@ impl Anomaly {
 }
 
 /// How long a `pending-*` latest revision may stay unchanged before it counts as stuck.
-pub const DEFAULT_STUCK_AFTER_SECS: i64 = 15 * 60;
+pub(crate) const DEFAULT_STUCK_AFTER_SECS: i64 = 15 * 60;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 /// What a release's history amounts to, as Helm would act on it.
@@ -222,7 +222,7 @@ pub struct Classification {
 
 impl Classification {
     /// Broken means an operator should look: any state but healthy/absent/uninstalled, or an anomaly.
-    pub fn is_broken(&self) -> bool {
+    pub(crate) fn is_broken(&self) -> bool {
         !self.state.is_ok() || !self.anomalies.is_empty()
     }
 

@@ -21,5 +21,5 @@ pub mod scan;
 /// What `helm install` answers over a release whose name is still in use (the K3s/RKE2 crash
 /// loop of PROBLEM.md): Helm 3's words, then Helm 4's (`pkg/action/install.go`). Whatever quotes
 /// or looks for the message knows both.
-pub const NAME_IN_USE: [&str; 2] =
+pub(crate) const NAME_IN_USE: [&str; 2] =
     ["cannot re-use a name that is still in use", "cannot reuse a name that is still in use"];

@@ -22,7 +22,7 @@ pub enum InputError {
 
 /// Which object of a captured `AdmissionReview` an input object is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReviewSide {
+pub(crate) enum ReviewSide {
     /// `request.oldObject`: the object as stored before the request.
     Old,
     /// `request.object`: the object the request would store.
@@ -31,7 +31,7 @@ pub enum ReviewSide {
 
 /// An object read from input, and where in an `AdmissionReview` it was, if it came from one.
 #[derive(Debug, Clone)]
-pub struct InputObject {
+pub(crate) struct InputObject {
     /// The object.
     pub object: Value,
     /// Which side of an AdmissionReview it came from, when it did.
@@ -44,7 +44,7 @@ pub fn parse_objects(text: &[u8]) -> Result<Vec<Value>, InputError> {
 }
 
 /// [`parse_objects`], telling which side of a captured `AdmissionReview` each object was.
-pub fn parse_inputs(text: &[u8]) -> Result<Vec<InputObject>, InputError> {
+pub(crate) fn parse_inputs(text: &[u8]) -> Result<Vec<InputObject>, InputError> {
     let text = std::str::from_utf8(text).map_err(|e| InputError::Syntax(e.to_string()))?;
     if text.trim().is_empty() {
         return Err(InputError::Empty);

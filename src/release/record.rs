@@ -15,17 +15,18 @@ use super::status::Status;
 use super::{DecodeError, DecodeLimits, ReleasePayload};
 
 /// How Helm names its records: `sh.helm.release.v1.<release>.v<revision>`.
-pub const NAME_PREFIX: &str = "sh.helm.release.v1.";
+pub(crate) const NAME_PREFIX: &str = "sh.helm.release.v1.";
 /// The `type` of Helm's Secrets.
-pub const SECRET_TYPE: &str = "helm.sh/release.v1";
+#[cfg(test)]
+pub(crate) const SECRET_TYPE: &str = "helm.sh/release.v1";
 /// The labels Helm reserves on its records.
-pub const LABEL_OWNER: &str = "owner";
+pub(crate) const LABEL_OWNER: &str = "owner";
 /// The label with the release's name.
-pub const LABEL_NAME: &str = "name";
+pub(crate) const LABEL_NAME: &str = "name";
 /// The label with the revision.
-pub const LABEL_VERSION: &str = "version";
+pub(crate) const LABEL_VERSION: &str = "version";
 /// The label with the revision's status (Helm writes it; anyone may change it).
-pub const LABEL_STATUS: &str = "status";
+pub(crate) const LABEL_STATUS: &str = "status";
 
 /// Where Helm keeps its records (`HELM_DRIVER`).
 #[derive(
@@ -54,7 +55,7 @@ pub enum Driver {
 
 impl Driver {
     /// The driver whose records are objects of this API group and kind (`""`, `Secret`).
-    pub fn of_kind(group: &str, kind: &str) -> Option<Driver> {
+    pub(crate) fn of_kind(group: &str, kind: &str) -> Option<Driver> {
         match (group, kind) {
             ("", "Secret") => Some(Driver::Secret),
             ("", "ConfigMap") => Some(Driver::ConfigMap),
@@ -76,7 +77,7 @@ impl Driver {
     }
 
     /// Reads `HELM_DRIVER` as Helm does: empty means the default, `secret`.
-    pub fn from_helm_driver(value: &str) -> Option<Driver> {
+    pub(crate) fn from_helm_driver(value: &str) -> Option<Driver> {
         match value {
             "" | "secret" | "secrets" => Some(Driver::Secret),
             "configmap" | "configmaps" => Some(Driver::ConfigMap),
@@ -125,7 +126,7 @@ impl fmt::Display for RecordId {
 }
 
 /// Splits `sh.helm.release.v1.<release>.v<revision>`, the name Helm gives a record's object.
-pub fn parse_object_name(name: &str) -> Option<(&str, u32)> {
+pub(crate) fn parse_object_name(name: &str) -> Option<(&str, u32)> {
     let rest = name.strip_prefix(NAME_PREFIX)?;
     let (release, revision) = rest.rsplit_once(".v")?;
     if release.is_empty() || revision.is_empty() || !revision.bytes().all(|b| b.is_ascii_digit()) {
@@ -136,7 +137,11 @@ pub fn parse_object_name(name: &str) -> Option<(&str, u32)> {
 
 /// The release an object is a record of, as Helm's storage drivers select records: by the labels
 /// `owner=helm` and `name=<release>` in the namespace, whatever the object's name or Secret type.
-pub fn release_key(driver: Driver, namespace: &str, labels: &BTreeMap<String, String>) -> Option<ReleaseKey> {
+pub(crate) fn release_key(
+    driver: Driver,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Option<ReleaseKey> {
     if labels.get(LABEL_OWNER).map(String::as_str) != Some("helm") {
         return None;
     }
@@ -149,7 +154,7 @@ pub fn release_key(driver: Driver, namespace: &str, labels: &BTreeMap<String, St
 /// installed again writes `sh.helm.release.v1.<release>.v1` anew), the API server never reuses a
 /// uid; where one is unknown (a dump without uids, a Lease claim of an older guard) the name
 /// stands in.
-pub fn same_object(a: Option<&str>, b: Option<&str>) -> bool {
+pub(crate) fn same_object(a: Option<&str>, b: Option<&str>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => a == b,
         _ => true,
@@ -158,7 +163,7 @@ pub fn same_object(a: Option<&str>, b: Option<&str>) -> bool {
 
 /// The revision a record claims before its payload is read: the `version` label, else the object
 /// name's. Helm reads the payload's `version`; this is only what a metadata view can show.
-pub fn version_hint(name: &str, labels: &BTreeMap<String, String>) -> u32 {
+pub(crate) fn version_hint(name: &str, labels: &BTreeMap<String, String>) -> u32 {
     labels
         .get(LABEL_VERSION)
         .and_then(|v| v.parse().ok())
@@ -302,7 +307,7 @@ impl Record {
     /// Reads an object's parts (taken, so the payload moves rather than being copied) as a record
     /// of `driver`, and says whether Helm's labels make it one. The new side of an UPDATE that
     /// removed those labels is still read, so that the removal can be judged.
-    pub fn from_parts(
+    pub(crate) fn from_parts(
         metadata: ObjectMeta,
         secret_type: Option<String>,
         payload: Option<bytes::Bytes>,

@@ -159,7 +159,7 @@ fn advise(plan: &mut RepairPlan, c: &Classification) {
 
 /// A payload (release JSON) with its status rewritten: only `info.status` changes; Helm reads
 /// the rest unchanged (object key order means nothing to Go's decoder, and maps stay sorted).
-pub fn with_status(release_json: &[u8], status: Status) -> Result<Vec<u8>, String> {
+pub(crate) fn with_status(release_json: &[u8], status: Status) -> Result<Vec<u8>, String> {
     let mut release: serde_json::Value = serde_json::from_slice(release_json).map_err(|e| e.to_string())?;
     // Helm writes `info` and `status` in lower case; a record spelt otherwise was not written by
     // Helm, and is not rewritten by repair.

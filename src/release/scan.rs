@@ -42,7 +42,7 @@ pub fn collect_records(objects: &[Value], limits: DecodeLimits) -> (Vec<DecodedR
 }
 
 /// Records grouped by the release they belong to, in release order.
-pub fn by_release(records: &[DecodedRecord]) -> BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> {
+pub(crate) fn by_release(records: &[DecodedRecord]) -> BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> {
     let mut releases: BTreeMap<&ReleaseKey, Vec<&DecodedRecord>> = BTreeMap::new();
     for record in records {
         releases.entry(&record.record.id.key).or_default().push(record);
@@ -116,7 +116,7 @@ pub fn report(records: &[DecodedRecord], now: i64, stuck_after_secs: i64) -> Vec
 
 /// One release's report from the facts of its records (one per record), without the chart and
 /// app version (they are in payloads the facts do not keep): what the live index can tell.
-pub fn from_facts(
+pub(crate) fn from_facts(
     key: &ReleaseKey,
     facts: &[RevisionFacts],
     now: i64,

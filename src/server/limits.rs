@@ -34,7 +34,7 @@ impl Default for ConnectionLimits {
 
 /// Takes a connection slot for each accepted stream and wraps it in [`Bounded`].
 #[derive(Debug, Clone)]
-pub struct LimitAcceptor {
+pub(crate) struct LimitAcceptor {
     slots: Arc<Semaphore>,
     idle_timeout: Duration,
 }
@@ -58,7 +58,7 @@ impl LimitAcceptor {
 impl LimitAcceptor {
     /// Takes a connection slot for `stream`; `Err` when all are taken (dropping the stream then
     /// closes it: the client retries elsewhere or later).
-    pub fn admit<I>(&self, stream: I) -> io::Result<Bounded<I>> {
+    pub(crate) fn admit<I>(&self, stream: I) -> io::Result<Bounded<I>> {
         match self.slots.clone().try_acquire_owned() {
             Ok(slot) => Ok(Bounded::new(stream, self.idle_timeout, slot)),
             Err(_) => Err(io::Error::other("too many open connections")),
@@ -68,7 +68,7 @@ impl LimitAcceptor {
 
 /// A stream that holds a connection slot and fails once the client has been silent too long.
 #[derive(Debug)]
-pub struct Bounded<I> {
+pub(crate) struct Bounded<I> {
     inner: I,
     idle_timeout: Duration,
     deadline: Pin<Box<Sleep>>,

@@ -36,14 +36,14 @@ pub struct DecisionLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of `helm_guard_admission_duration_seconds`.
-pub struct WebhookLabels {
+pub(crate) struct WebhookLabels {
     /// Which webhook.
     pub webhook: Webhook,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of `helm_guard_admission_rejected_requests_total`.
-pub struct RejectedLabels {
+pub(crate) struct RejectedLabels {
     /// Which webhook.
     pub webhook: Webhook,
     /// Why (`bad-request`, `too-large`, `body-timeout`, `request-timeout`, `internal`).
@@ -52,28 +52,28 @@ pub struct RejectedLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of `helm_guard_tls_reloads_total`.
-pub struct ResultLabels {
+pub(crate) struct ResultLabels {
     /// `success` or `error`.
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the anomaly gauge.
-pub struct AnomalyLabels {
+pub(crate) struct AnomalyLabels {
     /// Which anomaly.
     pub anomaly: Anomaly,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the dropped-Events counter.
-pub struct CauseLabels {
+pub(crate) struct CauseLabels {
     /// Why they were dropped.
     pub cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the opted-out namespaces gauge.
-pub struct OptedOutLabels {
+pub(crate) struct OptedOutLabels {
     /// The namespace.
     pub namespace: String,
     /// `ignored`, `warn` or `audit`.
@@ -82,7 +82,7 @@ pub struct OptedOutLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the recycle bin's evictions.
-pub struct EvictionLabels {
+pub(crate) struct EvictionLabels {
     /// Why (a bound's name, or `expired`).
     pub reason: &'static str,
 }
@@ -119,7 +119,7 @@ impl EncodeMetric for crate::tally::Level {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of the releases gauge.
-pub struct StateLabels {
+pub(crate) struct StateLabels {
     /// Which state.
     pub state: ReleaseState,
 }
@@ -129,9 +129,10 @@ fn latency_histogram() -> Histogram {
 }
 
 /// Why a request was answered with an HTTP error (`helm_guard_admission_rejected_requests_total`).
-pub const REJECTIONS: &[&str] = &["bad-request", "too-large", "body-timeout", "request-timeout", "internal"];
+pub(crate) const REJECTIONS: &[&str] =
+    &["bad-request", "too-large", "body-timeout", "request-timeout", "internal"];
 /// Why an Event was dropped (`helm_guard_events_dropped_total`).
-pub const EVENT_DROP_CAUSES: [&str; 2] = ["queue-full", "api-error"];
+pub(crate) const EVENT_DROP_CAUSES: [&str; 2] = ["queue-full", "api-error"];
 
 #[derive(Debug)]
 /// The guard's Prometheus metrics (`/metrics`).
@@ -357,13 +358,13 @@ impl Metrics {
 
     /// Counts Events dropped because the queue was full (`queue-full`) or the API refused or
     /// timed out (`api-error`).
-    pub fn events_dropped(&self, cause: &'static str) -> Tally {
+    pub(crate) fn events_dropped(&self, cause: &'static str) -> Tally {
         debug_assert!(EVENT_DROP_CAUSES.contains(&cause), "{cause} is not in EVENT_DROP_CAUSES");
         self.events_dropped.get_or_create(&CauseLabels { cause }).clone()
     }
 
     /// Counts a certificate reload.
-    pub fn tls_reload(&self, ok: bool) {
+    pub(crate) fn tls_reload(&self, ok: bool) {
         self.tls_reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "error" } }).inc();
     }
 

@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_CONCURRENT_REVIEWS: usize = 16;
 
 /// The default of `--max-body-bytes`: an UPDATE of a Secret holding the 1 MiB Kubernetes allows
 /// (old and new object, base64) is under 3.5 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Bounds per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl AppState {
     }
 
     /// SIGTERM came: answers now close their connections.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         *self.phase.borrow() != Phase::Serving
     }
 

@@ -44,7 +44,7 @@ fn request_traces_enabled() -> bool {
 }
 
 /// Health, readiness and metrics on plain HTTP.
-pub fn metrics_router(state: Arc<AppState>) -> Router {
+pub(crate) fn metrics_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -138,7 +138,7 @@ fn http(limits: ConnectionLimits) -> auto::Builder<TokioExecutor> {
 
 /// A request extension: closes the connection the request came on once it is answered.
 #[derive(Debug, Clone)]
-pub struct LastRequest(Arc<watch::Sender<bool>>);
+pub(crate) struct LastRequest(Arc<watch::Sender<bool>>);
 
 impl LastRequest {
     /// The connection closes after this answer (HTTP/2: with a GOAWAY now, the streams under way

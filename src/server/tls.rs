@@ -43,7 +43,7 @@ impl TlsFiles {
 
 /// Builds the rustls configuration: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN, and client
 /// certificates verified against `client_ca_pem` when given.
-pub fn server_config(
+pub(crate) fn server_config(
     cert_pem: &[u8],
     key_pem: &[u8],
     client_ca_pem: Option<&[u8]>,
@@ -201,7 +201,7 @@ fn describe(files: &TlsFiles) -> String {
 /// Polls the files and swaps the configuration when they change. A half-written pair (the
 /// certificate updated, the key not yet) fails to load and is retried on the next poll while the
 /// old certificate keeps serving.
-pub async fn reload_on_change(
+pub(crate) async fn reload_on_change(
     files: TlsFiles,
     config: RustlsConfig,
     mut current: LoadedPem,

@@ -15,7 +15,7 @@ use std::io::Read;
 use sha2::{Digest, Sha256};
 
 /// Go's `encoding/json` refuses nesting deeper than this.
-pub const MAX_DEPTH: usize = 10_000;
+pub(crate) const MAX_DEPTH: usize = 10_000;
 
 /// Why a JSON text is not one Go would decode.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -105,7 +105,7 @@ impl<R: Read> Source<R> {
 
 /// The first byte of a JSON value, which says its kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `{...}`
     Object,
     /// `[...]`
@@ -149,7 +149,7 @@ impl StringSink for () {
 
 /// Keeps the first `cap` bytes of a string and notes whether there was more.
 #[derive(Debug, Default)]
-pub struct Capture {
+pub(crate) struct Capture {
     /// What was captured so far.
     pub bytes: Vec<u8>,
     /// How much may be captured.
@@ -275,7 +275,7 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// The kind of the next value (after whitespace).
-    pub fn peek_kind(&mut self) -> Result<Kind, JsonError> {
+    pub(crate) fn peek_kind(&mut self) -> Result<Kind, JsonError> {
         match self.skip_ws()? {
             Some(b'{') => Ok(Kind::Object),
             Some(b'[') => Ok(Kind::Array),
@@ -310,7 +310,7 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// Reads `true` or `false`.
-    pub fn boolean(&mut self) -> Result<bool, JsonError> {
+    pub(crate) fn boolean(&mut self) -> Result<bool, JsonError> {
         if self.src.peek()? == Some(b't') {
             self.literal(b"true").map(|()| true)
         } else {
@@ -319,12 +319,12 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// Opens an object; then call [`Self::next_key`] until it says none is left.
-    pub fn begin_object(&mut self) -> Result<(), JsonError> {
+    pub(crate) fn begin_object(&mut self) -> Result<(), JsonError> {
         self.open(b'{')
     }
 
     /// Opens an array; then call [`Self::next_element`] until it says none is left.
-    pub fn begin_array(&mut self) -> Result<(), JsonError> {
+    pub(crate) fn begin_array(&mut self) -> Result<(), JsonError> {
         self.open(b'[')
     }
 
@@ -341,7 +341,7 @@ impl<R: Read> JsonReader<R> {
 
     /// Reads the next key of an open object into `sink`, or closes the object and returns false.
     /// `first`: whether this is the first call for this object.
-    pub fn next_key(&mut self, first: bool, sink: &mut impl StringSink) -> Result<bool, JsonError> {
+    pub(crate) fn next_key(&mut self, first: bool, sink: &mut impl StringSink) -> Result<bool, JsonError> {
         let mut b = self.skip_ws()?;
         if b == Some(b'}') && first {
             self.depth -= 1;
@@ -374,7 +374,7 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// Moves to the next element of an open array, or closes it and returns false.
-    pub fn next_element(&mut self, first: bool) -> Result<bool, JsonError> {
+    pub(crate) fn next_element(&mut self, first: bool) -> Result<bool, JsonError> {
         let b = self.skip_ws()?;
         if b == Some(b']') {
             self.depth -= 1;
@@ -703,7 +703,7 @@ impl<R: Read> JsonReader<R> {
 /// Go's field-name matching: `encoding/json` folds keys so that `Version`, `VERSION` and
 /// `ver\u017Fion` (long s) all name the field `version`. Field names are ASCII; the only
 /// non-ASCII runes that fold onto ASCII letters are U+017F (s) and U+212A (Kelvin sign, k).
-pub fn fold_eq(key: &[u8], field: &str) -> bool {
+pub(crate) fn fold_eq(key: &[u8], field: &str) -> bool {
     let mut rest = key;
     let mut field = field.bytes();
     loop {
@@ -722,7 +722,7 @@ pub fn fold_eq(key: &[u8], field: &str) -> bool {
 }
 
 /// Parses a timestamp as Go's `time.Time.UnmarshalJSON` (strict RFC 3339) does; Unix seconds.
-pub fn parse_go_time(text: &[u8]) -> Option<i64> {
+pub(crate) fn parse_go_time(text: &[u8]) -> Option<i64> {
     let num = |range: std::ops::Range<usize>| -> Option<i64> {
         let part = text.get(range)?;
         part.iter()

@@ -256,18 +256,18 @@ pub struct ChartMetadata {
 
 impl ReleasePayload {
     /// The chart's metadata.
-    pub fn chart_metadata(&self) -> Option<&ChartMetadata> {
+    pub(crate) fn chart_metadata(&self) -> Option<&ChartMetadata> {
         self.chart.as_ref()
     }
 
     /// `last_deployed` as Unix seconds; Helm 4 omits zero times and Helm 3 writes year 1.
-    pub fn last_deployed_unix(&self) -> Option<i64> {
+    pub(crate) fn last_deployed_unix(&self) -> Option<i64> {
         parse_helm_time(self.info.last_deployed.as_deref()?)
     }
 }
 
 /// Parses a Helm timestamp (RFC 3339 as Go reads it); the zero time Helm 3 writes counts as absent.
-pub fn parse_helm_time(text: &str) -> Option<i64> {
+pub(crate) fn parse_helm_time(text: &str) -> Option<i64> {
     parse_go_time(text.as_bytes()).filter(|secs| *secs > 0)
 }
 
@@ -749,7 +749,7 @@ impl From<JsonError> for DecodeError {
 
 /// Reads release JSON as Helm does. `Err`: Helm 3 or Helm 4 would skip the record.
 /// [`Fingerprinting::Take`]: also take the content fingerprint (it costs a SHA-256 over the chart).
-pub fn read_release<R: Read>(
+pub(crate) fn read_release<R: Read>(
     json: JsonReader<R>,
     fingerprinting: Fingerprinting,
 ) -> Result<ReleasePayload, DecodeError> {

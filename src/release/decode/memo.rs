@@ -19,7 +19,7 @@ use super::{DecodeError, DecodeLimits, Fingerprinting, Storage};
 
 /// How many readings are remembered: a cluster's active records several times over; each is a
 /// few hundred bytes.
-pub const DEFAULT_CAPACITY: usize = 4096;
+pub(crate) const DEFAULT_CAPACITY: usize = 4096;
 
 type Key = (u64, usize);
 

@@ -33,7 +33,7 @@ pub enum Fingerprinting {
 }
 
 /// Real charts decode to several MiB (6.5 MB has been reported); 32 MiB leaves room.
-pub const DEFAULT_MAX_DECODED_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_DECODED_BYTES: usize = 32 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 /// Bounds on reading a payload: a gzip bomb stops at `max_decoded_bytes`.
