@@ -135,19 +135,9 @@ async fn checks(client: Client, ns: String) {
     // The records exist before the guards start: their first lists hold them.
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
     let stored = conflicting_pairs(&secrets, &ns, "rel", RELEASES).await;
-    let mut base = helm4_secret();
-    base["metadata"]["namespace"] = json!(ns);
     // For the cost: a release whose revision 1 may go (D5) as often as asked, agreed first: it
     // is deployed, and so is revision 2 (Helm's pruning of a superseded revision needs none).
-    let mut bench = Vec::new();
-    for record in history(&base, &[(1, "deployed"), (2, "deployed")]).iter().map(|r| as_release(r, "bench")) {
-        let secret: Secret = serde_json::from_value(record).unwrap();
-        let mut created =
-            serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap();
-        created["kind"] = json!("Secret");
-        created["apiVersion"] = json!("v1");
-        bench.push(created);
-    }
+    let bench = create_release(&secrets, &ns, "bench", &[(1, "deployed"), (2, "deployed")]).await;
 
     // Claims (and the sweep) on a short clock, so that the sweep is seen within the test.
     let ttl = ["--tombstone-ttl", "3s"];
@@ -251,25 +241,35 @@ async fn race(a: &HttpsClient, b: &HttpsClient, pairs: &[[Value; 2]], step: &str
 /// Creates `count` releases named `{prefix}-N` whose revisions 1 and 2 are both deployed and 3
 /// failed, and returns each one's records 1 and 2 as stored.
 async fn conflicting_pairs(secrets: &Api<Secret>, ns: &str, prefix: &str, count: usize) -> Vec<[Value; 2]> {
-    let mut base = helm4_secret();
-    base["metadata"]["namespace"] = json!(ns);
     let mut stored = Vec::new();
     for i in 0..count {
-        let mut created = Vec::new();
-        for record in history(&base, &[(1, "deployed"), (2, "deployed"), (3, "failed")])
-            .iter()
-            .map(|r| as_release(r, &format!("{prefix}-{i}")))
-        {
-            let secret: Secret = serde_json::from_value(record).unwrap();
-            let mut value =
-                serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap();
-            value["kind"] = json!("Secret");
-            value["apiVersion"] = json!("v1");
-            created.push(value);
-        }
+        let revisions = [(1, "deployed"), (2, "deployed"), (3, "failed")];
+        let created = create_release(secrets, ns, &format!("{prefix}-{i}"), &revisions).await;
         stored.push([created[0].clone(), created[1].clone()]);
     }
     stored
+}
+
+/// Creates the records of release `name` in `ns`, one per (revision, status), and returns them
+/// as stored (with their kind, as an AdmissionReview carries them).
+async fn create_release(
+    secrets: &Api<Secret>,
+    ns: &str,
+    name: &str,
+    revisions: &[(u32, &str)],
+) -> Vec<Value> {
+    let mut base = helm4_secret();
+    base["metadata"]["namespace"] = json!(ns);
+    let mut created = Vec::new();
+    for record in history(&base, revisions).iter().map(|r| as_release(r, name)) {
+        let secret: Secret = serde_json::from_value(record).unwrap();
+        let mut value =
+            serde_json::to_value(secrets.create(&PostParams::default(), &secret).await.unwrap()).unwrap();
+        value["kind"] = json!("Secret");
+        value["apiVersion"] = json!("v1");
+        created.push(value);
+    }
+    created
 }
 
 /// A rolling upgrade of the guard, as a Deployment does it: two replicas of the previous version
