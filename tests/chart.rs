@@ -2,7 +2,7 @@
 //! documented option, and checked for what platform teams check; installed into a real API server
 //! with real Helm; the K3s HelmChart manifest checked against the HelmChart CRDs.
 //!
-//! Rendering needs `helm` on PATH: `cargo test --test real_cluster chart:: -- --ignored`. The install needs the
+//! Rendering needs `helm` on PATH: `cargo test --test e2e_suites chart:: -- --ignored`. The install needs the
 //! cluster in KUBECONFIG too, and `HELM_CONTROLLER_GIT` (the git directory of
 //! k3s-io/helm-controller) for the CRDs.
 
@@ -65,7 +65,7 @@ fn manifest_documents(name: &str) -> Vec<Value> {
 }
 
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn the_chart_lints_for_every_documented_option() {
     for sets in [
         vec![],
@@ -98,7 +98,7 @@ fn the_chart_lints_for_every_documented_option() {
 /// values.schema.json: a value the chart does not have, or of the wrong kind, fails `helm lint`,
 /// `helm template` and so `helm install`, saying where; every value of values.yaml is in it.
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn a_mistyped_value_fails_lint_and_install_saying_which() {
     for (set, said_where) in [
         ("replica=3", "'replica' not allowed"),
@@ -128,7 +128,7 @@ fn a_mistyped_value_fails_lint_and_install_saying_which() {
 }
 
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn the_default_render_is_what_platform_teams_check() {
     let objects = render(&[]);
     let deployment = one(&objects, "Deployment");
@@ -222,7 +222,7 @@ fn the_default_render_is_what_platform_teams_check() {
 /// (manifests/webhooks.yaml, src/cluster/registration.rs) with the CA it serves under; its role
 /// may read and patch those two by name and create nothing.
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn the_webhooks_are_registered_by_the_guard_and_only_its_own_can_be_patched() {
     for (sets, ca_file) in [
         (vec![], "/etc/helm-guard/tls/ca.crt"),
@@ -288,7 +288,7 @@ fn the_webhooks_are_registered_by_the_guard_and_only_its_own_can_be_patched() {
 }
 
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn each_certificate_source_and_host_network_render_as_documented() {
     let cert_manager = render(&["certificates.source=certManager"]);
     assert_eq!(one(&cert_manager, "Certificate")["spec"]["secretName"], "helm-guard-tls");
@@ -345,7 +345,7 @@ fn each_certificate_source_and_host_network_render_as_documented() {
 
 /// The alerts and the dashboard are manifests/monitoring/ (one source).
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn monitoring_is_the_shipped_rule_and_dashboard() {
     let objects = render(&[
         "monitoring.serviceMonitor.enabled=true",
@@ -378,7 +378,7 @@ fn monitoring_is_the_shipped_rule_and_dashboard() {
 /// accepted, the generated CA is in both webhook configurations and survives an upgrade; the K3s
 /// manifest is a valid HelmChart and HelmChartConfig.
 #[test]
-#[ignore = "needs a real API server, helm3, helm, kubectl and HELM_CONTROLLER_GIT: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs a real API server, helm3, helm, kubectl and HELM_CONTROLLER_GIT: cargo test --test e2e_suites chart:: -- --ignored"]
 fn an_install_whose_pods_never_run_refuses_nothing_and_an_upgrade_keeps_the_registered_webhooks() {
     let pid = std::process::id();
     let workload = tempfile::tempdir().unwrap();
@@ -483,7 +483,7 @@ fn an_install_whose_pods_never_run_refuses_nothing_and_an_upgrade_keeps_the_regi
 }
 
 #[test]
-#[ignore = "needs a real API server, kubectl and HELM_CONTROLLER_GIT: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs a real API server, kubectl and HELM_CONTROLLER_GIT: cargo test --test e2e_suites chart:: -- --ignored"]
 fn the_k3s_example_is_a_valid_helmchart() {
     let git = std::env::var("HELM_CONTROLLER_GIT")
         .expect("HELM_CONTROLLER_GIT: the git directory of k3s-io/helm-controller");
@@ -507,7 +507,7 @@ fn the_k3s_example_is_a_valid_helmchart() {
 }
 
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
     let defaults = render(&[]);
     let default_args = args(&defaults);
@@ -552,7 +552,7 @@ fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
 }
 
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn policy_reports_are_on_by_default_and_one_value_turns_them_and_their_role_off() {
     let report_role = |objects: &[Value]| {
         find(objects, "ClusterRole")
@@ -585,7 +585,7 @@ fn policy_reports_are_on_by_default_and_one_value_turns_them_and_their_role_off(
 /// API server recorded (the resourceVersions of the deletions, seen by watches started before
 /// the uninstall).
 #[test]
-#[ignore = "needs a real API server, helm3, helm and helm43: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs a real API server, helm3, helm and helm43: cargo test --test e2e_suites chart:: -- --ignored"]
 fn uninstall_removes_the_webhooks_first_and_needs_no_image() {
     for helm in ["helm3", "helm", "helm43"] {
         let namespace = format!("guard-uninstall-{helm}-{}", std::process::id());
@@ -663,7 +663,7 @@ fn uninstall_removes_the_webhooks_first_and_needs_no_image() {
 }
 
 #[test]
-#[ignore = "needs helm: cargo test --test real_cluster chart:: -- --ignored"]
+#[ignore = "needs helm: cargo test --test e2e_suites chart:: -- --ignored"]
 fn forgetters_are_the_guards_default_unless_the_values_name_others() {
     let defaults = args(&render(&[]));
     assert!(

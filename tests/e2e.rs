@@ -1,5 +1,5 @@
 //! End-to-end against a real cluster (the one in KUBECONFIG). Ignored unless asked for:
-//! `cargo test --test real_cluster e2e:: -- --ignored`.
+//! `cargo test --test e2e_suites e2e:: -- --ignored`.
 //!
 //! The guard runs in this process; the API server must reach it at
 //! https://$HELM_GUARD_E2E_HOST:$HELM_GUARD_E2E_PORT (defaults 127.0.0.1 and 9443). With kind or
@@ -22,8 +22,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test real_cluster e2e:: -- --ignored"]
-async fn end_to_end_against_a_real_cluster() {
+#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test e2e_suites e2e:: -- --ignored"]
+async fn end_to_end_against_a_e2e_suites() {
     let guard = common::cluster::start_guard("helm-guard-e2e", 0).await;
     let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, .. } = guard;
     let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_pem))

@@ -1,6 +1,6 @@
 //! End-to-end with real Helm 3 and Helm 4 (`helm3` and `helm` on PATH, as
 //! `../shared/tools/kube-local` provides them) against a real API server, through the guard.
-//! Ignored unless asked for, like tests/e2e.rs: `cargo test --test real_cluster e2e_helm:: -- --ignored`.
+//! Ignored unless asked for, like tests/e2e.rs: `cargo test --test e2e_suites e2e_helm:: -- --ignored`.
 //!
 //! It proves two things the guard promises:
 //! - Helm's own flows pass through untouched: install, upgrade, an upgrade that fails, rollback,
@@ -24,7 +24,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test real_cluster e2e_helm:: -- --ignored"]
+#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test e2e_suites e2e_helm:: -- --ignored"]
 async fn real_helm_flows_and_crafted_records() {
     let guard = common::cluster::start_guard("helm-guard-e2e-helm", 1).await;
     let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, index, dir } = guard;

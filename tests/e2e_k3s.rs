@@ -16,7 +16,7 @@
 //! `modifiedAt`, writes no annotations), made with kubectl and jq.
 //!
 //! `KLIPPER_HELM_GIT=<git dir of k3s-io/klipper-helm> HELM_CONTROLLER_GIT=<git dir of
-//! k3s-io/helm-controller> cargo test --test real_cluster e2e_k3s:: -- --ignored --nocapture`, with `helm3`,
+//! k3s-io/helm-controller> cargo test --test e2e_suites e2e_k3s:: -- --ignored --nocapture`, with `helm3`,
 //! `helm`, `kubectl`, `jq` on PATH and the cluster in KUBECONFIG (`../shared/tools/kube-local
 //! up`). The scripts are read from the repositories at run time, never committed here.
 
@@ -407,7 +407,7 @@ impl Bench {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server, helm3, helm, kubectl, jq and the klipper-helm and helm-controller repositories: KLIPPER_HELM_GIT=… HELM_CONTROLLER_GIT=… cargo test --test real_cluster e2e_k3s:: -- --ignored"]
+#[ignore = "needs a real API server, helm3, helm, kubectl, jq and the klipper-helm and helm-controller repositories: KLIPPER_HELM_GIT=… HELM_CONTROLLER_GIT=… cargo test --test e2e_suites e2e_k3s:: -- --ignored"]
 async fn klipper_helm_scripts_do_what_the_guard_says_on_a_real_api_server() {
     let guard = common::cluster::start_guard("helm-guard-e2e-k3s", 40).await;
     let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, index, .. } = guard;

@@ -5,7 +5,7 @@
 //! and with the guard down only opt-outs are held up (the namespace webhook's `matchConditions`
 //! and `failurePolicy: Fail`).
 //!
-//! `cargo test --test real_cluster e2e_opt_out:: -- --ignored`, with `helm` and `kubectl` on PATH and the cluster
+//! `cargo test --test e2e_suites e2e_opt_out:: -- --ignored`, with `helm` and `kubectl` on PATH and the cluster
 //! in KUBECONFIG (`../shared/tools/kube-local up`).
 
 use crate::common;
@@ -36,7 +36,7 @@ fn grant(namespace: &str, users: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server, helm and kubectl: cargo test --test real_cluster e2e_opt_out:: -- --ignored"]
+#[ignore = "needs a real API server, helm and kubectl: cargo test --test e2e_suites e2e_opt_out:: -- --ignored"]
 async fn only_an_opt_out_holder_can_switch_the_guard_off_for_a_namespace() {
     let config = PolicyConfig { opt_out_users: vec!["platform-admin".into()], ..PolicyConfig::default() };
     let guard = common::cluster::start_guard_with("helm-guard-e2e-optout", 41, config).await;

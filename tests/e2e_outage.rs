@@ -5,7 +5,7 @@
 //! runbook (`docs/operate/outage.md`) work: the break-glass group, and removing
 //! the webhook configuration.
 //!
-//! `cargo test --test real_cluster e2e_outage:: -- --ignored`, with `helm` and `kubectl` on PATH and the
+//! `cargo test --test e2e_suites e2e_outage:: -- --ignored`, with `helm` and `kubectl` on PATH and the
 //! cluster in KUBECONFIG (`../shared/tools/kube-local up`).
 
 use crate::common;
@@ -30,7 +30,7 @@ fn refused_by_the_outage(done: &Output) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server, helm and kubectl: cargo test --test real_cluster e2e_outage:: -- --ignored"]
+#[ignore = "needs a real API server, helm and kubectl: cargo test --test e2e_suites e2e_outage:: -- --ignored"]
 async fn while_the_guard_is_down_helm_is_refused_at_its_first_write_and_the_runbook_works() {
     let guard = common::cluster::start_guard("helm-guard-e2e-outage", 42).await;
     let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, dir, .. } = guard;

@@ -13,7 +13,7 @@
 //! (a clone or a bare mirror) of kubernetes-sigs/wg-policy-prototypes and openreports/reports-api;
 //! without them the test clones each from GitHub.
 //!
-//! `cargo test --test real_cluster e2e_policy_reports:: -- --ignored`, with `helm`, `kubectl` and `git` on PATH
+//! `cargo test --test e2e_suites e2e_policy_reports:: -- --ignored`, with `helm`, `kubectl` and `git` on PATH
 //! and the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
 
 use crate::common;
@@ -149,7 +149,7 @@ fn writer(namespace: &str, identity: &str) -> WriterOptions {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server, helm, kubectl and git: cargo test --test real_cluster e2e_policy_reports:: -- --ignored"]
+#[ignore = "needs a real API server, helm, kubectl and git: cargo test --test e2e_suites e2e_policy_reports:: -- --ignored"]
 async fn broken_releases_show_in_policy_reports_and_turn_to_pass_when_repaired() {
     // The writer's log lines, shown with --nocapture.
     let _ = tracing_subscriber::fmt()

@@ -7,7 +7,7 @@
 //! where they differ (or crash) it must not count it. The crafted table of
 //! tests/common/crafted.rs holds the named regressions this generator found.
 //!
-//! `cargo test --test real_cluster e2e_records:: -- --ignored` with `helm3`, `helm` and `kubectl` on PATH and the
+//! `cargo test --test e2e_suites e2e_records:: -- --ignored` with `helm3`, `helm` and `kubectl` on PATH and the
 //! cluster in KUBECONFIG; `HELM_RECORDS_SEED=N` reruns one seed, `HELM_RECORDS_COUNT` sets how
 //! many records a seed stores (default 120).
 
@@ -323,7 +323,7 @@ fn check_seed(seed: u64, count: usize, chart: &str, ns: &str) {
 }
 
 #[test]
-#[ignore = "needs a real API server, helm3, helm and kubectl: cargo test --test real_cluster e2e_records:: -- --ignored"]
+#[ignore = "needs a real API server, helm3, helm and kubectl: cargo test --test e2e_suites e2e_records:: -- --ignored"]
 fn random_records_are_read_as_real_helm_reads_them() {
     let count = std::env::var("HELM_RECORDS_COUNT").ok().and_then(|n| n.parse().ok()).unwrap_or(120);
     let seeds: Vec<u64> = match std::env::var("HELM_RECORDS_SEED").ok().and_then(|s| s.parse().ok()) {

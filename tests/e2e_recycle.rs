@@ -6,7 +6,7 @@
 //! refuses to store (a ResourceQuota in the guard's namespace) refuses the deletion with "retry",
 //! the record kept.
 //!
-//! `cargo test --test real_cluster e2e_recycle:: -- --ignored`, with `helm`, `helm3` and `kubectl` on PATH and
+//! `cargo test --test e2e_suites e2e_recycle:: -- --ignored`, with `helm`, `helm3` and `kubectl` on PATH and
 //! the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
 
 use crate::common;
@@ -99,7 +99,7 @@ fn force_delete(namespace: &str, object: &str, user: Option<&str>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server, helm, helm3 and kubectl: cargo test --test real_cluster e2e_recycle:: -- --ignored"]
+#[ignore = "needs a real API server, helm, helm3 and kubectl: cargo test --test e2e_suites e2e_recycle:: -- --ignored"]
 async fn what_the_guard_lets_go_is_kept_and_restored_as_helm_had_it() {
     let config = PolicyConfig { exempt_users: vec!["ops-bot".into()], ..PolicyConfig::default() };
     // The bin in a namespace of its own (a quota there must not touch the releases').

@@ -1,6 +1,6 @@
 //! Replicas that agree, on a real API server: two `helm-guard serve` processes watch the same
 //! cluster and agree approvals of deletions through Leases. Ignored unless asked for, like
-//! tests/e2e.rs: `cargo test --test real_cluster e2e_replicas:: -- --ignored`, against the cluster in KUBECONFIG.
+//! tests/e2e.rs: `cargo test --test e2e_suites e2e_replicas:: -- --ignored`, against the cluster in KUBECONFIG.
 //!
 //! For many releases whose revisions 1 and 2 are both `deployed` and 3 `failed`, the two guards
 //! receive, at the same instant, "delete revision 1" and "delete revision 2": each harmless
@@ -106,7 +106,7 @@ async fn delete(guard: &HttpsClient, record: &Value) -> (bool, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test real_cluster e2e_replicas:: -- --ignored"]
+#[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test e2e_suites e2e_replicas:: -- --ignored"]
 async fn two_replicas_never_approve_deletions_that_together_orphan_a_release() {
     let client = Client::try_default().await.expect("a cluster in KUBECONFIG");
     let suffix =
@@ -278,7 +278,7 @@ async fn create_release(
 /// each step (old and old, new and old in both directions, new and new). The two versions agree
 /// through the same claim books: never both of a pair approved, never both refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server and HELM_GUARD_PREVIOUS_BIN: cargo test --test real_cluster e2e_replicas:: -- --ignored"]
+#[ignore = "needs a real API server and HELM_GUARD_PREVIOUS_BIN: cargo test --test e2e_suites e2e_replicas:: -- --ignored"]
 async fn a_rolling_upgrade_from_the_previous_version_keeps_the_replicas_agreeing() {
     let previous = std::env::var("HELM_GUARD_PREVIOUS_BIN")
         .expect("HELM_GUARD_PREVIOUS_BIN: the previous version's helm-guard binary (CONTRIBUTING.md)");

@@ -6,7 +6,7 @@
 //! `helm-guard forget --apply` forgets a release that `helm-guard restore --apply` brings back as
 //! `helm history` showed it.
 //!
-//! `cargo test --test real_cluster e2e_writers:: -- --ignored`, with `helm`, `kubectl` on PATH and the cluster
+//! `cargo test --test e2e_suites e2e_writers:: -- --ignored`, with `helm`, `kubectl` on PATH and the cluster
 //! in KUBECONFIG (`../shared/tools/kube-local up`).
 
 use crate::common;
@@ -63,7 +63,7 @@ fn helm_ok(args: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server, helm and kubectl: cargo test --test real_cluster e2e_writers:: -- --ignored"]
+#[ignore = "needs a real API server, helm and kubectl: cargo test --test e2e_suites e2e_writers:: -- --ignored"]
 async fn every_writer_of_helms_storage_ends_as_its_unguarded_twin() {
     let guard =
         common::cluster::start_guard_live("helm-guard-e2e-writers", 61, PolicyConfig::default(), |ns| {

@@ -1,6 +1,6 @@
 //! Every suite that needs a real API server (and real Helm), in one test binary; all `#[ignore]`d,
-//! so `cargo test` only builds them. `HELM_GUARD_E2E=1 cargo test --test real_cluster -- --ignored`
-//! runs them all, `cargo test --test real_cluster e2e_helm:: -- --ignored` one suite
+//! so `cargo test` only builds them. `HELM_GUARD_E2E=1 cargo test --test e2e_suites -- --ignored`
+//! runs them all, `cargo test --test e2e_suites e2e_helm:: -- --ignored` one suite
 //! (CONTRIBUTING.md, "End-to-end tests"). `e2e_deployed` installs a cluster-wide guard and runs
 //! alone, a binary of its own.
 
