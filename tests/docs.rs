@@ -53,32 +53,30 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-/// The anchors of a page's headings (outside code blocks).
-fn anchors(text: &str) -> BTreeSet<String> {
+/// A page's lines outside fenced code blocks.
+fn prose_lines(text: &str) -> impl Iterator<Item = &str> {
     let mut fenced = false;
-    let mut out = BTreeSet::new();
-    for line in text.lines() {
+    text.lines().filter(move |line| {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
-        } else if !fenced && line.starts_with('#') {
-            out.insert(anchor(line.trim_start_matches('#')));
+            return false;
         }
-    }
-    out
+        !fenced
+    })
+}
+
+/// The anchors of a page's headings (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    prose_lines(text)
+        .filter(|line| line.starts_with('#'))
+        .map(|line| anchor(line.trim_start_matches('#')))
+        .collect()
 }
 
 /// The targets of a page's inline links `[text](target)`, outside code blocks and code spans.
 fn links(text: &str) -> Vec<String> {
-    let mut fenced = false;
     let mut out = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced {
-            continue;
-        }
+    for line in prose_lines(text) {
         // Drop code spans: a `[x](y)` inside backticks is not a link.
         let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
         let mut rest = prose.as_str();

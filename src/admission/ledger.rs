@@ -150,11 +150,11 @@ impl LedgerEntry {
         let first_sentence =
             message.split_once(". ").map_or(message, |(first, _)| first).trim_end_matches('.');
         let kept = self.recycled.as_deref().map(|copy| {
-            let (namespace, release) = self.release.as_deref().and_then(|r| r.split_once('/')).unwrap_or_default();
-            let revision = self.revision.map(|r| format!(" --revision {r}")).unwrap_or_default();
-            format!(
-                "; a copy is kept in helm-guard's recycle bin as Secret {copy} (`helm-guard restore {release} -n {namespace}{revision}`)"
-            )
+            let (namespace, release) =
+                self.release.as_deref().and_then(|r| r.split_once('/')).unwrap_or_default();
+            let bin = copy.split_once('/').map_or(copy, |(bin, _)| bin);
+            let restore = crate::recycle_bin::restore_command(release, namespace, self.revision, bin);
+            format!("; a copy is kept in helm-guard's recycle bin as Secret {copy} (`{restore}`)")
         });
         let note = match (opted_out, self.transition.as_deref()) {
             (true, Some(change)) => format!(

@@ -372,13 +372,15 @@ async fn keep_copy(
     let note = match kept {
         Ok(()) => {
             let copy = format!("{}/{}", bin.namespace(), copy_name(record));
+            let restore = crate::recycle_bin::restore_command(
+                &key.release,
+                &key.namespace,
+                Some(record.id.revision),
+                bin.namespace(),
+            );
             let note = format!(
-                "helm-guard: a copy of {} is kept in the recycle bin as Secret {copy}; \
-                 `helm-guard restore {} -n {} --revision {}` brings it back",
-                record.describe(),
-                key.release,
-                key.namespace,
-                record.id.revision
+                "helm-guard: a copy of {} is kept in the recycle bin as Secret {copy}; `{restore}` brings it back",
+                record.describe()
             );
             entry.recycled = Some(copy);
             note

@@ -82,8 +82,14 @@ async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
             {
                 eprintln!(
                     "error: {error:#}\n{} of {total} records deleted (each kept in the recycle bin), the rest untouched; \
-                     `helm-guard restore {} -n {namespace} --apply` brings the deleted ones back",
-                    deleted, args.release
+                     `{} --apply` brings the deleted ones back",
+                    deleted,
+                    crate::recycle_bin::restore_command(
+                        &args.release,
+                        &namespace,
+                        None,
+                        args.bin.namespace()
+                    )
                 );
                 return Ok(EXIT_FAILURE);
             }
@@ -99,10 +105,10 @@ async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
         if args.apply {
             outln!(
                 "Forgot release {namespace}/{}: deleted {}, each kept in the recycle bin; its resources stay. \
-                 `helm-guard restore {} -n {namespace} --apply` brings the history back.",
+                 `{} --apply` brings the history back.",
                 args.release,
                 count(deleted, "record"),
-                args.release
+                crate::recycle_bin::restore_command(&args.release, &namespace, None, args.bin.namespace())
             )?;
         } else {
             outln!("Nothing changed: run again with --apply to forget the release.")?;

@@ -228,7 +228,7 @@ impl ClusterArgs {
 pub struct BinArgs {
     /// The guard's namespace: its recycle bin is there unless --recycle-bin-namespace says
     /// otherwise.
-    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = "helm-guard")]
+    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = crate::recycle_bin::DEFAULT_NAMESPACE)]
     pub guard_namespace: String,
     /// The namespace of the guard's recycle bin, when the guard keeps it outside its own (chart
     /// value recycleBin.namespace).
