@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real API server (the cluster in KUBECONFIG): cargo test --test e2e_suites e2e:: -- --ignored"]
-async fn end_to_end_against_a_e2e_suites() {
+async fn end_to_end_against_a_real_cluster() {
     let guard = common::cluster::start_guard("helm-guard-e2e", 0).await;
     let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, .. } = guard;
     let checks = std::panic::AssertUnwindSafe(run_checks(client.clone(), namespace.clone(), url, ca_pem))
