@@ -7,29 +7,38 @@
 # and as the guard did before them (a listing, GETs and a Lease per release per verdict), and the
 # API server's count of the requests the guard made. Prints one table row per run.
 #   benches/live-mode.sh [REQUESTS] [SPREAD]     (the cluster in KUBECONFIG; BENCHMARKS.md)
-# Seeds 100 namespaces x 10 releases x 10 revisions first unless bench-000 exists.
+# RUNS picks the guards measured (default all): `warm` (the defaults, measured once every payload
+# is read ahead: a guard that has been up), `cold` (the defaults, measured from the moment the
+# guard is ready, while the read-ahead still reads: a guard just restarted or rolled), `before`
+# (no fence nor read-ahead), `snapshot` (the same records from a dump; needs the dump).
+# Seeds 100 namespaces x 10 releases x 10 revisions first unless bench-000 exists (SEED="N R V"
+# seeds another size: 1000 10 10 is 100,000 records). BIN measures another build of the guard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-4000}; spread=${2:-200}; kinds=${KINDS:-refusal approval keep coordinated}
-cargo build --release --locked --bin helm-guard --example load --example live_load >&2
-bin=target/release/helm-guard; rig=target/release/examples/live_load; load=target/release/examples/load
-kubectl get ns bench-000 >/dev/null 2>&1 || $rig seed 100 10 10 >&2
+runs=${RUNS:-warm cold before snapshot}
+# With BIN, the builds at hand are measured as they are (no rebuild).
+[ -n "${BIN:-}" ] || cargo build --release --locked --bin helm-guard --example load --example live_load >&2
+bin=${BIN:-target/release/helm-guard}; rig=target/release/examples/live_load; load=target/release/examples/load
+kubectl get ns bench-000 >/dev/null 2>&1 || $rig seed ${SEED:-100 10 10} >&2
 kubectl create ns hg-bench >/dev/null 2>&1 || true
 certs=target/live-mode-certs
 $bin certs --out $certs --san localhost --san 127.0.0.1 --force >/dev/null
 for kind in $kinds; do [ -s target/$kind.jsonl ] || $rig reviews $kind "$spread" target/$kind.jsonl; done
-kubectl get secrets -A -l owner=helm -o json > target/live-mode-dump.json
-records=$(jq '.items | length' target/live-mode-dump.json)
+if [[ " $runs " == *" snapshot "* ]]; then
+  kubectl get secrets -A -l owner=helm -o json > target/live-mode-dump.json
+fi
+records=$($rig count)
 
-run() {  # mode label, serve args...
-  local label=$1; shift
+run() {  # label, cold or warm, serve args...
+  local label=$1 when=$2; shift 2
   taskset -c 0 $bin serve --listen 127.0.0.1:18443 --metrics-listen 127.0.0.1:19090 \
     --tls-cert $certs/tls.crt --tls-key $certs/tls.key --shutdown-delay 0s "$@" >/dev/null 2>&1 &
   local pid=$!
-  for _ in $(seq 1 600); do curl -sf localhost:19090/readyz >/dev/null && break; sleep 0.1; done
-  # With the read-ahead, measure once it has read every record (as a guard that has been up).
-  if [[ "$*" != *--read-ahead=false* && "$*" != *--snapshot* ]]; then
-    for _ in $(seq 1 1200); do
+  for _ in $(seq 1 3000); do curl -sf localhost:19090/readyz >/dev/null && break; sleep 0.1; done
+  # Warm: measured once the read-ahead has read every record (as a guard that has been up).
+  if [ "$when" = warm ]; then
+    for _ in $(seq 1 6000); do
       read_ahead=$(curl -s localhost:19090/metrics | awk '/^helm_guard_payloads_read_ahead_total/ {print int($2)}')
       [ "${read_ahead:-0}" -ge "$records" ] && break; sleep 0.1
     done
@@ -52,11 +61,20 @@ run() {  # mode label, serve args...
       echo "| $label | $kind | $c | $rate req/s | $lat | ${answered#* } of ${answered%% *} allowed | $calls |"
     done
   done
+  local rss; rss=$(awk '/VmRSS/ {printf "%.1f", $2 / 1024}' /proc/$pid/status)
+  local hwm; hwm=$(awk '/VmHWM/ {printf "%.1f", $2 / 1024}' /proc/$pid/status)
+  local read; read=$(curl -s localhost:19090/metrics | awk '/^helm_guard_payloads_read_ahead_total/ {print int($2)}')
+  echo "| $label: after the load | RSS ${rss} MiB (peak ${hwm} MiB) | ${read:-0} of $records payloads read ahead |"
   kill $pid; wait $pid 2>/dev/null || true
 }
 
 echo "| mode | DELETE | c | throughput | latency | answers | API calls per verdict |"
 echo "|---|---|---|---|---|---|---|"
-run "live (defaults: fence, read-ahead, claim books)" --guard-namespace hg-bench
-run "live, no fence nor read-ahead (listing, GETs)" --guard-namespace hg-bench --watch-fence=false --read-ahead=false
-run "snapshot" --snapshot target/live-mode-dump.json
+for r in $runs; do
+  case $r in
+    warm) run "live (defaults: fence, read-ahead, claim books)" warm --guard-namespace hg-bench ;;
+    cold) run "live, just ready (read-ahead under way)" cold --guard-namespace hg-bench ;;
+    before) run "live, no fence nor read-ahead (listing, GETs)" cold --guard-namespace hg-bench --watch-fence=false --read-ahead=false ;;
+    snapshot) run "snapshot" cold --snapshot target/live-mode-dump.json ;;
+  esac
+done

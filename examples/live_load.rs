@@ -3,6 +3,7 @@
 //!
 //!     cargo run --release --example live_load -- seed NAMESPACES RELEASES REVISIONS
 //!     cargo run --release --example live_load -- reviews KIND SPREAD OUT.jsonl
+//!     cargo run --release --example live_load -- count
 //!     cargo run --release --example live_load -- apicalls [RESOURCE...]
 //!
 //! `seed` writes NAMESPACES x RELEASES releases of REVISIONS revisions each (namespaces
@@ -16,7 +17,8 @@
 //! only an override lets it go; releases 6 to 9 of each namespace whatever SPREAD, 400 reviews,
 //! each a record of its own, so that each keeps a new copy),
 //! `coordinated` a `failed` revision written above the latest deployed one first (stuck-revision
-//! recovery, D7: confirmed and agreed with the other replicas). `apicalls` prints the
+//! recovery, D7: confirmed and agreed with the other replicas). `count` prints how many release
+//! records the cluster holds. `apicalls` prints the
 //! API server's own count of the requests it served for secrets, configmaps and leases (or the
 //! resources named), other than watches (`apiserver_request_total`): run it before and after a load run, the difference
 //! is what the guard asked. The load itself is `examples/load.rs`; BENCHMARKS.md has the runs.
@@ -200,6 +202,21 @@ async fn main() {
             }
             std::fs::write(out, lines).unwrap();
         }
+        Some("count") => {
+            // Release records in the cluster (metadata only: a dump of 100,000 is a gigabyte).
+            let api = Api::<Secret>::all(client.clone());
+            let (mut params, mut count) =
+                (kube::api::ListParams::default().labels("owner=helm").limit(5000), 0);
+            loop {
+                let page = api.list_metadata(&params).await.unwrap();
+                count += page.items.len();
+                match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+            println!("{count}");
+        }
         Some("apicalls") => {
             // The resources counted: secrets, configmaps and leases unless named.
             let named: Vec<String> = args.iter().skip(1).cloned().collect();
@@ -220,7 +237,9 @@ async fn main() {
             println!("{total}");
         }
         _ => {
-            eprintln!("usage: live_load seed N R V | reviews KIND SPREAD OUT.jsonl | apicalls [RESOURCE...]");
+            eprintln!(
+                "usage: live_load seed N R V | reviews KIND SPREAD OUT.jsonl | count | apicalls [RESOURCE...]"
+            );
             std::process::exit(2);
         }
     }

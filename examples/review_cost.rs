@@ -8,7 +8,9 @@
 //! Decides REVIEW (an AdmissionReview file; `/validate` unless its object is a Pod) N times
 //! (default 1,000) against examples/cluster-snapshot.json, with the ledger line formatted as in
 //! production (JSON) and written to a sink. Instructions per review: the total of `main`
-//! divided by N (less the set-up, which a run with N = 0 measures). Results: BENCHMARKS.md.
+//! divided by N (less the set-up, which a run with N = 0 measures). With `floor` as a third
+//! argument it runs the floor's handler instead (`examples/floor.rs`: the body parsed as JSON, an
+//! allow answered): what any webhook on this stack pays. Results: BENCHMARKS.md.
 
 #![allow(
     clippy::unwrap_used,
@@ -29,6 +31,20 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let body = std::fs::read(args.first().expect("usage: review_cost REVIEW [N]")).unwrap();
     let n: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1_000);
+    if args.get(2).map(String::as_str) == Some("floor") {
+        let mut bytes = 0;
+        for _ in 0..n {
+            let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let answer = serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"].clone(), "allowed": true},
+            });
+            bytes += serde_json::to_vec(&answer).unwrap().len();
+        }
+        println!("{n} floor answers, {bytes} bytes");
+        return;
+    }
     let subscriber = helm_guard::server::log_format::json_subscriber(std::io::sink).finish();
     tracing::subscriber::set_global_default(subscriber).unwrap();
     let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));

@@ -1,5 +1,5 @@
 //! Replicas that agree, in CI: two and three in-process replicas, each with its own index and its
-//! own claim book, against a stub of the API server's Leases (list, watch, create, merge patch)
+//! own claim book, against a stub of the API server's Leases (list, watch, server-side apply)
 //! whose watches lag by a random time each (in resourceVersion order, as a watch keeps it) and
 //! whose writes sometimes fail. Random pairs of conflicting deletions (two deployed revisions of
 //! one release, each harmless alone) reach two replicas at once: never both approved. And a book
@@ -102,27 +102,31 @@ async fn list_or_watch(
     Body::from_stream(lines).into_response()
 }
 
-async fn create(State(stub): State<Stub>, axum::Json(object): axum::Json<Value>) -> Response {
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+/// A server-side apply of a whole Lease: created when absent, else its fields laid over it (the
+/// guard applies the same fields each time, so a merge is what the API server makes of it).
+async fn apply(
+    State(stub): State<Stub>,
+    Path((_, name)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response {
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert_eq!(
+        content_type, "application/apply-patch+yaml",
+        "the guard writes its books with a server-side apply"
+    );
     if stub.fails() {
         return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
     }
-    if stub.leases.lock().unwrap().objects.contains_key(&name) {
-        return status(StatusCode::CONFLICT, "AlreadyExists");
+    let applied: Value = serde_json::from_str(&body).unwrap();
+    let existing = stub.leases.lock().unwrap().objects.get(&name).cloned();
+    match existing {
+        None => (StatusCode::CREATED, axum::Json(stub.store(&name, applied, "ADDED"))).into_response(),
+        Some(mut object) => {
+            json_patch::merge(&mut object, &applied);
+            axum::Json(stub.store(&name, object, "MODIFIED")).into_response()
+        }
     }
-    (StatusCode::CREATED, axum::Json(stub.store(&name, object, "ADDED"))).into_response()
-}
-
-async fn patch(State(stub): State<Stub>, Path((_, name)): Path<(String, String)>, body: String) -> Response {
-    if stub.fails() {
-        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
-    }
-    let Some(mut object) = stub.leases.lock().unwrap().objects.get(&name).cloned() else {
-        return status(StatusCode::NOT_FOUND, "NotFound");
-    };
-    let patch: Value = serde_json::from_str(&body).unwrap();
-    json_patch::merge(&mut object, &patch);
-    axum::Json(stub.store(&name, object, "MODIFIED")).into_response()
 }
 
 async fn start(stub: Stub) -> String {
@@ -130,8 +134,8 @@ async fn start(stub: Stub) -> String {
     let version = json!({"major": "1", "minor": "36", "gitVersion": "v1.36.2", "platform": "linux/amd64"});
     let app = Router::new()
         .route("/version", get(move || std::future::ready(axum::Json(version.clone()))))
-        .route(leases, get(list_or_watch).post(create))
-        .route(&format!("{leases}/{{name}}"), axum::routing::patch(patch))
+        .route(leases, get(list_or_watch))
+        .route(&format!("{leases}/{{name}}"), axum::routing::patch(apply))
         .with_state(stub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -29,7 +29,6 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde::{Deserialize, Serialize};
@@ -308,17 +307,7 @@ async fn write_book(books: &Books, claims: &[BookClaim]) -> Result<u64, kube::Er
         "metadata": {"name": books.book, "labels": labels, "annotations": {CLAIMS_ANNOTATION: text, FORMAT_ANNOTATION: FORMAT}},
         "spec": {"holderIdentity": books.identity},
     });
-    let patch = serde_json::json!({"metadata": {"annotations": {CLAIMS_ANNOTATION: text, FORMAT_ANNOTATION: FORMAT}}});
-    let written = match books.leases.patch(&books.book, &PatchParams::default(), &Patch::Merge(&patch)).await
-    {
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            let lease: Lease = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
-            books.leases.create(&PostParams::default(), &lease).await?
-        }
-        other => other?,
-    };
-    super::fence::revision(written.metadata.resource_version.as_deref())
-        .ok_or_else(|| kube::Error::Service("a claim book's resourceVersion is not a number".into()))
+    super::fence::apply(&books.leases, &books.book, &object).await
 }
 
 /// Keeps `others` as the books are, and how far the watch has come.

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::{Notify, watch};
 
 use crate::release::Driver;
@@ -262,60 +262,51 @@ impl Fence {
     /// Writes the fence of `driver` (creating it the first time); its new resourceVersion.
     async fn write(&self, driver: Driver, round: u64) -> Result<u64, kube::Error> {
         let token = format!("{}/{round}/{}", self.identity, jiff::Timestamp::now().as_nanosecond());
-        let patch = serde_json::json!({"metadata": {"annotations": {"helm-guard.io/fence": token}}});
+        let (api_version, kind) = match driver {
+            Driver::Secret => ("v1", "Secret"),
+            Driver::ConfigMap => ("v1", "ConfigMap"),
+        };
         let object = serde_json::json!({
+            "apiVersion": api_version,
+            "kind": kind,
             "metadata": {
                 "name": FENCE_NAME,
                 "labels": {FENCE_LABEL.0: FENCE_LABEL.1},
                 "annotations": {"helm-guard.io/fence": token},
             },
         });
-        let resource_version = match driver {
+        match driver {
             Driver::Secret => {
-                patch_or_create::<Secret>(&self.client, &self.namespace, &patch, object).await?
+                apply(&Api::<Secret>::namespaced(self.client.clone(), &self.namespace), FENCE_NAME, &object)
+                    .await
             }
             Driver::ConfigMap => {
-                patch_or_create::<ConfigMap>(&self.client, &self.namespace, &patch, object).await?
+                apply(
+                    &Api::<ConfigMap>::namespaced(self.client.clone(), &self.namespace),
+                    FENCE_NAME,
+                    &object,
+                )
+                .await
             }
-        };
-        revision(resource_version.as_deref()).ok_or_else(|| {
-            kube::Error::Service(
-                format!("the fence's resourceVersion {resource_version:?} is not a number").into(),
-            )
-        })
+        }
     }
 }
 
-/// Patches the fence object of kind `K`, or creates it (`object`) the first time; its new
-/// resourceVersion.
-async fn patch_or_create<K>(
-    client: &kube::Client,
-    namespace: &str,
-    patch: &serde_json::Value,
-    object: serde_json::Value,
-) -> Result<Option<String>, kube::Error>
+/// The field manager of the guard's own objects (fences, claim books).
+const FIELD_MANAGER: &str = "helm-guard";
+
+/// Writes `object` as `name` with a server-side apply: one call, whether or not it exists yet
+/// (two replicas starting together both succeed); its new resourceVersion, as a number.
+pub(crate) async fn apply<K>(api: &Api<K>, name: &str, object: &serde_json::Value) -> Result<u64, kube::Error>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let api = Api::<K>::namespaced(client.clone(), namespace);
-    let (params, patch) = (PatchParams::default(), Patch::Merge(patch));
-    let patched = || api.patch(FENCE_NAME, &params, &patch);
-    let written = match patched().await {
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            let object: K = serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
-            match api.create(&PostParams::default(), &object).await {
-                // Another replica created it first (they start together): patch theirs.
-                Err(kube::Error::Api(status)) if status.code == 409 => patched().await?,
-                created => created?,
-            }
-        }
-        other => other?,
-    };
-    Ok(written.meta().resource_version.clone())
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = api.patch(name, &params, &Patch::Apply(object)).await?;
+    let version = written.meta().resource_version.clone();
+    revision(version.as_deref()).ok_or_else(|| {
+        kube::Error::Service(format!("{name}'s resourceVersion {version:?} is not a number").into())
+    })
 }
 
 #[cfg(test)]

@@ -1,15 +1,24 @@
 //! Reading what the index holds only by its metadata: a record's payload with a GET (once per
 //! resourceVersion), a release's records with a consistent listing, all within a verdict's
-//! deadline.
+//! deadline; and every payload read ahead of the verdicts, at the lowest CPU priority.
+//!
+//! Objects are read from the API server's text straight into [`Record`] (the reader of the
+//! review path), not through k8s-openapi's types: a Secret's data would be base64-decoded into
+//! them only to be encoded again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, ListParams};
+use kube::Resource as _;
+use kube::api::{Api, GetParams, ListParams};
 
 use super::RECORD_LABELS;
 use super::feed::record_from_meta;
-use super::index::IndexedRecord;
+use super::index::{IndexedRecord, ReleaseIndex};
 use super::{Fetched, PayloadFetcher, ReadRecord};
 use crate::release::record::DecodedRecord;
 use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
@@ -23,10 +32,31 @@ pub(crate) struct ApiPayloadFetcher {
     pub limits: DecodeLimits,
     /// The watch's fence, where the guard has a namespace to write it in.
     pub fence: Option<std::sync::Arc<super::fence::Fence>>,
+    /// Verdicts waiting on the API server now: the read-ahead waits while there are any.
+    pub waiting: Arc<AtomicUsize>,
+}
+
+/// One verdict waiting on the API server, counted while it lives.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn on(count: &Arc<AtomicUsize>) -> Waiting {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count.clone())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How many GETs one verdict keeps in flight.
 const PARALLEL_GETS: usize = 8;
+/// A record this large (as the API server sends it) is decoded on a blocking thread, not on the
+/// runtime's: decoding a 1 MiB payload takes milliseconds that other verdicts would wait.
+const DECODE_APART: usize = 256 * 1024;
 
 impl std::fmt::Debug for ApiPayloadFetcher {
     // kube::Client has no Debug of its own.
@@ -39,14 +69,85 @@ impl std::fmt::Debug for ApiPayloadFetcher {
 /// (records are at most 1 MiB each).
 const READ_AHEAD_PAGE: u32 = 16;
 /// How often the read-ahead looks for records changed since it read them.
-const READ_AHEAD_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+const READ_AHEAD_EVERY: Duration = Duration::from_secs(2);
+/// The longest the read-ahead waits for verdicts to stop waiting on the API server before it asks
+/// for its next page anyway (so that it ends, slowly, under a load that never stops).
+const MAX_YIELD: Duration = Duration::from_secs(1);
+/// How often a yielding read-ahead looks again.
+const YIELD_POLL: Duration = Duration::from_millis(10);
+
+/// Work for the read-ahead's thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The thread the read-ahead's CPU work runs on (parsing its pages, decoding their payloads): one
+/// of its own at the lowest priority (nice 19), so that the read-ahead takes the CPU verdicts
+/// leave and none they want. A guard just started, still reading 100,000 payloads, then answers
+/// as one that has read them all does (BENCHMARKS.md, "A restarted guard").
+struct IdleThread {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+impl IdleThread {
+    fn start() -> std::io::Result<IdleThread> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new().name("read-ahead".into()).spawn(move || {
+            lower_priority();
+            for job in queue {
+                job();
+            }
+        })?;
+        Ok(IdleThread { jobs })
+    }
+
+    /// Runs `work` on the thread; `None` if the thread is gone.
+    async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Box::new(move || {
+                let _ = done.send(work());
+            }))
+            .ok()?;
+        answer.await.ok()
+    }
+}
+
+/// Makes the calling thread the last the kernel runs (nice 19: a fiftieth of a verdict's share).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+        tracing::warn!(%error, "could not lower the read-ahead's priority: it competes with verdicts for the CPU");
+    }
+}
+
+/// One page of a listing as the API server sends it: the items and the next page's token.
+#[derive(serde::Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: PageMeta,
+    #[serde(default)]
+    items: Vec<serde_json::Value>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct PageMeta {
+    #[serde(default, rename = "continue")]
+    next: Option<String>,
+}
 
 impl ApiPayloadFetcher {
     /// Reads ahead of the verdicts: once the index is ready, every record's payload, a page at a
     /// time; then, every few seconds, the records the watch has brought a new version of. A
     /// verdict then rarely waits on a GET (it still reads what is unread when it needs it). A read
-    /// counts only where the index holds the very version read.
-    pub async fn read_ahead(&self, index: &super::ReleaseIndex, reads: crate::tally::Tally) {
+    /// counts only where the index holds the very version read. The pages' parsing and decoding
+    /// run on an [`IdleThread`]; the runtime only waits for the API server.
+    pub async fn read_ahead(&self, index: Arc<ReleaseIndex>, reads: crate::tally::Tally) {
+        let idle = match IdleThread::start() {
+            Ok(idle) => idle,
+            Err(error) => {
+                tracing::warn!(%error, "no thread for the read-ahead: verdicts read what they need");
+                return;
+            }
+        };
         while !index.is_ready() {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
@@ -54,6 +155,7 @@ impl ApiPayloadFetcher {
         for driver in [Driver::Secret, Driver::ConfigMap] {
             let mut params = ListParams::default().labels(RECORD_LABELS).limit(READ_AHEAD_PAGE);
             loop {
+                self.yield_to_verdicts().await;
                 let page = match self.list_page(driver, &params).await {
                     Ok(page) => page,
                     Err(error) => {
@@ -61,18 +163,19 @@ impl ApiPayloadFetcher {
                         break;
                     }
                 };
-                for (value, kind) in &page.0 {
-                    if let Ok(Some(record)) = Record::from_object(value, Some(kind)) {
-                        let (key, object) = (record.id.key.clone(), record.object_name.clone());
-                        let read = self.read(record);
-                        let version = read.resource_version.clone();
-                        index.verified(&key, &object, version.as_deref(), read);
-                        reads.inc();
+                let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
+                let next = idle.run(move || read_page(&page, driver, limits, &index, &reads)).await;
+                match next {
+                    Some(Ok(Some(token))) => params = params.continue_token(&token),
+                    Some(Ok(None)) => break,
+                    Some(Err(error)) => {
+                        tracing::warn!(?driver, %error, "reading payloads ahead: a page did not parse; verdicts read what they need");
+                        break;
                     }
-                }
-                match page.1 {
-                    Some(token) => params = params.continue_token(&token),
-                    None => break,
+                    None => {
+                        tracing::warn!("the read-ahead's thread ended: verdicts read what they need");
+                        return;
+                    }
                 }
             }
         }
@@ -80,13 +183,19 @@ impl ApiPayloadFetcher {
         loop {
             tokio::time::sleep(READ_AHEAD_EVERY).await;
             let unread = index.unread(256);
-            let reads = &reads;
+            let (idle, index, reads) = (&idle, &index, &reads);
             futures::stream::iter(unread)
                 .map(|(key, object, version)| async move {
-                    if let Ok(Fetched::Read(read)) = self.get(&key, &object).await {
-                        index.verified(&key, &object, version.as_deref(), read);
-                        reads.inc();
-                    }
+                    self.yield_to_verdicts().await;
+                    let Ok(Some(text)) = self.get_text(&key, &object).await else { return };
+                    let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
+                    idle.run(move || {
+                        if let Ok(Fetched::Read(read)) = read_object(&text, &key, limits) {
+                            index.verified(&key, &object, version.as_deref(), read);
+                            reads.inc();
+                        }
+                    })
+                    .await;
                 })
                 .buffer_unordered(4)
                 .count()
@@ -94,57 +203,96 @@ impl ApiPayloadFetcher {
         }
     }
 
-    /// What Helm reads of `record`, at the version it was read at.
-    fn read(&self, record: Record) -> ReadRecord {
-        ReadRecord {
-            uid: record.uid.clone(),
-            resource_version: record.resource_version.clone(),
-            facts: DecodedRecord::new(record, self.limits).facts(),
+    /// Waits while verdicts wait on the API server (at most [`MAX_YIELD`]): the read-ahead's
+    /// listing loads the API server and etcd, and a verdict must not queue behind it.
+    async fn yield_to_verdicts(&self) {
+        let since = tokio::time::Instant::now();
+        while self.waiting.load(Ordering::Relaxed) > 0 && since.elapsed() < MAX_YIELD {
+            tokio::time::sleep(YIELD_POLL).await;
         }
     }
 
-    /// One page of `driver`'s records as whole objects, and the token of the next.
-    async fn list_page(
-        &self,
-        driver: Driver,
-        params: &ListParams,
-    ) -> Result<(Vec<(serde_json::Value, &'static str)>, Option<String>), kube::Error> {
-        fn page<K: serde::Serialize + Clone>(
-            list: kube::core::ObjectList<K>,
-            kind: &'static str,
-        ) -> (Vec<(serde_json::Value, &'static str)>, Option<String>) {
-            let next = list.metadata.continue_.filter(|token| !token.is_empty());
-            let items =
-                list.items.iter().filter_map(|item| serde_json::to_value(item).ok()).map(|v| (v, kind));
-            (items.collect(), next)
-        }
-        Ok(match driver {
-            Driver::Secret => page(Api::<Secret>::all(self.client.clone()).list(params).await?, "Secret"),
-            Driver::ConfigMap => {
-                page(Api::<ConfigMap>::all(self.client.clone()).list(params).await?, "ConfigMap")
-            }
-        })
-    }
-
-    async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
-        let found = match key.driver {
-            Driver::Secret => Api::<Secret>::namespaced(self.client.clone(), &key.namespace)
-                .get_opt(object)
-                .await?
-                .map(serde_json::to_value),
-            Driver::ConfigMap => Api::<ConfigMap>::namespaced(self.client.clone(), &key.namespace)
-                .get_opt(object)
-                .await?
-                .map(serde_json::to_value),
+    /// One page of `driver`'s records, as the API server's text.
+    async fn list_page(&self, driver: Driver, params: &ListParams) -> Result<String, kube::Error> {
+        let path = match driver {
+            Driver::Secret => Secret::url_path(&(), None),
+            Driver::ConfigMap => ConfigMap::url_path(&(), None),
         };
-        let Some(Ok(value)) = found else { return Ok(Fetched::Gone) };
-        match Record::from_object(&value, Some(key.driver.kind())) {
-            // Still a record of this release: what Helm reads of it.
-            Ok(Some(record)) if record.id.key == *key => Ok(Fetched::Read(self.read(record))),
-            // Relabelled since: no longer part of this release.
-            _ => Ok(Fetched::Gone),
+        let request = kube::core::Request::new(path).list(params).map_err(kube::Error::BuildRequest)?;
+        self.client.request_text(request).await
+    }
+
+    /// The record `object` of `key`'s namespace as the API server's text; `None` when there is
+    /// no such object.
+    async fn get_text(&self, key: &ReleaseKey, object: &str) -> Result<Option<String>, kube::Error> {
+        let path = match key.driver {
+            Driver::Secret => Secret::url_path(&(), Some(&key.namespace)),
+            Driver::ConfigMap => ConfigMap::url_path(&(), Some(&key.namespace)),
+        };
+        let request = kube::core::Request::new(path)
+            .get(object, &GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        match self.client.request_text(request).await {
+            Ok(text) => Ok(Some(text)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(error) => Err(error),
         }
     }
+
+    /// Reads one record for a verdict: what Helm reads of it, decoded apart from the runtime when
+    /// large.
+    async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
+        let Some(text) = self.get_text(key, object).await? else { return Ok(Fetched::Gone) };
+        if text.len() < DECODE_APART {
+            return read_object(&text, key, self.limits).map_err(kube::Error::SerdeError);
+        }
+        let (key, limits) = (key.clone(), self.limits);
+        tokio::task::spawn_blocking(move || read_object(&text, &key, limits))
+            .await
+            .map_err(|error| kube::Error::Service(error.into()))?
+            .map_err(kube::Error::SerdeError)
+    }
+}
+
+/// What Helm reads of `record`, at the version it was read at.
+fn read_record(record: Record, limits: DecodeLimits) -> ReadRecord {
+    ReadRecord {
+        uid: record.uid.clone(),
+        resource_version: record.resource_version.clone(),
+        facts: DecodedRecord::new(record, limits).facts(),
+    }
+}
+
+/// One object of `key`'s driver, as the API server's text: what Helm reads of it, or gone when it
+/// is no longer a record of `key` (relabelled since). Text that is not JSON is an error: the
+/// record is then not read, never taken for gone.
+fn read_object(text: &str, key: &ReleaseKey, limits: DecodeLimits) -> Result<Fetched, serde_json::Error> {
+    let value = serde_json::from_str::<serde_json::Value>(text)?;
+    Ok(match Record::from_object(&value, Some(key.driver.kind())) {
+        Ok(Some(record)) if record.id.key == *key => Fetched::Read(read_record(record, limits)),
+        _ => Fetched::Gone,
+    })
+}
+
+/// Reads a page of the read-ahead's listing into `index`; the next page's token.
+fn read_page(
+    text: &str,
+    driver: Driver,
+    limits: DecodeLimits,
+    index: &ReleaseIndex,
+    reads: &crate::tally::Tally,
+) -> Result<Option<String>, serde_json::Error> {
+    let page: Page = serde_json::from_str(text)?;
+    for value in &page.items {
+        if let Ok(Some(record)) = Record::from_object(value, Some(driver.kind())) {
+            let (key, object) = (record.id.key.clone(), record.object_name.clone());
+            let read = read_record(record, limits);
+            let version = read.resource_version.clone();
+            index.verified(&key, &object, version.as_deref(), read);
+            reads.inc();
+        }
+    }
+    Ok(page.metadata.next.filter(|token| !token.is_empty()))
 }
 
 impl ApiPayloadFetcher {
@@ -181,6 +329,7 @@ impl PayloadFetcher for ApiPayloadFetcher {
     fn caught_up(&self, driver: crate::release::Driver, deadline: std::time::Instant) -> BoxFuture<'_, bool> {
         Box::pin(async move {
             let Some(fence) = &self.fence else { return false };
+            let _waiting = Waiting::on(&self.waiting);
             fence.caught_up(driver, tokio::time::Instant::from_std(deadline)).await
         })
     }
@@ -205,6 +354,7 @@ impl PayloadFetcher for ApiPayloadFetcher {
 
 impl ApiPayloadFetcher {
     async fn list_by(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
+        let _waiting = Waiting::on(&self.waiting);
         let deadline = tokio::time::Instant::from_std(deadline);
         match tokio::time::timeout_at(deadline, self.list_release(key)).await {
             Ok(Ok(records)) => Some(records),
@@ -225,6 +375,7 @@ impl ApiPayloadFetcher {
         objects: &[String],
         deadline: std::time::Instant,
     ) -> Vec<(String, Fetched)> {
+        let _waiting = Waiting::on(&self.waiting);
         let reads = futures::stream::iter(objects.iter().cloned())
             .map(|object| async move {
                 let result = self.get(key, &object).await;
@@ -248,5 +399,119 @@ impl ApiPayloadFetcher {
             }
         }
         done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::Status;
+    use crate::release::history::PayloadStatus;
+    use serde_json::{Value, json};
+
+    /// A record as the real API server stored it (Helm 4's revision 3 of demo/web, deployed).
+    fn stored() -> Value {
+        let review: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/admission/01-helm4-install-upgrade/006-validate-update-secret-sh.helm.release.v1.web.v3.json"
+        ))
+        .unwrap();
+        review["request"]["object"].clone()
+    }
+
+    fn key() -> ReleaseKey {
+        ReleaseKey { driver: Driver::Secret, namespace: "demo".into(), release: "web".into() }
+    }
+
+    /// A live index that knows the record by its metadata alone, as the watch brings it.
+    fn watched(object: &Value) -> ReleaseIndex {
+        let index = ReleaseIndex::new(super::super::SourceKind::Live {
+            tombstone_ttl: std::time::Duration::from_secs(60),
+        });
+        let meta = serde_json::from_value(object["metadata"].clone()).unwrap();
+        index.upsert(record_from_meta(Driver::Secret, &meta).unwrap());
+        index
+    }
+
+    #[test]
+    fn a_page_read_ahead_leaves_the_payloads_read_in_the_index_and_names_the_next() {
+        let object = stored();
+        let index = watched(&object);
+        assert_eq!(index.history(&key())[0].payload, PayloadStatus::NotLoaded);
+        let reads = crate::tally::Tally::default();
+        // As the API server lists: items without their kind.
+        let mut item = object.clone();
+        item.as_object_mut().unwrap().remove("kind");
+        let page = json!({"kind": "SecretList", "metadata": {"continue": "next-page"}, "items": [item]});
+        let next = read_page(&page.to_string(), Driver::Secret, DecodeLimits::default(), &index, &reads);
+        assert_eq!(next.unwrap().as_deref(), Some("next-page"));
+        assert_eq!(index.history(&key())[0].payload, PayloadStatus::Decoded(Status::Deployed));
+        assert_eq!(reads.get(), 1);
+
+        let last = json!({"metadata": {"continue": ""}, "items": []}).to_string();
+        assert_eq!(read_page(&last, Driver::Secret, DecodeLimits::default(), &index, &reads).unwrap(), None);
+        assert!(read_page("<html>", Driver::Secret, DecodeLimits::default(), &index, &reads).is_err());
+    }
+
+    #[test]
+    fn an_object_read_for_a_verdict_is_read_gone_or_an_error_never_a_guess() {
+        let object = stored();
+        let limits = DecodeLimits::default();
+        match read_object(&object.to_string(), &key(), limits).unwrap() {
+            Fetched::Read(read) => {
+                assert_eq!(read.facts.payload, PayloadStatus::Decoded(Status::Deployed));
+                assert_eq!(read.resource_version.as_deref(), Some("228"));
+            }
+            Fetched::Gone => panic!("the record is there"),
+        }
+        let mut relabelled = object.clone();
+        relabelled["metadata"]["labels"]["name"] = json!("other");
+        assert_eq!(read_object(&relabelled.to_string(), &key(), limits).unwrap(), Fetched::Gone);
+        assert!(read_object("{truncated", &key(), limits).is_err(), "not JSON: not read, not gone");
+    }
+
+    #[tokio::test]
+    async fn the_read_ahead_decodes_on_a_thread_of_the_lowest_priority() {
+        let idle = IdleThread::start().unwrap();
+        let nice = || rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        let (theirs, name) =
+            idle.run(move || (nice(), std::thread::current().name().map(str::to_owned))).await.unwrap();
+        assert_eq!(theirs, 19);
+        assert_eq!(name.as_deref(), Some("read-ahead"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_read_ahead_waits_while_a_verdict_waits_on_the_api_server_but_not_for_ever() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let fetcher = Arc::new(ApiPayloadFetcher {
+            client: kube::Client::try_from(config).unwrap(),
+            limits: DecodeLimits::default(),
+            fence: None,
+            waiting: Arc::default(),
+        });
+        let started = tokio::time::Instant::now();
+        fetcher.yield_to_verdicts().await;
+        assert_eq!(started.elapsed(), Duration::ZERO, "no verdict waits: no wait");
+
+        let verdict = Waiting::on(&fetcher.waiting);
+        let yielding = tokio::spawn({
+            let fetcher = fetcher.clone();
+            async move {
+                fetcher.yield_to_verdicts().await;
+                tokio::time::Instant::now()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!yielding.is_finished(), "a verdict waits: the read-ahead waits");
+        drop(verdict);
+        let resumed = yielding.await.unwrap();
+        assert!(
+            resumed - started <= Duration::from_millis(300) + YIELD_POLL,
+            "and goes on when it is answered"
+        );
+
+        let _verdicts_for_ever = Waiting::on(&fetcher.waiting);
+        let started = tokio::time::Instant::now();
+        fetcher.yield_to_verdicts().await;
+        assert!(started.elapsed() >= MAX_YIELD && started.elapsed() <= MAX_YIELD + YIELD_POLL);
     }
 }

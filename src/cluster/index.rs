@@ -495,8 +495,14 @@ impl ReleaseIndex {
                     entry.hidden_until = None;
                 }
                 entry.facts = read.facts;
-                entry.resource_version = read.resource_version.map(Into::into);
-                entry.uid = read.uid.map(Into::into).or(entry.uid.take());
+                // Kept where unchanged (the usual case): 100,000 reads ahead would otherwise
+                // free and allocate two strings each, scattering the index over the heap.
+                if entry.resource_version.as_deref() != read.resource_version.as_deref() {
+                    entry.resource_version = read.resource_version.map(Into::into);
+                }
+                if read.uid.is_some() && entry.uid.as_deref() != read.uid.as_deref() {
+                    entry.uid = read.uid.map(Into::into);
+                }
             }
         }
     }

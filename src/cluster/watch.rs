@@ -42,10 +42,10 @@ pub fn watch(
             tokio::spawn(async move { fence.run(driver, &index.progress).await });
         }
     }
-    let fetcher = ApiPayloadFetcher { client, limits, fence };
+    let fetcher = ApiPayloadFetcher { client, limits, fence, waiting: Arc::default() };
     if let Some(reads) = read_ahead {
         let (fetcher, index) = (fetcher.clone(), index.clone());
-        tokio::spawn(async move { fetcher.read_ahead(&index, reads).await });
+        tokio::spawn(async move { fetcher.read_ahead(index, reads).await });
     }
     (index, Arc::new(fetcher))
 }
