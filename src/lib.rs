@@ -70,6 +70,11 @@
 
 // Every public item says what it is: the library is read by people who did not write it.
 #![deny(missing_docs)]
+// Public is the library's API; the rest is `pub(crate)`, so the compiler finds what nothing uses.
+#![warn(unreachable_pub)]
+// The crate doc maps the code for its maintainers, private modules included: their docs are built
+// with `--document-private-items` (CI, CONTRIBUTING.md), where every link resolves.
+#![allow(rustdoc::private_intra_doc_links)]
 // The other lints are in Cargo.toml's [lints], for every target. Unit tests may unwrap: a failed
 // unwrap is a failed test.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
@@ -81,18 +86,29 @@ pub mod cluster;
 pub mod live;
 pub mod policy;
 pub mod policy_reports;
-pub mod recycle_bin;
+pub(crate) mod recycle_bin;
 #[cfg(test)]
 mod reference;
+// The suites of src/tests and the helpers they share with the integration suites (tests/common),
+// which name this crate `helm_guard` as those do.
+#[cfg(test)]
+extern crate self as helm_guard;
+#[cfg(test)]
+#[allow(unreachable_pub, reason = "helpers shared with the integration suites, where they are public")]
+#[path = "../tests/common/mod.rs"]
+mod common;
 pub mod release;
 pub mod server;
-pub mod tally;
+pub(crate) mod tally;
+#[cfg(test)]
+#[allow(unreachable_pub)]
+mod tests;
 
 /// What this binary is: the crate version, the git commit it was built from and when (set by
 /// `build.rs`), as `--version` and the `helm_guard_build_info` metric report them.
 pub mod build {
     /// The crate's version.
-    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
     /// The git commit built from (`unknown` outside a git checkout).
     pub(crate) const COMMIT: &str = env!("HELM_GUARD_GIT_COMMIT");
     /// When it was built (UTC, RFC 3339).

@@ -2,6 +2,8 @@
 //! by the watchers, payload reads, agreement between replicas through claim books, Events,
 //! the recycle bin, the PolicyReport writer.
 
+/// The recycle bin's bounds ([`RecycleOptions::bounds`]).
+pub use crate::recycle_bin::copy::BinBounds;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,7 +50,7 @@ pub struct RecycleOptions {
     /// The guard's namespace.
     pub namespace: String,
     /// What it holds at most.
-    pub bounds: crate::recycle_bin::copy::BinBounds,
+    pub bounds: BinBounds,
 }
 
 /// How often the bin is swept besides after each copy (for the TTL).

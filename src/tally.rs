@@ -26,12 +26,12 @@ pub struct Level(Arc<AtomicU64>);
 
 impl Level {
     /// Sets it.
-    pub fn set(&self, value: u64) {
+    pub(crate) fn set(&self, value: u64) {
         self.0.store(value, Ordering::Relaxed);
     }
 
     /// The level now.
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use common::cluster::{kubectl_apply, metrics_of, run, said};
 use futures::FutureExt;
+use helm_guard::live::BinBounds;
 use helm_guard::policy::PolicyConfig;
-use helm_guard::recycle_bin::copy::BinBounds;
 use serde_json::{Value, json};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_helm-guard");

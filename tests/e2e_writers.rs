@@ -17,8 +17,8 @@ use common::writers::{
     now, set_status, write,
 };
 use futures::FutureExt as _;
+use helm_guard::live::BinBounds;
 use helm_guard::policy::PolicyConfig;
-use helm_guard::recycle_bin::copy::BinBounds;
 use serde_json::{Value, json};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_helm-guard");

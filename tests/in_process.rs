@@ -1,5 +1,5 @@
 //! Every suite that needs no cluster, in one test binary (each file below was a binary of its own:
-//! one link instead of two dozen). `cargo test --test in_process helm_flows::` runs one suite.
+//! one link instead of two dozen). `cargo test --lib tests::helm_flows::` runs one suite.
 //! `config_bomb` (its own global allocator) and `live_decisions` (it measures the process's threads
 //! and memory) stay binaries of their own.
 
@@ -15,24 +15,14 @@ mod common;
 
 #[path = "abuse.rs"]
 mod abuse;
-#[path = "claim_books.rs"]
-mod claim_books;
 #[path = "cli.rs"]
 mod cli;
 #[path = "docs.rs"]
 mod docs;
-#[path = "events.rs"]
-mod events;
 #[path = "fuzz_corpus.rs"]
 mod fuzz_corpus;
-#[path = "helm_flows.rs"]
-mod helm_flows;
 #[path = "helm_view.rs"]
 mod helm_view;
-#[path = "live_apiserver.rs"]
-mod live_apiserver;
-#[path = "live_feed.rs"]
-mod live_feed;
 #[path = "manifests.rs"]
 mod manifests;
 #[path = "monitoring.rs"]
@@ -41,10 +31,6 @@ mod monitoring;
 mod no_panic;
 #[path = "plugin.rs"]
 mod plugin;
-#[path = "recycle_bin.rs"]
-mod recycle_bin;
-#[path = "recycle_bin_api.rs"]
-mod recycle_bin_api;
 #[path = "release_records.rs"]
 mod release_records;
 #[path = "repair.rs"]
@@ -55,8 +41,6 @@ mod replicas;
 mod webhook_helm_view;
 #[path = "webhook_mutate.rs"]
 mod webhook_mutate;
-#[path = "webhook_namespaces.rs"]
-mod webhook_namespaces;
 #[path = "webhook_replay.rs"]
 mod webhook_replay;
 #[path = "webhook_rules.rs"]

@@ -2,7 +2,7 @@
 //! rest of the history is confirmed against what is stored (one listing; the watch may lag),
 //! one the rest cannot turn costs nothing, and an approval takes effect in the view only once
 //! it stands. Agreeing with the other replicas: `tests/replicas.rs`; keeping a copy in the
-//! recycle bin first: `tests/recycle_bin.rs`, `a_copy_is_stored_before_the_deletion_is_approved`.
+//! recycle bin first: `src/tests/recycle_bin.rs`, `a_copy_is_stored_before_the_deletion_is_approved`.
 
 #![allow(
     clippy::unwrap_used,
@@ -23,7 +23,6 @@ use common::*;
 use futures::future::BoxFuture;
 use helm_guard::admission::{Admission, LiveParts, Settings};
 use helm_guard::cluster::coordination::DeleteCoordinator;
-use helm_guard::cluster::feed::record_from_meta;
 use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::{Driver, ReleaseKey};
@@ -57,7 +56,7 @@ impl PayloadFetcher for Stored {
             .iter()
             .filter_map(|o| {
                 let meta: ObjectMeta = serde_json::from_value(o["metadata"].clone()).unwrap();
-                record_from_meta(Driver::Secret, &meta)
+                IndexedRecord::from_meta(Driver::Secret, &meta)
             })
             .filter(|record| record.key == *key)
             .collect();
@@ -148,7 +147,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
         .iter()
         .map(|o| {
             let meta: ObjectMeta = serde_json::from_value(o["metadata"].clone()).unwrap();
-            record_from_meta(Driver::Secret, &meta).unwrap()
+            IndexedRecord::from_meta(Driver::Secret, &meta).unwrap()
         })
         .collect();
     admission.index().sync_release(&web_key(), labels_only);

@@ -63,7 +63,7 @@ pub struct LedgerEntry {
 
 impl LedgerEntry {
     /// An entry for `request`, before anything is decided.
-    pub fn new(webhook: super::Webhook, request: &AdmissionRequest<ReviewObject>) -> LedgerEntry {
+    pub(crate) fn new(webhook: super::Webhook, request: &AdmissionRequest<ReviewObject>) -> LedgerEntry {
         LedgerEntry {
             webhook: webhook.as_str(),
             // A forged request can put anything here; the API server's own are far shorter.
@@ -99,7 +99,7 @@ impl LedgerEntry {
 
     /// The `auditAnnotations` of the response; the API server prefixes each key with the webhook
     /// name.
-    pub fn audit_annotations(&self) -> HashMap<String, String> {
+    pub(crate) fn audit_annotations(&self) -> HashMap<String, String> {
         let mut annotations = HashMap::from([
             ("decision".to_owned(), self.decision.as_str().to_owned()),
             ("reason".to_owned(), self.reason.as_str().to_owned()),
@@ -128,7 +128,7 @@ impl LedgerEntry {
     /// The Event this decision calls for: a DELETE or UPDATE of a record (not a dry run) that was
     /// refused, or let through with a warning or as a would-be refusal, or whose record was kept
     /// in the recycle bin.
-    pub fn notice(&self) -> Option<Notice> {
+    pub(crate) fn notice(&self) -> Option<Notice> {
         let refused_or_warned = self.decision != Decision::Allowed || self.message.is_some();
         let action = match self.operation {
             "DELETE" => "Delete",

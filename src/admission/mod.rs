@@ -4,11 +4,11 @@
 //! [`validating`] or [`mutating`], and [`ledger`] turns the outcome into audit annotations and one
 //! structured log line. [`review::encode`] writes the answer.
 
-pub mod ledger;
-pub mod mutating;
+pub(crate) mod ledger;
+pub(crate) mod mutating;
 pub mod object;
 pub mod review;
-pub mod validating;
+pub(crate) mod validating;
 
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ pub enum Webhook {
 
 impl Webhook {
     /// The webhook as its path and metric labels spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }
@@ -124,7 +124,7 @@ impl Admission {
     }
 
     /// How decisions are made.
-    pub fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &Settings {
         &self.settings
     }
 
@@ -160,7 +160,7 @@ impl Admission {
     /// a slow API server should cost Helm time, not its operation, so a decision may use what
     /// the API server waits for it (`timeout`, the webhook's `timeoutSeconds`, which it sends
     /// with each request) less `ANSWER_MARGIN`, and never more than `--decision-deadline`.
-    pub fn deadline(&self, arrived: Instant, timeout: Option<Duration>) -> Instant {
+    pub(crate) fn deadline(&self, arrived: Instant, timeout: Option<Duration>) -> Instant {
         let allowed = timeout.map_or(self.settings.decision_deadline, |timeout| {
             self.settings.decision_deadline.min(timeout.saturating_sub(ANSWER_MARGIN))
         });

@@ -142,7 +142,7 @@ pub(crate) fn read_decisions(reader: impl BufRead) -> anyhow::Result<(Vec<Audite
     Ok((decisions, unreadable))
 }
 
-pub fn run(args: &AuditArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &AuditArgs) -> anyhow::Result<u8> {
     let missing = NoInput { what: "audit log", usage: "helm-guard audit [OPTIONS] <FILE>" };
     let path = match input_path(args.file.as_deref(), missing) {
         Ok(path) => path,

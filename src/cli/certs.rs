@@ -80,7 +80,7 @@ fn dns_label(label: &str, letter_first: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub fn run(args: &CertsArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &CertsArgs) -> anyhow::Result<u8> {
     if let Some(existing) = FILES.map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
         && !args.force
     {

@@ -63,7 +63,7 @@ impl Check {
     }
 }
 
-pub fn run(args: &CheckArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &CheckArgs) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(check(args))
 }

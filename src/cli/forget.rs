@@ -45,7 +45,7 @@ pub struct ForgetArgs {
     pub decode: DecodeArgs,
 }
 
-pub fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(forget(args))
 }

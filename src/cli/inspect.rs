@@ -85,7 +85,7 @@ fn content(record: &DecodedRecord, limits: crate::release::DecodeLimits) -> Cont
 
 const USAGE: &str = "helm-guard inspect [OPTIONS] <FILE>  |  helm-guard inspect -n <NAMESPACE> <RELEASE>";
 
-pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &InspectArgs) -> anyhow::Result<u8> {
     let (source, inputs) = match read_inputs(args) {
         Ok(read) => read,
         Err(error) => {

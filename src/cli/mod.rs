@@ -199,7 +199,7 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     /// How to reach the cluster, as the flags say.
-    pub fn access(&self) -> crate::cluster::connect::ClusterAccess {
+    pub(crate) fn access(&self) -> crate::cluster::connect::ClusterAccess {
         crate::cluster::connect::ClusterAccess {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
@@ -267,13 +267,13 @@ pub struct DecodeArgs {
 
 impl DecodeArgs {
     /// The decoding limits the flags set.
-    pub fn limits(&self) -> DecodeLimits {
+    pub(crate) fn limits(&self) -> DecodeLimits {
         DecodeLimits { max_decoded_bytes: bytes(self.max_decoded_bytes) }
     }
 }
 
 /// A size flag in bytes (saturating: no machine holds more than `usize::MAX`).
-pub fn bytes(size: ByteSize) -> usize {
+pub(crate) fn bytes(size: ByteSize) -> usize {
     usize::try_from(size.as_u64()).unwrap_or(usize::MAX)
 }
 

@@ -45,7 +45,7 @@ pub struct RepairArgs {
     pub decode: DecodeArgs,
 }
 
-pub fn run(args: &RepairArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &RepairArgs) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(repair(args))
 }

@@ -48,7 +48,7 @@ pub struct RestoreArgs {
     pub decode: DecodeArgs,
 }
 
-pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(restore(args))
 }

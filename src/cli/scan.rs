@@ -124,7 +124,7 @@ impl ScanOutput {
     }
 }
 
-pub fn run(args: &ScanArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     if args.output == ScanOutput::Policyreport && (args.opted_out || args.repair_plan || args.recycle_bin) {
         eprintln!(
             "error: -o policyreport reports releases; it does not go with --opted-out, --repair-plan or --recycle-bin"

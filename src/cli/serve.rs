@@ -333,7 +333,7 @@ fn init_logging(format: LogFormat) -> anyhow::Result<tracing_appender::non_block
     Ok(flush)
 }
 
-pub fn run(args: &ServeArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &ServeArgs) -> anyhow::Result<u8> {
     if args.dev_certs.is_none() && (args.tls_cert.is_none() || args.tls_key.is_none()) {
         eprintln!(
             "error: no serving certificate: pass --tls-cert FILE and --tls-key FILE (see `helm-guard certs`), or --dev-certs DIR for a local trial"

@@ -101,7 +101,7 @@ struct Books {
 }
 
 /// Claims in per-replica books, read from a watch (see the module doc).
-pub struct BookCoordinator {
+pub(crate) struct BookCoordinator {
     books: Arc<Books>,
     ttl: Duration,
 }
@@ -127,7 +127,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl BookCoordinator {
     /// Books in the namespace of `leases`, claims dropped `keep_after_deletion` after `index`
     /// shows their deletion; starts the book watch and the round writer on the current runtime.
-    pub fn start(
+    pub(crate) fn start(
         leases: Api<Lease>,
         identity: String,
         ttl: Duration,

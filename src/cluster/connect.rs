@@ -9,7 +9,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 /// Where to find the cluster: the usual inference (KUBECONFIG, ~/.kube/config, in-cluster)
 /// unless a file or context is named.
 #[derive(Debug, Clone, Default)]
-pub struct ClusterAccess {
+pub(crate) struct ClusterAccess {
     /// The kubeconfig file; else `$KUBECONFIG`, `~/.kube/config`, or the in-cluster account.
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The kubeconfig context; else the current one.
@@ -55,7 +55,7 @@ async fn config(args: &ClusterAccess) -> anyhow::Result<kube::Config> {
 }
 
 /// Connects and checks that the API server answers.
-pub async fn connect(args: &ClusterAccess) -> anyhow::Result<kube::Client> {
+pub(crate) async fn connect(args: &ClusterAccess) -> anyhow::Result<kube::Client> {
     let config = config(args).await?;
     let server = config.cluster_url.to_string();
     let client = kube::Client::try_from(config)?;

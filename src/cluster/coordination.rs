@@ -77,7 +77,7 @@ impl Claims {
     }
 
     /// A Lease's unexpired claims, and its version.
-    pub fn of(lease: &Lease, now_ms: i64) -> Claims {
+    pub(crate) fn of(lease: &Lease, now_ms: i64) -> Claims {
         let annotation =
             lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION)).map(String::as_str);
         Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms)
@@ -171,7 +171,7 @@ fn is_conflict(error: &kube::Error) -> bool {
 /// Deletes the Leases labelled `labels` whose claims have all expired, every `every`, so that
 /// one Lease per release ever pruned (or a claim book of a replica long gone) does not pile up.
 /// The delete is conditional on the version read: a Lease claimed meanwhile stays.
-pub async fn sweep(leases: Api<Lease>, labels: &'static str, every: Duration) {
+pub(crate) async fn sweep(leases: Api<Lease>, labels: &'static str, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -21,7 +21,7 @@ use crate::tally::Tally;
 
 /// What an Event says about one decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
+pub(crate) struct Notice {
     /// The object's namespace.
     pub namespace: String,
     /// The object's API version: `v1` for records, `helm.cattle.io/v1` for HelmCharts.
@@ -70,7 +70,7 @@ pub struct EventQueue {
 
 impl EventQueue {
     /// A queue of `capacity` notices; `dropped` counts those offered to a full queue.
-    pub fn new(capacity: usize, dropped: Tally) -> (EventQueue, mpsc::Receiver<Notice>) {
+    pub(crate) fn new(capacity: usize, dropped: Tally) -> (EventQueue, mpsc::Receiver<Notice>) {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         (EventQueue { sender, dropped }, receiver)
     }
@@ -84,7 +84,7 @@ impl EventQueue {
 }
 
 /// One object's Events are written at most this often; repeats in between add to the count.
-pub const WRITE_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_INTERVAL: Duration = Duration::from_secs(10);
 /// A series older than this ends; the next repeat starts a new Event (as the API server's own
 /// event recorder does, so an old Event's TTL does not hide a new one).
 pub(crate) const SERIES_LIFETIME: Duration = Duration::from_secs(30 * 60);
@@ -107,7 +107,7 @@ struct Series {
 
 /// What to write for a notice or at a tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
+pub(crate) enum Write {
     /// A new Event with this name.
     Create {
         /// The Event's name.
@@ -132,7 +132,7 @@ pub(crate) struct SeriesBook {
 
 impl SeriesBook {
     /// Records an occurrence; what to write now, if anything.
-    pub fn note(&mut self, notice: &Notice, now: Instant, stamp: u128) -> Option<Write> {
+    pub(crate) fn note(&mut self, notice: &Notice, now: Instant, stamp: u128) -> Option<Write> {
         let key = (
             notice.namespace.clone(),
             notice.kind.clone(),

@@ -16,7 +16,7 @@ use crate::release::record::{release_key, status_label, version_hint};
 
 /// What a record's metadata tells without its payload: the labels stand in until a verdict needs
 /// the payload (it is read then, once per resourceVersion).
-pub fn record_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedRecord> {
+pub(crate) fn record_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedRecord> {
     let empty = BTreeMap::new();
     let labels = meta.labels.as_ref().unwrap_or(&empty);
     let name = meta.name.as_deref()?;
@@ -42,7 +42,7 @@ pub(crate) fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, Namespac
 }
 
 /// What one watcher's objects (`M`) become in the index.
-pub trait IndexSink<M> {
+pub(crate) trait IndexSink<M> {
     /// What the index keeps of one object.
     type Item;
     /// What an object tells, if it is one of ours.
@@ -65,7 +65,7 @@ pub trait IndexSink<M> {
 /// A watcher's events applied to the index: single changes as they come, a (re-)list gathered
 /// and swapped in whole at its end (`InitDone`), so that verdicts never see half a list.
 #[derive(Debug)]
-pub struct Feed<S, T> {
+pub(crate) struct Feed<S, T> {
     sink: S,
     relist: Option<Vec<T>>,
     /// The highest resourceVersion of the (re-)list being gathered.
@@ -79,7 +79,7 @@ impl<S, T> Feed<S, T> {
     }
 
     /// Applies one event; true when it completed a list.
-    pub fn apply<M>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool
+    pub(crate) fn apply<M>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool
     where
         S: IndexSink<M, Item = T>,
     {
@@ -121,7 +121,7 @@ impl<S, T> Feed<S, T> {
 
 /// Release records of one driver.
 #[derive(Debug)]
-pub struct RecordSink(pub Driver);
+pub(crate) struct RecordSink(pub Driver);
 
 impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     type Item = IndexedRecord;
@@ -156,7 +156,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
 
 /// Namespaces (their labels, and whether they are going away).
 #[derive(Debug, Default)]
-pub struct NamespaceSink;
+pub(crate) struct NamespaceSink;
 
 impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
     type Item = (String, NamespaceInfo);
@@ -207,15 +207,15 @@ impl IndexSink<DynamicObject> for ChartSink {
 }
 
 /// The release records of one driver.
-pub type RecordFeed = Feed<RecordSink, IndexedRecord>;
+pub(crate) type RecordFeed = Feed<RecordSink, IndexedRecord>;
 /// The namespaces.
-pub type NamespaceFeed = Feed<NamespaceSink, (String, NamespaceInfo)>;
+pub(crate) type NamespaceFeed = Feed<NamespaceSink, (String, NamespaceInfo)>;
 /// The HelmCharts.
 pub(crate) type ChartFeed = Feed<ChartSink, HelmChart>;
 
 impl RecordFeed {
     /// The feed of one driver's records.
-    pub fn new(driver: Driver) -> RecordFeed {
+    pub(crate) fn new(driver: Driver) -> RecordFeed {
         Feed::with_sink(RecordSink(driver))
     }
 }

@@ -24,11 +24,11 @@ use tokio::sync::{Notify, watch};
 use crate::release::Driver;
 
 /// The fence objects' label: not `owner=helm`, so Helm never lists them as records.
-pub const FENCE_LABEL: (&str, &str) = ("owner", "helm-guard-fence");
+pub(crate) const FENCE_LABEL: (&str, &str) = ("owner", "helm-guard-fence");
 /// The record watchers' selector: Helm's records and the fences.
-pub const WATCHED_LABELS: &str = "owner in (helm,helm-guard-fence)";
+pub(crate) const WATCHED_LABELS: &str = "owner in (helm,helm-guard-fence)";
 /// The fence objects' name (a Secret for the secret driver, a ConfigMap for the configmap one).
-pub const FENCE_NAME: &str = "helm-guard-fence";
+pub(crate) const FENCE_NAME: &str = "helm-guard-fence";
 
 /// How far each driver's record watch has been applied to the index: the highest resourceVersion
 /// of an event the index holds (a (re-)list counts once swapped in whole).
@@ -55,12 +55,13 @@ impl<T> PerDriver<T> {
 
 impl WatchProgress {
     /// The index now holds `driver`'s events up to `resource_version`.
-    pub fn applied(&self, driver: Driver, resource_version: u64) {
+    pub(crate) fn applied(&self, driver: Driver, resource_version: u64) {
         raise(self.applied.of(driver), resource_version);
     }
 
     /// The highest resourceVersion of `driver`'s events the index holds.
-    pub fn through(&self, driver: Driver) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn through(&self, driver: Driver) -> u64 {
         *self.applied.of(driver).borrow()
     }
 
@@ -82,7 +83,7 @@ pub(crate) fn raise(mark: &watch::Sender<u64>, to: u64) {
 
 /// A resourceVersion as a number: etcd's revision, as every supported API server spells it. One
 /// that is not (another storage) makes no fence: verdicts then list.
-pub fn revision(resource_version: Option<&str>) -> Option<u64> {
+pub(crate) fn revision(resource_version: Option<&str>) -> Option<u64> {
     resource_version?.parse().ok()
 }
 
@@ -154,7 +155,7 @@ impl GroupCommit {
 }
 
 /// Group-committed fence rounds for both drivers, written by this replica as `identity`.
-pub struct Fence {
+pub(crate) struct Fence {
     client: kube::Client,
     namespace: String,
     identity: String,
@@ -188,7 +189,7 @@ enum RoundFailed {
 
 impl Fence {
     /// Fences in `namespace`; `rounds_total` counts the rounds written.
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         namespace: String,
         identity: String,
@@ -203,7 +204,7 @@ impl Fence {
     /// each then answers for the verdicts of that time, so a verdict waits some half a round for
     /// its round to begin and one round for it to complete (before, a round waited for the one
     /// under way to end: two rounds and more), and the writes stay under one per round's time.
-    pub async fn run(&self, driver: Driver, progress: &WatchProgress) {
+    pub(crate) async fn run(&self, driver: Driver, progress: &WatchProgress) {
         let fence = self.drivers.of(driver);
         let mut in_flight = futures::stream::FuturesUnordered::new();
         let mut pace = Duration::ZERO;

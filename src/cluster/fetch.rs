@@ -140,7 +140,7 @@ impl ApiPayloadFetcher {
     /// verdict then rarely waits on a GET (it still reads what is unread when it needs it). A read
     /// counts only where the index holds the very version read. The pages' parsing and decoding
     /// run on an [`IdleThread`]; the runtime only waits for the API server.
-    pub async fn read_ahead(&self, index: Arc<ReleaseIndex>, reads: crate::tally::Tally) {
+    pub(crate) async fn read_ahead(&self, index: Arc<ReleaseIndex>, reads: crate::tally::Tally) {
         let idle = match IdleThread::start() {
             Ok(idle) => idle,
             Err(error) => {

@@ -14,11 +14,11 @@ use crate::policy::pod::PROTECT_LABEL;
 /// The API group and version of K3s's HelmChart.
 pub(crate) const API_VERSION: &str = "helm.cattle.io/v1";
 /// Its kind.
-pub const KIND: &str = "HelmChart";
+pub(crate) const KIND: &str = "HelmChart";
 
 /// What the guard keeps of one HelmChart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HelmChart {
+pub(crate) struct HelmChart {
     /// The chart's namespace (where its jobs run).
     pub namespace: String,
     /// The chart's name: the release's name.
@@ -33,7 +33,7 @@ pub struct HelmChart {
 
 impl HelmChart {
     /// From a HelmChart as the watch delivers it; `None` without a name.
-    pub fn from_object(object: &DynamicObject) -> Option<HelmChart> {
+    pub(crate) fn from_object(object: &DynamicObject) -> Option<HelmChart> {
         let metadata = &object.metadata;
         let namespace =
             metadata.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_owned());
@@ -52,7 +52,7 @@ impl HelmChart {
     }
 
     /// The chart as a Kubernetes reference names it (`helmchart kube-system/traefik`).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("helmchart {}/{}", self.namespace, self.name)
     }
 }
@@ -73,22 +73,22 @@ impl HelmCharts {
     }
 
     /// A completed list: these charts and no others.
-    pub fn replace(&self, charts: Vec<HelmChart>) {
+    pub(crate) fn replace(&self, charts: Vec<HelmChart>) {
         *self.write() = charts.into_iter().map(|c| ((c.namespace.clone(), c.name.clone()), c)).collect();
     }
 
     /// One chart added or changed.
-    pub fn upsert(&self, chart: HelmChart) {
+    pub(crate) fn upsert(&self, chart: HelmChart) {
         self.write().insert((chart.namespace.clone(), chart.name.clone()), chart);
     }
 
     /// One chart gone.
-    pub fn remove(&self, namespace: &str, name: &str) {
+    pub(crate) fn remove(&self, namespace: &str, name: &str) {
         self.write().remove(&(namespace.to_owned(), name.to_owned()));
     }
 
     /// The chart `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<HelmChart> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<HelmChart> {
         self.read().get(&(namespace.to_owned(), name.to_owned())).cloned()
     }
 

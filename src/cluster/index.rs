@@ -241,6 +241,17 @@ pub struct IndexedRecord {
     pub resource_version: Option<String>,
 }
 
+impl IndexedRecord {
+    /// What a record's metadata tells (as the watch brings it: no payload), if its labels make
+    /// it one of Helm's records of `driver`: for a [`super::PayloadFetcher`]'s listing.
+    pub fn from_meta(
+        driver: crate::release::Driver,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<IndexedRecord> {
+        super::feed::record_from_meta(driver, meta)
+    }
+}
+
 #[derive(Debug)]
 /// Every release in the cluster, by the facts of its records; what verdicts decide against.
 pub struct ReleaseIndex {
@@ -311,7 +322,7 @@ impl ReleaseIndex {
 
     /// Removes one record (the watch saw it deleted, or a read found it gone): only the object
     /// with `uid`, not a later one of its name.
-    pub fn remove(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+    pub(crate) fn remove(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
         self.lock().remove(key, object, uid);
     }
 
@@ -416,7 +427,7 @@ impl ReleaseIndex {
     }
 
     /// What is known of a namespace; an unknown one has no mode label and is not terminating.
-    pub fn namespace(&self, name: &str) -> NamespaceInfo {
+    pub(crate) fn namespace(&self, name: &str) -> NamespaceInfo {
         self.lock().namespaces.get(name).cloned().unwrap_or_default()
     }
 
@@ -444,7 +455,7 @@ impl ReleaseIndex {
 
     /// Whether the index holds the object `object` (with `uid`) of release `key`, hidden or not:
     /// false once the watch has brought its deletion.
-    pub fn holds(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> bool {
+    pub(crate) fn holds(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> bool {
         self.lock()
             .releases
             .get(key)
@@ -454,7 +465,7 @@ impl ReleaseIndex {
 
     /// Up to `limit` records anywhere whose payload the index has not read at their current
     /// resourceVersion: what the read-ahead reads next.
-    pub fn unread(&self, limit: usize) -> Vec<(ReleaseKey, String, Option<String>)> {
+    pub(crate) fn unread(&self, limit: usize) -> Vec<(ReleaseKey, String, Option<String>)> {
         let now = Instant::now();
         let state = self.lock();
         let mut unread = Vec::new();
@@ -509,7 +520,7 @@ impl ReleaseIndex {
 
     /// Runs a verdict on a release's records (all but `except`, the object the request is about)
     /// and applies the change it approves, atomically.
-    pub fn decide<R>(
+    pub(crate) fn decide<R>(
         &self,
         key: &ReleaseKey,
         except: Option<&str>,
@@ -545,7 +556,7 @@ impl ReleaseIndex {
     /// Hides a record until `until`, as an approved deletion does: another replica approved it
     /// (its claim, see [`super::coordination`]). A record this index does not hold, or a later
     /// object of that name, is left alone; a longer hiding stays.
-    pub fn hide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>, until: Instant) {
+    pub(crate) fn hide(&self, key: &ReleaseKey, object: &str, uid: Option<&str>, until: Instant) {
         let mut state = self.lock();
         state.touch(&key.namespace);
         if let Some(entry) = state.entry(key, object, uid) {
@@ -563,7 +574,7 @@ impl ReleaseIndex {
     }
 
     /// Applies one approved change outside a verdict (CREATE and UPDATE need no history).
-    pub fn apply(&self, key: &ReleaseKey, change: IndexChange) {
+    pub(crate) fn apply(&self, key: &ReleaseKey, change: IndexChange) {
         self.decide(key, None, |_| ((), Some(change)));
     }
 
@@ -592,7 +603,7 @@ impl ReleaseIndex {
 
     /// From now on, remember which namespaces' records change, for `ReleaseIndex::take_touched`
     /// (the PolicyReport writer; nothing is kept for anyone else).
-    pub fn track_touched(&self) {
+    pub(crate) fn track_touched(&self) {
         let mut state = self.lock();
         if state.touched.is_none() {
             state.touched = Some(BTreeSet::new());
@@ -627,7 +638,7 @@ impl ReleaseIndex {
     }
 
     /// How many records the index holds (hidden ones included).
-    pub fn revision_count(&self) -> usize {
+    pub(crate) fn revision_count(&self) -> usize {
         self.lock().releases.values().map(BTreeMap::len).sum()
     }
 }

@@ -6,19 +6,19 @@
 //! [`fence`] (proof that the watch has caught up) and [`helmcharts`] (K3s's HelmCharts) are the rest
 //! of what the guard keeps of the cluster.
 
-pub mod claim_books;
-pub mod connect;
+pub(crate) mod claim_books;
+pub(crate) mod connect;
 pub mod coordination;
-pub mod events;
-pub mod feed;
-pub mod fence;
-pub mod fetch;
-pub mod helmcharts;
-pub mod index;
-pub mod listing;
+pub(crate) mod events;
+pub(crate) mod feed;
+pub(crate) mod fence;
+pub(crate) mod fetch;
+pub(crate) mod helmcharts;
+pub(crate) mod index;
+pub(crate) mod listing;
 pub(crate) mod registration;
 pub mod snapshot;
-pub mod watch;
+pub(crate) mod watch;
 
 pub use coordination::DeleteCoordinator;
 

@@ -25,7 +25,7 @@ use crate::release::{DecodeLimits, Driver};
 /// payloads read ahead, counted there); returns the index and
 /// the fetcher verdicts use for a payload the index does not hold and for the freshness of the
 /// watch. Must be called within a Tokio runtime.
-pub fn watch(
+pub(crate) fn watch(
     client: kube::Client,
     tombstone_ttl: Duration,
     limits: DecodeLimits,
@@ -53,7 +53,7 @@ pub fn watch(
 /// Runs the three watchers until the process ends. Errors are retried with backoff while the
 /// index keeps serving its last good state. The index is ready once each watcher has completed
 /// its first list.
-pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Tally) {
+pub(crate) async fn run(client: kube::Client, index: Arc<ReleaseIndex>, watch_restarts: Tally) {
     // Records and the fences (their events tell how far the watch has come).
     let secrets = watcher::Config::default().labels(WATCHED_LABELS).any_semantic();
     let configmaps = watcher::Config::default().labels(WATCHED_LABELS).any_semantic();

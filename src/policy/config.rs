@@ -92,7 +92,7 @@ impl PolicyConfig {
     }
 
     /// The forgetter user or group the requester matches (D10), as `user:NAME` or `group:NAME`.
-    pub fn forgetter(&self, requester: Requester<'_>) -> Option<String> {
+    pub(crate) fn forgetter(&self, requester: Requester<'_>) -> Option<String> {
         matching(&self.forgetter_users, &self.forgetter_groups, requester)
     }
 
@@ -145,7 +145,7 @@ impl PolicyConfig {
     }
 
     /// `stuck_after` in seconds, as the classifier takes it.
-    pub fn stuck_after_secs(&self) -> i64 {
+    pub(crate) fn stuck_after_secs(&self) -> i64 {
         i64::try_from(self.stuck_after.as_secs()).unwrap_or(i64::MAX)
     }
 }

@@ -47,7 +47,7 @@ pub fn decide_delete(facts: &DeleteFacts<'_>, others: &History, config: &PolicyC
 /// So a deletion let through by an exemption, a forgetter or a weaker mode keeps one, and so
 /// does that of a record Helm cannot read (Helm never deletes those: its drivers skip what does
 /// not decode).
-pub fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> bool {
+pub(crate) fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> bool {
     if !is_teardown(facts) && break_glass_counts(facts, config) {
         return true;
     }
@@ -63,7 +63,7 @@ pub fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConf
 /// revision is latest nor which are deployed, so every other approval decided with it present
 /// holds without it, and its own holds whatever else goes. That is Helm's history pruning
 /// (`removeLeastRecent` keeps the last deployed), which then costs no claim.
-pub fn needs_agreement(facts: &DeleteFacts<'_>, others: &History, reason: Reason) -> bool {
+pub(crate) fn needs_agreement(facts: &DeleteFacts<'_>, others: &History, reason: Reason) -> bool {
     match reason {
         Reason::StuckRevisionRecovery => true,
         Reason::HistoryPruning => {

@@ -101,7 +101,7 @@ pub(crate) enum Asked {
 
 /// What the script will do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScriptAction {
+pub(crate) enum ScriptAction {
     /// `helm install`.
     Install,
     /// `helm install` over an existing release: Helm refuses it, the job fails and retries.
@@ -142,7 +142,7 @@ pub enum ScriptAction {
 
 impl ScriptAction {
     /// As the `helm-guard.io/action` annotation spells it.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let reset = |reset: bool, what: &str| {
             if reset { format!("reset-to-failed, then {what}") } else { what.to_owned() }
         };
@@ -164,14 +164,14 @@ impl ScriptAction {
 
     /// Whether the release's resources are uninstalled on the way (what `helm-guard.io/protect`
     /// prevents).
-    pub fn reinstalls(&self) -> bool {
+    pub(crate) fn reinstalls(&self) -> bool {
         matches!(self, ScriptAction::Reinstall { .. })
     }
 }
 
 /// What the pod's environment tells the script.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ScriptEnv {
+pub(crate) struct ScriptEnv {
     /// `FAILURE_POLICY` (the script's default is `reinstall`).
     pub failure_policy: Option<String>,
     /// `EXPECTED_RELEASE_REVISION`, injected by helm-controller v0.17.0+ (0 for no release).

@@ -30,7 +30,7 @@ pub(crate) const MODE_LABEL: &str = "helm-guard.io/mode";
 pub const MAX_ECHOED_CHARS: usize = 256;
 
 /// `text` cut to at most [`MAX_ECHOED_CHARS`] characters, the last an ellipsis when cut.
-pub fn echoed(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn echoed(text: &str) -> std::borrow::Cow<'_, str> {
     if text.char_indices().nth(MAX_ECHOED_CHARS).is_none() {
         return std::borrow::Cow::Borrowed(text);
     }

@@ -29,7 +29,7 @@ pub enum Mode {
 
 impl Mode {
     /// The mode as flags and labels spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }
@@ -59,7 +59,7 @@ pub enum Decision {
 
 impl Decision {
     /// The decision as the audit annotations and metrics spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }

@@ -24,7 +24,7 @@ pub(crate) struct Protection {
 impl Protection {
     /// What `labels` leave in force under the global `default` mode. A mode label that names no
     /// mode counts as absent, as the verdicts read it.
-    pub fn of(labels: &BTreeMap<String, String>, default: Mode) -> Protection {
+    pub(crate) fn of(labels: &BTreeMap<String, String>, default: Mode) -> Protection {
         Protection {
             ignored: labels.get(IGNORE_LABEL).map(String::as_str) == Some("true"),
             mode: labels.get(MODE_LABEL).and_then(|m| m.parse().ok()).unwrap_or(default),
@@ -42,7 +42,7 @@ impl Protection {
     }
 
     /// As a ledger transition spells it: `enforce`, `audit`, `ignored`.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         if self.ignored { "ignored".to_owned() } else { self.mode.as_str().to_owned() }
     }
 }
@@ -62,7 +62,7 @@ pub(crate) struct OptedOut {
 impl OptedOut {
     /// The namespace of `meta`, when its labels leave it less protected than the global
     /// `default` mode would (a global mode of `warn` is not every namespace's opt-out).
-    pub fn of(
+    pub(crate) fn of(
         meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
         default: Mode,
     ) -> Option<OptedOut> {

@@ -31,7 +31,7 @@ pub(crate) const PROTECT_LABEL: &str = "helm-guard.io/protect";
 
 /// A pod the K3s/RKE2 helm-controller made to install or delete a chart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HelmInstallPod {
+pub(crate) struct HelmInstallPod {
     /// Index of the container that runs klipper-helm.
     pub container: usize,
     /// The release (env `NAME`).
@@ -53,7 +53,7 @@ pub struct HelmInstallPod {
 
 /// The first argument the helm-controller gives the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodCommand {
+pub(crate) enum PodCommand {
     /// `install`: install or upgrade the chart.
     Install,
     /// `delete`: uninstall the chart.
@@ -63,7 +63,7 @@ pub enum PodCommand {
 /// What the rules read of a pod: its metadata, and of its spec the containers' arguments and
 /// environment.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Pod {
+pub(crate) struct Pod {
     #[serde(default)]
     /// The pod's metadata.
     pub metadata: ObjectMeta,
@@ -147,7 +147,7 @@ pub(crate) fn already_annotated(pod: &Pod) -> bool {
 
 /// What to do to the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodPlan {
+pub(crate) struct PodPlan {
     /// Annotations to add.
     pub annotations: BTreeMap<String, String>,
     /// Replace the first argument `install` with `upgrade`.
@@ -160,7 +160,7 @@ pub struct PodPlan {
 
 /// Plans the mutation from the release's classification. `protected` names what asks for
 /// protection (`helmchart kube-system/traefik`), when the chart or its namespace does.
-pub fn plan(pod: &HelmInstallPod, release: &Classification, protected: Option<&str>) -> PodPlan {
+pub(crate) fn plan(pod: &HelmInstallPod, release: &Classification, protected: Option<&str>) -> PodPlan {
     let latest = release.revision.zip(release.status);
     let status = latest.map(|(_, status)| status);
     // `install` over a release Helm would refuse to install over, where `upgrade` is what the
@@ -205,7 +205,7 @@ pub fn plan(pod: &HelmInstallPod, release: &Classification, protected: Option<&s
 
 /// The JSONPatch that carries out a plan on the pod: written directly (a handful of operations)
 /// rather than diffed from a mutated copy of the whole pod.
-pub fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::Patch {
+pub(crate) fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_patch::Patch {
     use json_patch::jsonptr::PointerBuf;
     use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
     let mut operations = Vec::new();

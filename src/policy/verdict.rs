@@ -92,7 +92,7 @@ pub enum Reason {
 
 impl Reason {
     /// The reason as the audit annotations, metrics and POLICY.md spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }
@@ -143,17 +143,17 @@ pub struct Verdict {
 
 impl Verdict {
     /// An allowance.
-    pub fn allow(reason: Reason) -> Verdict {
+    pub(crate) fn allow(reason: Reason) -> Verdict {
         Verdict { allowed: true, reason, message: None, detail: None }
     }
 
     /// An allowance with a warning for the client.
-    pub fn warn(reason: Reason, warning: impl Into<String>) -> Verdict {
+    pub(crate) fn warn(reason: Reason, warning: impl Into<String>) -> Verdict {
         Verdict { allowed: true, reason, message: Some(warning.into()), detail: None }
     }
 
     /// A denial with its message: what, why, and what to do instead.
-    pub fn deny(reason: Reason, message: impl Into<String>) -> Verdict {
+    pub(crate) fn deny(reason: Reason, message: impl Into<String>) -> Verdict {
         Verdict { allowed: false, reason, message: Some(message.into()), detail: None }
     }
 

@@ -14,7 +14,7 @@ use crate::release::scan::ReleaseReport;
 use crate::release::{Driver, Status};
 
 /// The reports' `policy`, `source` and name.
-pub const POLICY: &str = "helm-guard";
+pub(crate) const POLICY: &str = "helm-guard";
 /// The results' `category`.
 pub(crate) const CATEGORY: &str = "Helm release health";
 
@@ -35,7 +35,7 @@ pub enum Outcome {
 /// A result's severity, as the PolicyReport API spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "lowercase")]
-pub enum Severity {
+pub(crate) enum Severity {
     /// The crash loop of PROBLEM.md: nothing deployed and Helm refuses to install.
     Critical,
     /// Broken until an operator acts.
@@ -50,7 +50,7 @@ pub enum Severity {
 
 /// One release's finding: the rule that speaks for it, its outcome and severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// The state (`orphaned-superseded`) or anomaly (`undecodable-record`) it rests on.
     pub rule: &'static str,
     /// Its outcome.
@@ -60,7 +60,7 @@ pub struct Finding {
 }
 
 /// What a release's report amounts to (`docs/operate/policy-reports.md`, has the table).
-pub fn finding(release: &ReleaseReport) -> Finding {
+pub(crate) fn finding(release: &ReleaseReport) -> Finding {
     let of = |rule, outcome, severity| Finding { rule, outcome, severity };
     let state = release.state.as_str();
     let earlier_deployed = release.deployed_revisions.iter().any(|r| Some(*r) != release.revision);
@@ -104,7 +104,7 @@ pub fn finding(release: &ReleaseReport) -> Finding {
 /// reads it). Their results are the same; the kinds differ, and only OpenReports names its
 /// `source` at the top.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ReportApi {
+pub(crate) enum ReportApi {
     /// `wgpolicyk8s.io/v1alpha2` PolicyReport and ClusterPolicyReport.
     WgPolicy,
     /// `openreports.io/v1alpha1` Report and ClusterReport.
@@ -116,7 +116,7 @@ impl ReportApi {
     pub(crate) const ALL: [ReportApi; 2] = [ReportApi::WgPolicy, ReportApi::OpenReports];
 
     /// The API group.
-    pub fn group(self) -> &'static str {
+    pub(crate) fn group(self) -> &'static str {
         match self {
             ReportApi::WgPolicy => "wgpolicyk8s.io",
             ReportApi::OpenReports => "openreports.io",
@@ -124,7 +124,7 @@ impl ReportApi {
     }
 
     /// The version of the group the guard writes.
-    pub fn version(self) -> &'static str {
+    pub(crate) fn version(self) -> &'static str {
         match self {
             ReportApi::WgPolicy => "v1alpha2",
             ReportApi::OpenReports => "v1alpha1",
@@ -132,7 +132,7 @@ impl ReportApi {
     }
 
     /// The kind of a namespace's report (`cluster`: of the cluster-scoped one).
-    pub fn kind(self, cluster: bool) -> &'static str {
+    pub(crate) fn kind(self, cluster: bool) -> &'static str {
         match (self, cluster) {
             (ReportApi::WgPolicy, false) => "PolicyReport",
             (ReportApi::WgPolicy, true) => "ClusterPolicyReport",
@@ -152,7 +152,7 @@ impl ReportApi {
     }
 
     /// How logs, metrics and flags name it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReportApi::WgPolicy => "wgpolicyk8s",
             ReportApi::OpenReports => "openreports",
@@ -167,7 +167,7 @@ pub(crate) const MAX_RESULTS: usize = 1000;
 
 /// The reports of `releases` in `api`'s kinds, one per namespace (sorted), at `now` (Unix
 /// seconds): what `scan -o policyreport` prints.
-pub fn reports(api: ReportApi, releases: &[ReleaseReport], now: i64) -> Vec<Value> {
+pub(crate) fn reports(api: ReportApi, releases: &[ReleaseReport], now: i64) -> Vec<Value> {
     let mut by_namespace: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for release in releases {
         let mut result = release_result(release);
@@ -228,7 +228,7 @@ pub(crate) fn stamp(result: &mut Value, seconds: i64) {
 
 /// A report of `results`, of `namespace` (`None`: the cluster-scoped one) in `api`'s kinds, with
 /// its summary. Past `MAX_RESULTS` the worst are kept (error, fail, warn, then pass).
-pub fn report(api: ReportApi, namespace: Option<&str>, mut results: Vec<Value>) -> Value {
+pub(crate) fn report(api: ReportApi, namespace: Option<&str>, mut results: Vec<Value>) -> Value {
     let mut summary: BTreeMap<&str, u64> = ["pass", "fail", "warn", "error", "skip"].map(|k| (k, 0)).into();
     for result in &results {
         if let Some(outcome) = result["result"].as_str().and_then(|r| summary.get_mut(r)) {

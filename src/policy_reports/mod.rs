@@ -8,5 +8,5 @@
 //! - [`writer`]: the live writer: one replica at a time (a Lease), from the index, only what
 //!   changed, bounded; finds the APIs the cluster serves, and one installed later.
 
-pub mod build;
+pub(crate) mod build;
 pub mod writer;

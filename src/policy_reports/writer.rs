@@ -57,7 +57,7 @@ pub enum ApiChoice {
 
 impl ApiChoice {
     /// The APIs this choice would write, if served.
-    pub fn wanted(self) -> &'static [ReportApi] {
+    pub(crate) fn wanted(self) -> &'static [ReportApi] {
         match self {
             ApiChoice::Auto => &ReportApi::ALL,
             ApiChoice::Wgpolicyk8s => &[ReportApi::WgPolicy],
@@ -104,7 +104,12 @@ pub struct WriterStats {
 }
 
 /// Keeps the reports while this replica holds the Lease; runs until the runtime stops.
-pub async fn run(client: kube::Client, index: Arc<ReleaseIndex>, options: WriterOptions, stats: WriterStats) {
+pub(crate) async fn run(
+    client: kube::Client,
+    index: Arc<ReleaseIndex>,
+    options: WriterOptions,
+    stats: WriterStats,
+) {
     if options.apis == ApiChoice::Off {
         return;
     }

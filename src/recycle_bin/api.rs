@@ -64,13 +64,13 @@ pub struct BinStats {
 
 impl BinStats {
     /// The eviction counter for `why`.
-    pub fn evicted(&self, why: Eviction) -> Tally {
+    pub(crate) fn evicted(&self, why: Eviction) -> Tally {
         self.evicted.get(why as usize).cloned().unwrap_or_default()
     }
 }
 
 /// The bin as Secrets in one namespace.
-pub struct ApiRecycleBin {
+pub(crate) struct ApiRecycleBin {
     /// The cluster.
     pub client: kube::Client,
     /// The guard's namespace, where the copies are.
@@ -164,7 +164,7 @@ impl ApiRecycleBin {
 
 /// Holds the bin to its bounds: after each stored copy and every `every`, lists the copies and
 /// deletes what the bounds evict, oldest first.
-pub async fn sweep(
+pub(crate) async fn sweep(
     client: kube::Client,
     namespace: String,
     bounds: BinBounds,

@@ -80,7 +80,7 @@ pub struct Keeping<'a> {
 /// What recreating the record takes besides its data, and what identified it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KeptObject {
+pub(crate) struct KeptObject {
     /// `Secret` or `ConfigMap`.
     pub kind: String,
     /// The record's namespace.
@@ -119,7 +119,7 @@ impl KeptObject {
     }
 
     /// The driver the original was kept by.
-    pub fn driver(&self) -> Option<Driver> {
+    pub(crate) fn driver(&self) -> Option<Driver> {
         match self.kind.as_str() {
             "Secret" => Some(Driver::Secret),
             "ConfigMap" => Some(Driver::ConfigMap),
@@ -175,7 +175,11 @@ pub enum CopyError {
 
 /// The copy of `record`, kept in `bin_namespace`, as the body of a create: the payload is
 /// written from the record's own bytes, not decoded or built again. With its size in bytes.
-pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) -> Result<Vec<u8>, CopyError> {
+pub(crate) fn copy_body(
+    record: &Record,
+    keeping: &Keeping<'_>,
+    bin_namespace: &str,
+) -> Result<Vec<u8>, CopyError> {
     let object = serde_json::to_string(&KeptObject::of(record)).unwrap_or_default();
     let payload =
         record.payload.as_deref().map(std::str::from_utf8).transpose().map_err(|_| CopyError::NotText)?;
@@ -232,7 +236,7 @@ pub fn copy_body(record: &Record, keeping: &Keeping<'_>, bin_namespace: &str) ->
 
 /// One copy in the bin, as its metadata tells (what the bounds and listings need).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BinEntry {
+pub(crate) struct BinEntry {
     /// The copy's Secret name.
     pub name: String,
     /// The release's namespace.
@@ -312,7 +316,7 @@ pub(crate) const LARGEST_COPY: u64 = 2 << 20;
 impl BinBounds {
     /// Refuses bounds under which a copy just stored could be evicted at once: the client would
     /// be told it is kept while it is gone.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if self.release_copies == 0 {
             return Err("--recycle-max-release-copies must be at least 1".into());
         }
@@ -340,7 +344,7 @@ impl BinBounds {
     Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display, strum::VariantArray,
 )]
 #[strum(serialize_all = "kebab-case")]
-pub enum Eviction {
+pub(crate) enum Eviction {
     /// Older than the TTL.
     Expired,
     /// Its release holds more copies than it may.
@@ -401,7 +405,7 @@ pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> V
 
 /// A copy read back from the bin: what it is, and the object to recreate.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RecycledCopy {
+pub(crate) struct RecycledCopy {
     /// Its metadata.
     pub entry: BinEntry,
     /// The original's identity and metadata.
@@ -412,7 +416,7 @@ pub struct RecycledCopy {
 
 /// Why a Secret of the bin is no copy that can be restored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RestoreError {
+pub(crate) enum RestoreError {
     /// The labels are not a copy's.
     #[error("not a helm-guard copy (labels missing)")]
     NotACopy,
@@ -429,7 +433,10 @@ pub enum RestoreError {
 
 impl RecycledCopy {
     /// Reads a copy Secret's metadata and (decoded) data.
-    pub fn read(meta: &ObjectMeta, data: &BTreeMap<String, Vec<u8>>) -> Result<RecycledCopy, RestoreError> {
+    pub(crate) fn read(
+        meta: &ObjectMeta,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<RecycledCopy, RestoreError> {
         let entry = BinEntry::from_meta(meta).ok_or(RestoreError::NotACopy)?;
         let object = meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_OBJECT));
         let object = object.ok_or_else(|| RestoreError::Object("missing".into()))?;
@@ -467,7 +474,7 @@ impl RecycledCopy {
     /// The record as it was, to be created again: name, namespace, labels, type and data as
     /// they were; its annotations but the break-glass one (which would let the next deletion
     /// through unasked).
-    pub fn original(&self) -> Result<serde_json::Value, RestoreError> {
+    pub(crate) fn original(&self) -> Result<serde_json::Value, RestoreError> {
         use serde_json::{Map, Value};
         let mut annotations = self.object.annotations.clone();
         annotations.remove(crate::policy::BREAK_GLASS_ANNOTATION);

@@ -13,9 +13,9 @@
 //! - [`restore`]: what `helm-guard restore` would bring back and the history Helm would show
 //!   then, pure; `cli/restore.rs` lists and creates.
 
-pub mod api;
-pub mod copy;
-pub mod restore;
+pub(crate) mod api;
+pub(crate) mod copy;
+pub(crate) mod restore;
 
 /// Where `helm-guard restore` looks for the bin when told nothing: the chart's namespace.
 pub(crate) const DEFAULT_NAMESPACE: &str = "helm-guard";

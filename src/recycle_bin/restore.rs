@@ -15,7 +15,7 @@ use crate::release::{DecodeLimits, ReleaseKey, Status, Summary};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::Display)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
-pub enum StepAction {
+pub(crate) enum StepAction {
     /// Created again.
     Restore,
     /// An object of that name is stored now: never written over.
@@ -28,7 +28,7 @@ pub enum StepAction {
 
 /// One copy of the release in the bin.
 #[derive(Debug, Clone, Serialize)]
-pub struct RestoreStep {
+pub(crate) struct RestoreStep {
     /// The copy's Secret.
     pub copy: String,
     /// `Secret` or `ConfigMap`.
@@ -57,7 +57,7 @@ pub struct RestoreStep {
 
 /// One line of `helm history` after the restore.
 #[derive(Debug, Clone, Serialize)]
-pub struct HistoryRow {
+pub(crate) struct HistoryRow {
     /// The revision.
     pub revision: u32,
     /// Its status.
@@ -74,7 +74,7 @@ pub struct HistoryRow {
 
 /// The restore of one release of one driver.
 #[derive(Debug, Clone, Serialize)]
-pub struct RestorePlan {
+pub(crate) struct RestorePlan {
     /// The release's namespace.
     pub namespace: String,
     /// The release.
@@ -102,7 +102,7 @@ type Original = Result<(serde_json::Value, DecodedRecord), String>;
 /// Plans the restore of `copies` (one release's, from the bin) beside `live`, the release's
 /// records stored now: the newest copy of each object not stored now, of `revisions` (all when
 /// empty). One plan per driver the copies are of.
-pub fn plan(
+pub(crate) fn plan(
     copies: &[RecycledCopy],
     live: &[DecodedRecord],
     revisions: &[u32],

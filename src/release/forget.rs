@@ -15,7 +15,7 @@ use super::{ReleaseKey, Status};
 
 /// One record to delete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ForgetStep {
+pub(crate) struct ForgetStep {
     /// `Secret` or `ConfigMap`.
     pub kind: &'static str,
     /// The object's name.
@@ -31,7 +31,7 @@ pub struct ForgetStep {
 
 /// The deletions that forget one release of one driver, in order.
 #[derive(Debug, Clone, Serialize)]
-pub struct ForgetPlan {
+pub(crate) struct ForgetPlan {
     /// The release's namespace.
     pub namespace: String,
     /// The release.
@@ -43,7 +43,7 @@ pub struct ForgetPlan {
 }
 
 /// The plan for each release (and driver) among `records`, in release order.
-pub fn plan(records: &[DecodedRecord]) -> Vec<ForgetPlan> {
+pub(crate) fn plan(records: &[DecodedRecord]) -> Vec<ForgetPlan> {
     let mut plans: Vec<(ReleaseKey, Vec<(bool, ForgetStep)>)> = Vec::new();
     for record in records {
         let step = ForgetStep {

@@ -37,7 +37,7 @@ pub struct RevisionFacts {
 impl RevisionFacts {
     /// The status of POLICY.md: the payload's where it is at hand and decodes, else the label.
     /// `None` for a record Helm ignores (undecodable) or one with neither.
-    pub fn status(&self) -> Option<Status> {
+    pub(crate) fn status(&self) -> Option<Status> {
         match self.payload {
             PayloadStatus::Decoded(status) => Some(status),
             PayloadStatus::Undecodable => None,
@@ -83,17 +83,17 @@ impl History {
     }
 
     /// Revisions whose payload was not read (their label stands in).
-    pub fn unread(&self) -> &[u32] {
+    pub(crate) fn unread(&self) -> &[u32] {
         &self.unread
     }
 
     /// The latest revision Helm sees and its status.
-    pub fn latest(&self) -> Option<(u32, Status)> {
+    pub(crate) fn latest(&self) -> Option<(u32, Status)> {
         self.revisions.last().copied()
     }
 
     /// Revisions with a `deployed` record, ascending, each once.
-    pub fn deployed(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn deployed(&self) -> impl Iterator<Item = u32> + '_ {
         let mut last = None;
         self.revisions.iter().filter(|(_, s)| *s == Status::Deployed).map(|(r, _)| *r).filter(move |r| {
             let new = last != Some(*r);
@@ -103,7 +103,7 @@ impl History {
     }
 
     /// This history with one more record.
-    pub fn with(&self, revision: u32, status: Status) -> History {
+    pub(crate) fn with(&self, revision: u32, status: Status) -> History {
         let mut revisions = self.revisions.clone();
         let at = revisions.partition_point(|(r, s)| (*r, rank(*s)) < (revision, rank(status)));
         revisions.insert(at, (revision, status));
@@ -154,12 +154,12 @@ pub enum ReleaseState {
 
 impl ReleaseState {
     /// The state as `scan`, metrics and annotations spell it (`orphaned-superseded`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 
     /// Healthy, absent or uninstalled: nothing for an operator to do.
-    pub fn is_ok(self) -> bool {
+    pub(crate) fn is_ok(self) -> bool {
         matches!(self, ReleaseState::Absent | ReleaseState::Healthy | ReleaseState::Uninstalled)
     }
 }
@@ -227,7 +227,7 @@ impl Classification {
     }
 
     /// One short sentence on what to do; every command in it can be pasted as it is.
-    pub fn hint(&self, release: &str, namespace: &str) -> String {
+    pub(crate) fn hint(&self, release: &str, namespace: &str) -> String {
         let earlier_deployed = self.deployed.iter().copied().filter(|r| Some(*r) != self.revision).max();
         let mut hint = match self.state {
             ReleaseState::Absent => "no revision Helm can read".to_owned(),

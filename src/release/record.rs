@@ -64,12 +64,12 @@ impl Driver {
     }
 
     /// The driver as `scan` and JSON spell it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 
     /// The Kubernetes kind the driver stores records as.
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Driver::Secret => "Secret",
             Driver::ConfigMap => "ConfigMap",
@@ -110,13 +110,6 @@ pub struct RecordId {
     pub key: ReleaseKey,
     /// The revision.
     pub revision: u32,
-}
-
-impl RecordId {
-    /// The object name Helm gives this revision.
-    pub fn object_name(&self) -> String {
-        format!("{NAME_PREFIX}{}.v{}", self.key.release, self.revision)
-    }
 }
 
 impl fmt::Display for RecordId {
@@ -179,7 +172,7 @@ fn helm_named(name: &str, labels: &BTreeMap<String, String>) -> bool {
 }
 
 /// The `status` label, when it is one of Helm's statuses.
-pub fn status_label(labels: &BTreeMap<String, String>) -> Option<Status> {
+pub(crate) fn status_label(labels: &BTreeMap<String, String>) -> Option<Status> {
     labels.get(LABEL_STATUS)?.parse().ok()
 }
 
@@ -358,7 +351,7 @@ impl Record {
     }
 
     /// `Kind namespace/name`, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{} {}/{}", self.id.key.driver.kind(), self.id.key.namespace, self.object_name)
     }
 }
@@ -380,7 +373,7 @@ impl DecodedRecord {
 
     /// Reads the payload, or answers from `memo` when these bytes were read before; with
     /// [`Fingerprinting::Take`], the content fingerprint too (see `ReleasePayload::content`).
-    pub fn remembered(
+    pub(crate) fn remembered(
         record: Record,
         limits: DecodeLimits,
         fingerprinting: Fingerprinting,
@@ -424,7 +417,7 @@ impl DecodedRecord {
 }
 
 /// `Kind namespace/name` of any JSON object, for messages about objects that do not parse.
-pub fn describe(object: &Value) -> String {
+pub(crate) fn describe(object: &Value) -> String {
     let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or("?").to_owned();
     format!("{} {}/{}", text("/kind"), text("/metadata/namespace"), text("/metadata/name"))
 }

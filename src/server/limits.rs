@@ -41,7 +41,7 @@ pub(crate) struct LimitAcceptor {
 
 impl LimitAcceptor {
     /// An acceptor that holds at most `limits.max_connections` connections.
-    pub fn new(limits: ConnectionLimits) -> LimitAcceptor {
+    pub(crate) fn new(limits: ConnectionLimits) -> LimitAcceptor {
         LimitAcceptor {
             slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             idle_timeout: limits.idle_timeout,

@@ -45,7 +45,7 @@ pub struct JsonLines {
 
 impl JsonLines {
     /// The formatter. Pair it with tracing-subscriber's `JsonFields` for span fields.
-    pub fn new() -> JsonLines {
+    pub(crate) fn new() -> JsonLines {
         JsonLines { spanned: Format::default().json().flatten_event(true).with_current_span(false) }
     }
 }

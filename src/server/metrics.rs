@@ -23,7 +23,7 @@ use crate::tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 /// Labels of `helm_guard_admission_decisions_total`.
-pub struct DecisionLabels {
+pub(crate) struct DecisionLabels {
     /// Which webhook.
     pub webhook: Webhook,
     /// `CREATE`, `UPDATE`, `DELETE`.
@@ -345,13 +345,13 @@ impl Metrics {
     }
 
     /// Counts a decision and how long it took.
-    pub fn decision(&self, labels: DecisionLabels, took: Duration) {
+    pub(crate) fn decision(&self, labels: DecisionLabels, took: Duration) {
         self.latency.get_or_create(&WebhookLabels { webhook: labels.webhook }).observe(took.as_secs_f64());
         self.decisions.get_or_create(&labels).inc();
     }
 
     /// Counts a request that was not decided (`error` says why).
-    pub fn rejected(&self, webhook: Webhook, error: &'static str) {
+    pub(crate) fn rejected(&self, webhook: Webhook, error: &'static str) {
         debug_assert!(REJECTIONS.contains(&error), "{error} is not in REJECTIONS");
         self.rejected.get_or_create(&RejectedLabels { webhook, error }).inc();
     }
@@ -369,7 +369,7 @@ impl Metrics {
     }
 
     /// Renders the metrics, refreshing the index gauges first.
-    pub fn render(
+    pub(crate) fn render(
         &self,
         index: &ReleaseIndex,
         stuck_after_secs: i64,

@@ -111,7 +111,7 @@ impl AppState {
     }
 
     /// Ready: the index has a complete view and the server is not shutting down.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.admission.index().is_ready() && !self.is_shutting_down()
     }
 }
@@ -189,7 +189,7 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
 impl Running {
     /// Stops as `stop` asks: after SIGTERM as [`Running::shutdown`] says; after SIGINT without
     /// the delay.
-    pub async fn stop(mut self, stop: Stop) {
+    pub(crate) async fn stop(mut self, stop: Stop) {
         if stop == Stop::Interrupt {
             self.settings.shutdown_delay = Duration::ZERO;
         }
@@ -220,7 +220,7 @@ impl Running {
 
 /// The signal that stops the guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// SIGTERM: an orchestrator's, sent while the endpoints still route here, so the guard keeps
     /// answering through `--shutdown-delay`.
     Terminate,
@@ -233,7 +233,7 @@ pub enum Stop {
 /// server starts is not lost to the default action, which kills the process); the future
 /// resolves at the first, with which it was.
 #[cfg(unix)]
-pub fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
+pub(crate) fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
@@ -247,7 +247,7 @@ pub fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> 
 
 /// Resolves on Ctrl-C.
 #[cfg(not(unix))]
-pub fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
+pub(crate) fn termination() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
         Stop::Interrupt

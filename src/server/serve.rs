@@ -61,7 +61,7 @@ struct Shared {
 
 /// Serves `app` over TLS on `listener` until `phase` is [`Phase::Draining`], then lets the open
 /// connections finish, for at most `grace`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     tls: RustlsConfig,
     limits: ConnectionLimits,
@@ -143,7 +143,7 @@ pub(crate) struct LastRequest(Arc<watch::Sender<bool>>);
 impl LastRequest {
     /// The connection closes after this answer (HTTP/2: with a GOAWAY now, the streams under way
     /// finishing).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.0.send_replace(true);
     }
 }

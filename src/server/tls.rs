@@ -149,7 +149,7 @@ fn read(files: &TlsFiles) -> anyhow::Result<LoadedPem> {
 
 /// The files as last loaded, to tell a change from the same content read again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedPem {
+pub(crate) struct LoadedPem {
     cert: Vec<u8>,
     key: Vec<u8>,
     client_ca: Option<Vec<u8>>,
@@ -187,7 +187,7 @@ fn report_expiry(loaded: &LoadedPem, files: &TlsFiles, metrics: &Metrics) {
 }
 
 /// Loads the files once; an error here stops the server from starting.
-pub fn load(files: &TlsFiles, metrics: &Metrics) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
+pub(crate) fn load(files: &TlsFiles, metrics: &Metrics) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
     let loaded = read(files)?;
     let config = loaded.config(files).with_context(|| describe(files))?;
     report_expiry(&loaded, files, metrics);

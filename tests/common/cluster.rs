@@ -43,7 +43,7 @@ pub async fn start_guard_with(
 /// `guard_namespace` when given, Events on.
 pub fn live_options(
     guard_namespace: Option<&str>,
-    bounds: helm_guard::recycle_bin::copy::BinBounds,
+    bounds: helm_guard::live::BinBounds,
 ) -> helm_guard::live::LiveOptions {
     helm_guard::live::LiveOptions {
         tombstone_ttl: std::time::Duration::from_secs(30),

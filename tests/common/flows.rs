@@ -1,5 +1,5 @@
 //! Random Helm operations, seeded and reproducible, shared by the in-process property test
-//! (tests/helm_flows.rs, Helm's storage calls modelled from its source) and the end-to-end test
+//! (src/tests/helm_flows.rs, Helm's storage calls modelled from its source) and the end-to-end test
 //! that runs the real Helm 3 and Helm 4 binaries (tests/e2e_flows.rs).
 
 use helm_guard::release::Status;

@@ -168,7 +168,7 @@ impl Flow {
                 }
                 // helm-set-status's edit, as `helm-guard repair` makes it.
                 let driver = self.driver.clone();
-                let output = Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+                let output = Command::new(super::guard_binary())
                     .args(["repair", RELEASES[release], "-n", namespace, "--apply", "--stuck-after", "0s"])
                     .env("HELM_DRIVER", driver)
                     .output()

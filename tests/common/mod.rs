@@ -10,6 +10,18 @@ pub mod helm_twins;
 pub mod leases;
 pub mod writers;
 
+/// The helm-guard binary. Cargo names it to the integration suites; the library's own suites
+/// (src/tests, which share these helpers) find it where `cargo test` builds it for those.
+pub fn guard_binary() -> std::path::PathBuf {
+    match option_env!("CARGO_BIN_EXE_helm-guard") {
+        Some(path) => path.into(),
+        None => {
+            let exe = std::env::current_exe().unwrap();
+            exe.ancestors().nth(2).unwrap().join("helm-guard")
+        }
+    }
+}
+
 use std::path::{Path, PathBuf};
 
 use helm_guard::release::DecodeLimits;

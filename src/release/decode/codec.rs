@@ -188,6 +188,14 @@ pub fn encode_secret_payload(release_json: &[u8]) -> Vec<u8> {
     STANDARD.encode(encode_helm_payload(release_json)).into_bytes()
 }
 
+/// Reads `json` as one JSON value the way Go's `encoding/json` does (how Helm reads its payloads:
+/// any UTF-8 text serde_json accepts, nesting to 10,000 levels), within `limit` bytes; why Go
+/// would refuse it, if it would.
+pub fn read_go_json(json: &[u8], limit: u64) -> Result<(), JsonError> {
+    let mut reader = JsonReader::new(Source::new(json, limit));
+    reader.any(None, true).and_then(|()| reader.end())
+}
+
 /// Reads release JSON text (already decoded) as Helm does.
 pub fn read_release_json(json: &[u8], limits: DecodeLimits) -> Result<ReleasePayload, DecodeError> {
     super::helm_release::read_release(

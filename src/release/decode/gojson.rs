@@ -46,7 +46,7 @@ const BUFFER: usize = 16 * 1024;
 
 /// A buffered source that can look a few bytes ahead across refills and counts what it consumed.
 #[derive(Debug)]
-pub struct Source<R> {
+pub(crate) struct Source<R> {
     inner: R,
     buf: Box<[u8]>,
     pos: usize,
@@ -58,7 +58,7 @@ pub struct Source<R> {
 
 impl<R: Read> Source<R> {
     /// `limit`: the most bytes the JSON text may have (the CPU bound of `--max-decoded-bytes`).
-    pub fn new(inner: R, limit: u64) -> Source<R> {
+    pub(crate) fn new(inner: R, limit: u64) -> Source<R> {
         Source {
             inner,
             buf: vec![0; BUFFER].into_boxed_slice(),
@@ -122,7 +122,7 @@ pub(crate) enum Kind {
 
 /// A number as Go would read it into an `int` and into a `float64`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Number {
+pub(crate) struct Number {
     /// `Some` when Go's `strconv.ParseInt(text, 10, 64)` accepts it (no fraction, no exponent,
     /// in range).
     pub int: Option<i64>,
@@ -132,13 +132,13 @@ pub struct Number {
 
 /// Reads JSON tokens from a [`Source`].
 #[derive(Debug)]
-pub struct JsonReader<R> {
+pub(crate) struct JsonReader<R> {
     src: Source<R>,
     depth: usize,
 }
 
 /// Where a string's decoded bytes go, piece by piece.
-pub trait StringSink {
+pub(crate) trait StringSink {
     /// Takes the next decoded bytes of the string.
     fn put(&mut self, bytes: &[u8]);
 }
@@ -160,17 +160,17 @@ pub(crate) struct Capture {
 
 impl Capture {
     /// Captures up to `cap` bytes.
-    pub fn new(cap: usize) -> Capture {
+    pub(crate) fn new(cap: usize) -> Capture {
         Capture { bytes: Vec::new(), cap, truncated: false }
     }
 
     /// The text, when it was kept whole.
-    pub fn whole(self) -> Option<String> {
+    pub(crate) fn whole(self) -> Option<String> {
         (!self.truncated).then(|| String::from_utf8_lossy(&self.bytes).into_owned())
     }
 
     /// The text, cut at the cap (for display).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).into_owned()
     }
 }
@@ -187,24 +187,24 @@ impl StringSink for Capture {
 /// A running SHA-256 of a value's meaning (not its spelling), for telling whether an update
 /// changed it. Tags keep kinds apart; string lengths end strings.
 #[derive(Debug, Clone, Default)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     hash: Sha256,
     string_len: u64,
 }
 
 impl Fingerprint {
     /// Feeds a one-byte tag that keeps values of different kinds apart.
-    pub fn tag(&mut self, tag: u8) {
+    pub(crate) fn tag(&mut self, tag: u8) {
         self.hash.update([tag]);
     }
 
     /// Feeds bytes.
-    pub fn bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
         self.hash.update(bytes);
     }
 
     /// The fingerprint.
-    pub fn finish(self) -> [u8; 32] {
+    pub(crate) fn finish(self) -> [u8; 32] {
         self.hash.finalize().into()
     }
 }
@@ -254,7 +254,7 @@ fn is_ws(b: u8) -> bool {
 
 impl<R: Read> JsonReader<R> {
     /// A reader of the JSON that `src` yields.
-    pub fn new(src: Source<R>) -> JsonReader<R> {
+    pub(crate) fn new(src: Source<R>) -> JsonReader<R> {
         JsonReader { src, depth: 0 }
     }
 
@@ -289,7 +289,7 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// After the top-level value: only whitespace may follow.
-    pub fn end(&mut self) -> Result<(), JsonError> {
+    pub(crate) fn end(&mut self) -> Result<(), JsonError> {
         match self.skip_ws()? {
             None => Ok(()),
             Some(_) => Err(self.syntax("after top-level value")),
@@ -305,7 +305,7 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// Reads `null`.
-    pub fn null(&mut self) -> Result<(), JsonError> {
+    pub(crate) fn null(&mut self) -> Result<(), JsonError> {
         self.literal(b"null")
     }
 
@@ -395,7 +395,7 @@ impl<R: Read> JsonReader<R> {
 
     /// Reads a string value into `sink` as Go unquotes it: escapes resolved, a lone surrogate or
     /// an invalid UTF-8 byte replaced by U+FFFD, a control character an error.
-    pub fn string(&mut self, sink: &mut impl StringSink) -> Result<(), JsonError> {
+    pub(crate) fn string(&mut self, sink: &mut impl StringSink) -> Result<(), JsonError> {
         if self.skip_ws()? != Some(b'"') {
             return Err(self.syntax("expected a string"));
         }
@@ -499,7 +499,7 @@ impl<R: Read> JsonReader<R> {
     }
 
     /// Reads a number as Go's scanner and `strconv` see it.
-    pub fn number(&mut self) -> Result<Number, JsonError> {
+    pub(crate) fn number(&mut self) -> Result<Number, JsonError> {
         self.skip_ws()?;
         let mut negative = false;
         if self.src.peek()? == Some(b'-') {
@@ -597,7 +597,7 @@ impl<R: Read> JsonReader<R> {
     /// Reads and checks any value, feeding its meaning to `fingerprint` when given. `as_interface`: as
     /// Go's decoder into `interface{}` (a number must fit a float64); else as Go skips a value of
     /// an unknown field (syntax only). Iterative: depth costs one byte.
-    pub fn any(
+    pub(crate) fn any(
         &mut self,
         mut fingerprint: Option<&mut Fingerprint>,
         as_interface: bool,
@@ -692,11 +692,6 @@ impl<R: Read> JsonReader<R> {
                 return Ok(());
             }
         }
-    }
-
-    /// Bytes of JSON read so far.
-    pub fn offset(&self) -> u64 {
-        self.src.consumed
     }
 }
 

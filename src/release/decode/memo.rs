@@ -28,7 +28,7 @@ type Reading = Result<ReleasePayload, DecodeError>;
 
 #[derive(Debug)]
 /// Payload readings by a keyed hash of the payload, the oldest forgotten first.
-pub struct PayloadMemo {
+pub(crate) struct PayloadMemo {
     capacity: usize,
     key: RandomState,
     state: Mutex<(HashMap<Key, Reading>, VecDeque<Key>)>,
@@ -42,14 +42,14 @@ impl Default for PayloadMemo {
 
 impl PayloadMemo {
     /// A memo of at most `capacity` readings.
-    pub fn new(capacity: usize) -> PayloadMemo {
+    pub(crate) fn new(capacity: usize) -> PayloadMemo {
         PayloadMemo { capacity: capacity.max(1), key: RandomState::new(), state: Mutex::default() }
     }
 
     /// Reads `stored` (from `storage`) with `read`, or answers from memory (the same reading, or
     /// the same error). A reading
     /// without the content fingerprint does not answer a request that wants one.
-    pub fn read(
+    pub(crate) fn read(
         &self,
         stored: &[u8],
         storage: Storage,

@@ -6,11 +6,10 @@
 
 pub mod codec;
 pub(crate) mod fields;
-pub mod gojson;
-pub mod helm_release;
-pub mod memo;
-
-use gojson::JsonError;
+pub(crate) mod gojson;
+pub use gojson::JsonError;
+pub(crate) mod helm_release;
+pub(crate) mod memo;
 
 /// Where a payload was stored: a Secret's `data` wraps Helm's base64 in the API's base64 once
 /// more; a ConfigMap's `data` holds Helm's text as it is.

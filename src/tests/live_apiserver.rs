@@ -334,7 +334,7 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
     let (server, _watches) = start_stub(items).await;
     let dir = tempfile::tempdir().unwrap();
     let config = kubeconfig(&dir, &server);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+    let mut child = tokio::process::Command::new(common::guard_binary())
         .args(["serve", "--kubeconfig", config.to_str().unwrap(), "--dev-certs"])
         .arg(dir.path().join("certs"))
         .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
