@@ -38,8 +38,7 @@
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
 //!
 //! ```
-//! use helm_guard::policy::delete::{DeleteFacts, decide_delete};
-//! use helm_guard::policy::{PolicyConfig, Reason, Requester};
+//! use helm_guard::policy::{DeleteFacts, PolicyConfig, Reason, Requester, decide_delete};
 //! use helm_guard::release::history::{PayloadStatus, RevisionFacts, classify};
 //! use helm_guard::release::{History, ReleaseState, Status};
 //!
@@ -106,7 +105,7 @@ mod tests;
 
 /// What this binary is: the crate version, the git commit it was built from and when (set by
 /// `build.rs`), as `--version` and the `helm_guard_build_info` metric report them.
-pub mod build {
+pub(crate) mod build {
     /// The crate's version.
     pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
     /// The git commit built from (`unknown` outside a git checkout).

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{Fetched, PayloadFetcher, ReleaseIndex};
 use crate::policy::PolicyConfig;
 use crate::release::{DecodeLimits, ReleaseKey};
-pub use ledger::LedgerEntry;
+pub(crate) use ledger::LedgerEntry;
 
 /// Which webhook a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display)]

@@ -19,7 +19,7 @@ use super::{
 #[command(
     after_help = "Examples:\n  helm-guard audit /var/log/kubernetes/audit.log              every decision the guard made\n  helm-guard audit audit.log --denied -o json                 the refusals, for a script\n  kubectl logs -n kube-system kube-apiserver-node1 | helm-guard audit\n\nExit status: 0 when every decision listed allowed its request, 1 when one was denied or warned, 2 when the input is not an audit log."
 )]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// An audit log in JSON lines (the API server's --audit-log-path); `-` for standard input,
     /// which is also read when piped and no FILE is given.
     pub file: Option<PathBuf>,

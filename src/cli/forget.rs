@@ -25,7 +25,7 @@ const REASON: &str = "helm-guard forget: the release's history is deleted, its r
 #[command(
     after_help = "Forgetting deletes every record of the release (Secrets or ConfigMaps labelled owner=helm,name=RELEASE) and nothing else: the release's resources stay in the cluster, and Helm no longer knows them (`helm ls` does not list the release). For moving a release to Argo CD, which never writes records, or out of Helm's hands.\n\nThe records go from the oldest up, the latest last (Helm's own purge order): stopped anywhere, the release is left at its latest revision with a shorter history. Each is first annotated helm-guard.io/allow-delete (with --break-glass-group set, the user must be in one of those groups), deleted through the guard, and its copy found in the guard's recycle bin (--guard-namespace) before the next is touched: no record goes without a copy. `helm-guard restore RELEASE -n NAMESPACE --apply` brings the history back as it was.\n\nExamples:\n  helm-guard forget web -n shop            # what would be deleted\n  helm-guard forget web -n shop --apply    # delete it, every record kept in the bin\n  helm-guard restore web -n shop --apply   # changed your mind: the history back\n\nExit status: 0 planned or forgotten, 1 a failure (the cluster, a refusal, no copy in the bin: what was done is said), 2 bad input or the release not found."
 )]
-pub struct ForgetArgs {
+pub(crate) struct ForgetArgs {
     /// The release to forget.
     pub release: String,
     /// Its namespace (default: the kubeconfig context's).

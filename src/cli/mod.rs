@@ -39,12 +39,12 @@ use crate::release::DecodeLimits;
 pub struct Cli {
     #[command(subcommand)]
     /// The subcommand.
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 /// helm-guard's subcommands.
-pub enum Command {
+pub(crate) enum Command {
     /// Run the admission webhook.
     Serve(Box<serve::ServeArgs>),
     /// Decode Helm release records (from a file, a captured AdmissionReview, or the cluster) and show what Helm reads.
@@ -84,7 +84,7 @@ pub enum Command {
 
 /// How a command prints its results.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     /// For people: a table or a summary per item.
     #[default]
     Text,
@@ -188,7 +188,7 @@ pub(crate) fn count(n: usize, noun: &str) -> String {
 
 /// Where to find the cluster, for every command that reads it.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct ClusterArgs {
+pub(crate) struct ClusterArgs {
     /// Path to a kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
     #[arg(long, env = "HELM_GUARD_KUBECONFIG")]
     pub kubeconfig: Option<std::path::PathBuf>,
@@ -225,7 +225,7 @@ impl ClusterArgs {
 
 /// Where the guard keeps its recycle bin, for the commands that read or fill it.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BinArgs {
+pub(crate) struct BinArgs {
     /// The guard's namespace: its recycle bin is there unless --recycle-bin-namespace says
     /// otherwise.
     #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = crate::recycle_bin::DEFAULT_NAMESPACE)]
@@ -257,7 +257,7 @@ pub(crate) fn exit_code_of(error: &anyhow::Error) -> u8 {
 
 /// Limits shared by every command that decodes payloads.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DecodeArgs {
+pub(crate) struct DecodeArgs {
     /// Largest decompressed payload accepted (gzip-bomb guard): bytes, or with a unit (64KiB,
     /// 32MiB, 1GiB).
     #[arg(long, env = "HELM_GUARD_MAX_DECODED_BYTES", value_name = "SIZE",

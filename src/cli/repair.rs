@@ -24,7 +24,7 @@ use crate::release::scan::{by_release, collect_records};
 #[command(
     after_help = "What it changes, only as Helm itself does (payload status and status label together):\n  - a pending-install/upgrade/rollback revision older than --stuck-after: marked failed (as `helm set-status`), so the next upgrade or rollback runs;\n  - a status label that disagrees with the payload: the label set from the payload;\n  - several deployed revisions: all but the newest marked superseded, as Helm does on upgrade.\nAn orphaned-superseded release needs its chart: repair prints the `helm upgrade`/`helm rollback` that fixes it and changes nothing.\n\nExamples:\n  helm-guard repair web -n shop              what it would change (changes nothing)\n  helm-guard repair web -n shop --apply      make the edits\n  helm-guard scan --repair-plan              the repair command for every release that needs one\n\nExit status: 0 nothing was broken or every edit was made, 1 a release still needs someone (a plan not yet applied with --apply, a refusal: Helm may still be running, or a state only an operator can fix), 2 bad input or the release not found."
 )]
-pub struct RepairArgs {
+pub(crate) struct RepairArgs {
     /// The release to repair.
     pub release: String,
     /// Its namespace (default: the kubeconfig context's).

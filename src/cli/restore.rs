@@ -22,7 +22,7 @@ use kube::api::{Api, PostParams};
 #[command(
     after_help = "The bin holds a copy of each record whose deletion only an override let through (the break-glass annotation, an exemption, warn or audit mode, a record Helm cannot read), for --recycle-ttl (7 days by default). Restore recreates each record as it was (name, labels, type, data; not the break-glass annotation), the newest copy of each, never over an object that exists now. The copies stay in the bin until they expire.\n\nExamples:\n  helm-guard restore web -n shop                     what would come back, and `helm history` after\n  helm-guard restore web -n shop --revision 3 --apply\n  helm-guard scan --recycle-bin                      what the bin holds\n\nExit status: 0 planned or restored, 1 nothing to restore (every copy's object exists, or none is readable), 2 bad input or no copy of the release in the bin."
 )]
-pub struct RestoreArgs {
+pub(crate) struct RestoreArgs {
     /// The release to restore.
     pub release: String,
     /// Its namespace (default: the kubeconfig context's).

@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 #[command(
     after_help = "Examples:\n  helm-guard scan                                   every release in the cluster, the broken ones first\n  helm-guard scan -n shop --release web -o json     one release, for a script\n  kubectl get secrets,configmaps -A -l owner=helm -o json > dump.json && helm-guard scan --from-file dump.json\n\nExit status: 0 no release needs attention, 1 one does (or the cluster could not be read), 2 bad input (a dump that does not parse, a missing file)."
 )]
-pub struct ScanArgs {
+pub(crate) struct ScanArgs {
     /// Read a dump instead of the cluster: the output of `kubectl get secrets,configmaps -A -l
     /// owner=helm -o json` (JSON or YAML; `-` for stdin). -n, -A and --release filter it as
     /// they filter the cluster.
@@ -83,7 +83,7 @@ pub struct ScanArgs {
 
 /// The report API `scan -o policyreport` writes for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReportApiArg {
+pub(crate) enum ReportApiArg {
     /// `wgpolicyk8s.io/v1alpha2`.
     Wgpolicyk8s,
     /// `openreports.io/v1alpha1`.
@@ -101,7 +101,7 @@ impl From<ReportApiArg> for ReportApi {
 
 /// `scan`'s output formats: the common ones and PolicyReports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ScanOutput {
+pub(crate) enum ScanOutput {
     /// For people: a table and a summary.
     #[default]
     Text,

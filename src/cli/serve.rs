@@ -21,7 +21,7 @@ use crate::server::limits::ConnectionLimits;
 use crate::server::{self, AppState, Metrics, RequestLimits, ServerSettings, TlsFiles, log_format};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One JSON object per line.
     #[default]
     Json,
@@ -45,7 +45,7 @@ fn one_agreement(value: &str) -> Result<String, String> {
 #[command(
     after_help = "Examples:\n  helm-guard serve --snapshot examples/cluster-snapshot.json --dev-certs target/dev-certs\n  helm-guard serve --tls-cert /tls/tls.crt --tls-key /tls/tls.key          in a pod, as the chart runs it\n  helm-guard serve --mode audit --kubeconfig ~/.kube/config --dev-certs /tmp/c\n\nExit status: 0 stopped by SIGTERM or Ctrl-C once drained, 1 it could not start (an address that cannot be bound, a certificate that cannot be loaded, no cluster), 2 bad input (a flag, a missing --snapshot file)."
 )]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// HTTPS address the API server calls.
     #[arg(
         help_heading = "Listening and TLS",

@@ -20,7 +20,7 @@ pub(crate) mod registration;
 pub mod snapshot;
 pub(crate) mod watch;
 
-pub use coordination::DeleteCoordinator;
+pub(crate) use coordination::DeleteCoordinator;
 
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.
 pub(crate) const RECORD_LABELS: &str = "owner=helm";

@@ -6,16 +6,17 @@
 //! - [`namespace`]: rules N1–N4 for the labels that opt a namespace out.
 //! - [`mode`]: enforce/warn/audit, applied to a verdict.
 
-pub mod config;
-pub mod delete;
+pub(crate) mod config;
+pub(crate) mod delete;
 pub mod klipper;
-pub mod mode;
-pub mod namespace;
-pub mod pod;
-pub mod update;
-pub mod verdict;
+pub(crate) mod mode;
+pub(crate) mod namespace;
+pub(crate) mod pod;
+pub(crate) mod update;
+pub(crate) mod verdict;
 
 pub use config::{PolicyConfig, Requester};
+pub use delete::{DeleteFacts, decide_delete};
 pub use mode::{Decision, Mode, Outcome};
 pub use verdict::{Reason, Verdict};
 

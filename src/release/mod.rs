@@ -2,15 +2,15 @@
 //! history. Pure: no I/O here.
 
 pub mod decode;
-pub mod forget;
+pub(crate) mod forget;
 pub mod history;
 pub mod objects;
 pub mod record;
 pub mod repair;
-pub mod status;
-pub mod summary;
+pub(crate) mod status;
+pub(crate) mod summary;
 
-pub use decode::helm_release::ReleasePayload;
+pub(crate) use decode::helm_release::ReleasePayload;
 pub use decode::{DecodeError, DecodeLimits};
 pub use history::{Anomaly, Classification, History, PayloadStatus, ReleaseState, RevisionFacts, classify};
 pub use record::{DecodedRecord, Driver, Record, RecordId, ReleaseKey};

@@ -6,10 +6,10 @@
 
 pub mod limits;
 pub mod log_format;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod routes;
-pub mod serve;
-pub mod tls;
+pub(crate) mod serve;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
 pub use metrics::Metrics;
-pub use serve::Phase;
+pub(crate) use serve::Phase;
 pub use tls::TlsFiles;
 
 /// Listener settings.

@@ -34,7 +34,7 @@ use super::limits::{ConnectionLimits, LimitAcceptor};
 
 /// Where a server is in its life; it only moves forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Accepting and answering.
     Serving,
     /// SIGTERM came: still accepting, and each answer closes its connection.

@@ -7,7 +7,7 @@
 pub mod codec;
 pub(crate) mod fields;
 pub(crate) mod gojson;
-pub use gojson::JsonError;
+pub(crate) use gojson::JsonError;
 pub(crate) mod helm_release;
 pub(crate) mod memo;
 
