@@ -30,13 +30,14 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::coordination::{
     CLAIMS_ANNOTATION, Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator, now_ms,
 };
+use super::feed::{Feed, IndexSink};
 use super::fence::GroupCommit;
 use crate::release::ReleaseKey;
 
@@ -310,81 +311,99 @@ async fn write_book(books: &Books, claims: &[BookClaim]) -> Result<u64, kube::Er
     super::fence::apply(&books.leases, &books.book, &object).await
 }
 
-/// Keeps `others` as the books are, and how far the watch has come.
+/// Keeps `others` as the books are, and how far the watch has come: the watch's events through a
+/// [`Feed`] (a relist swapped in whole), as the index's watches do.
 async fn watch_books(books: Arc<Books>) {
     let config = watcher::Config::default().labels(BOOK_LABELS).any_semantic();
     let stream = watcher::watcher(books.leases.clone(), config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut relist: Option<(HashMap<String, Vec<Theirs>>, u64)> = None;
-    let read = |lease: &Lease| -> (String, Vec<BookClaim>, u64) {
+    let mut feed = Feed::with_sink(BookSink { own: books.book.clone() });
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => {
+                feed.apply(&*books, event);
+            }
+            Err(error) => tracing::warn!(%error, "the claim books' watch failed; retrying with backoff"),
+        }
+    }
+}
+
+/// Another replica's book as the watch brought it: its name, its claims (`None`: a format this
+/// version cannot read), and the resourceVersion it was written at.
+type BookItem = (String, Option<Vec<BookClaim>>, u64);
+
+/// The other replicas' books, for a [`Feed`] (this replica's own book only moves the watch on).
+struct BookSink {
+    own: String,
+}
+
+impl BookSink {
+    fn unreadable(books: &Books, name: &str) {
+        tracing::warn!(book = %name, "a claim book this version cannot read: deletions that need agreement are refused until it can");
+        lock(&books.unreadable).insert(name.to_owned());
+    }
+}
+
+impl IndexSink<Lease> for BookSink {
+    type Item = BookItem;
+    type Target = Books;
+
+    fn read(&self, lease: &Lease) -> Option<BookItem> {
         let name = lease.metadata.name.clone().unwrap_or_default();
-        let claims = match read_book(lease) {
+        let version = super::fence::revision(lease.metadata.resource_version.as_deref()).unwrap_or(0);
+        (name != self.own).then(|| (name, read_book(lease), version))
+    }
+
+    /// A claim first seen in a (re-)list counts as written before any (its order is unknown).
+    fn replace(&self, books: &Books, items: Vec<BookItem>) {
+        lock(&books.unreadable).clear();
+        let mut others = HashMap::new();
+        for (name, claims, _) in items {
+            let claims = claims.unwrap_or_else(|| {
+                BookSink::unreadable(books, &name);
+                Vec::new()
+            });
+            others.insert(name, claims.into_iter().map(|claim| Theirs { claim, since: 0 }).collect());
+        }
+        *lock(&books.others) = others;
+    }
+
+    /// A claim the book held before keeps the version it first appeared at.
+    fn upsert(&self, books: &Books, (name, claims, version): BookItem) {
+        let claims = match claims {
             Some(claims) => {
                 lock(&books.unreadable).remove(&name);
                 claims
             }
             None => {
-                if name != books.book {
-                    tracing::warn!(book = %name, "a claim book this version cannot read: deletions that need agreement are refused until it can");
-                    lock(&books.unreadable).insert(name.clone());
-                }
+                BookSink::unreadable(books, &name);
                 Vec::new()
             }
         };
-        (name, claims, super::fence::revision(lease.metadata.resource_version.as_deref()).unwrap_or(0))
-    };
-    let applied = |version: u64| {
+        let mut others = lock(&books.others);
+        let before = others.remove(&name).unwrap_or_default();
+        let now = claims
+            .into_iter()
+            .map(|claim| {
+                let since = before.iter().find(|t| t.claim == claim).map_or(version, |t| t.since);
+                Theirs { claim, since }
+            })
+            .collect();
+        others.insert(name, now);
+    }
+
+    fn remove(&self, books: &Books, lease: &Lease) {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        lock(&books.others).remove(&name);
+        lock(&books.unreadable).remove(&name);
+    }
+
+    fn version(&self, lease: &Lease) -> Option<u64> {
+        super::fence::revision(lease.metadata.resource_version.as_deref())
+    }
+
+    fn progressed(&self, books: &Books, version: u64) {
         super::fence::raise(&books.applied, version);
-    };
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init) => {
-                lock(&books.unreadable).clear();
-                relist = Some((HashMap::new(), 0));
-            }
-            Ok(Event::InitApply(lease)) => {
-                if let Some((gathered, max)) = relist.as_mut() {
-                    let (name, claims, version) = read(&lease);
-                    *max = (*max).max(version);
-                    if name != books.book {
-                        gathered.insert(
-                            name,
-                            claims.into_iter().map(|claim| Theirs { claim, since: 0 }).collect(),
-                        );
-                    }
-                }
-            }
-            Ok(Event::InitDone) => {
-                if let Some((gathered, max)) = relist.take() {
-                    *lock(&books.others) = gathered;
-                    applied(max);
-                }
-            }
-            Ok(Event::Apply(lease)) => {
-                let (name, claims, version) = read(&lease);
-                if name != books.book {
-                    let mut others = lock(&books.others);
-                    let before = others.remove(&name).unwrap_or_default();
-                    // A claim the book held before keeps the version it first appeared at.
-                    let now: Vec<Theirs> = claims
-                        .into_iter()
-                        .map(|claim| {
-                            let since = before.iter().find(|t| t.claim == claim).map_or(version, |t| t.since);
-                            Theirs { claim, since }
-                        })
-                        .collect();
-                    others.insert(name, now);
-                }
-                applied(version);
-            }
-            Ok(Event::Delete(lease)) => {
-                let (name, _, version) = read(&lease);
-                lock(&books.others).remove(&name);
-                lock(&books.unreadable).remove(&name);
-                applied(version);
-            }
-            Err(error) => tracing::warn!(%error, "the claim books' watch failed; retrying with backoff"),
-        }
     }
 }
 
@@ -454,5 +473,70 @@ mod tests {
         };
         let text = serde_json::to_string(std::slice::from_ref(&claim)).unwrap();
         assert_eq!(serde_json::from_str::<Vec<BookClaim>>(&text).unwrap(), vec![claim]);
+    }
+
+    fn lease(name: &str, version: u64, claims: Option<&[BookClaim]>) -> Lease {
+        let annotations = match claims {
+            Some(claims) => [(CLAIMS_ANNOTATION.to_owned(), serde_json::to_string(claims).unwrap())],
+            None => [(FORMAT_ANNOTATION.to_owned(), "2".to_owned())],
+        };
+        Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                resource_version: Some(version.to_string()),
+                annotations: Some(annotations.into_iter().collect()),
+                ..Default::default()
+            },
+            spec: None,
+        }
+    }
+
+    fn claim(object: &str) -> BookClaim {
+        BookClaim {
+            release: "secret demo/web".into(),
+            claim: Claim { object: object.into(), uid: None, until: i64::MAX, by: "b".into() },
+        }
+    }
+
+    /// The books' watch through the shared feed: a relist swapped in whole (its claims of unknown
+    /// order), a claim keeping the version it first appeared at, an unreadable book refusing
+    /// until it is gone, this replica's own book only moving the watch on.
+    #[tokio::test]
+    async fn the_books_watch_keeps_each_claim_with_the_version_it_first_appeared_at() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let books = Books {
+            leases: Api::namespaced(client, "guard"),
+            index: Arc::new(super::super::ReleaseIndex::new(super::super::SourceKind::Snapshot)),
+            keep_after_deletion: Duration::from_secs(1),
+            identity: "a".into(),
+            book: "mine".into(),
+            others: Mutex::default(),
+            unreadable: Mutex::default(),
+            mine: Mutex::default(),
+            rounds: GroupCommit::default(),
+            applied: watch::Sender::new(0),
+        };
+        let since = |book: &str, object: &str| {
+            lock(&books.others)[book].iter().find(|t| t.claim.claim.object == object).map(|t| t.since)
+        };
+        let mut feed = Feed::with_sink(BookSink { own: "mine".into() });
+        feed.apply(&books, watcher::Event::Init);
+        feed.apply(&books, watcher::Event::InitApply(lease("b", 5, Some(&[claim("v1")]))));
+        feed.apply(&books, watcher::Event::InitApply(lease("mine", 9, Some(&[claim("v9")]))));
+        assert!(lock(&books.others).is_empty(), "half a relist is not seen");
+        feed.apply(&books, watcher::Event::InitDone);
+        assert_eq!(since("b", "v1"), Some(0), "order unknown: written before any");
+        assert!(!lock(&books.others).contains_key("mine"));
+        assert_eq!(*books.applied.borrow(), 9);
+
+        feed.apply(&books, watcher::Event::Apply(lease("b", 12, Some(&[claim("v1"), claim("v2")]))));
+        assert_eq!((since("b", "v1"), since("b", "v2")), (Some(0), Some(12)));
+        feed.apply(&books, watcher::Event::Apply(lease("c", 13, None)));
+        assert!(lock(&books.unreadable).contains("c"));
+        feed.apply(&books, watcher::Event::Delete(lease("c", 14, None)));
+        assert!(lock(&books.unreadable).is_empty(), "gone: it no longer refuses");
+        feed.apply(&books, watcher::Event::Apply(lease("mine", 15, Some(&[]))));
+        assert_eq!(*books.applied.borrow(), 15);
     }
 }

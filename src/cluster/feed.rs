@@ -1,5 +1,7 @@
-//! Turning watcher events into index updates. Separate from the watchers themselves so that tests
-//! can feed events by hand and compare with the snapshot source.
+//! Turning watcher events into updates of what a watch keeps current: the index (records,
+//! namespaces, HelmCharts) and the other replicas' claim books ([`super::claim_books`]). One
+//! relist buffer for all of them. Separate from the watchers themselves so that tests can feed
+//! events by hand and compare with the snapshot source.
 
 use std::collections::BTreeMap;
 
@@ -41,29 +43,35 @@ pub(crate) fn namespace_from_meta(meta: &ObjectMeta) -> Option<(String, Namespac
     Some((meta.name.clone()?, NamespaceInfo::from_meta(meta)))
 }
 
-/// What one watcher's objects (`M`) become in the index.
+/// What one watcher's objects (`M`) become in what it keeps current (its `Target`: the index, or
+/// the claim books of the other replicas).
 pub(crate) trait IndexSink<M> {
-    /// What the index keeps of one object.
+    /// What the target keeps of one object.
     type Item;
+    /// What the watch keeps current.
+    type Target;
     /// What an object tells, if it is one of ours.
     fn read(&self, object: &M) -> Option<Self::Item>;
     /// A completed (re-)list: everything of this kind at once.
-    fn replace(&self, index: &ReleaseIndex, items: Vec<Self::Item>);
+    fn replace(&self, target: &Self::Target, items: Vec<Self::Item>);
     /// One object added or changed.
-    fn upsert(&self, index: &ReleaseIndex, item: Self::Item);
+    fn upsert(&self, target: &Self::Target, item: Self::Item);
     /// One object gone.
-    fn remove(&self, index: &ReleaseIndex, object: &M);
-    /// The resourceVersion of an event's object, where the index tracks how far this watch has
+    fn remove(&self, target: &Self::Target, object: &M);
+    /// The resourceVersion of an event's object, where the target tracks how far this watch has
     /// come ([`super::fence`]); `None` for the rest.
     fn version(&self, _object: &M) -> Option<u64> {
         None
     }
-    /// The index now holds this watch's events up to `resource_version`.
-    fn progressed(&self, _index: &ReleaseIndex, _resource_version: u64) {}
+    /// The target now holds this watch's events up to `resource_version`.
+    fn progressed(&self, _target: &Self::Target, _resource_version: u64) {}
+    /// The watch delivered something: the target is current as of now.
+    fn heard(&self, _target: &Self::Target) {}
 }
 
-/// A watcher's events applied to the index: single changes as they come, a (re-)list gathered
-/// and swapped in whole at its end (`InitDone`), so that verdicts never see half a list.
+/// A watcher's events applied to its target: single changes as they come, a (re-)list gathered
+/// and swapped in whole at its end (`InitDone`), so that verdicts never see half a list. Every
+/// watch of the guard goes through one (records, namespaces, HelmCharts, claim books).
 #[derive(Debug)]
 pub(crate) struct Feed<S, T> {
     sink: S,
@@ -79,11 +87,11 @@ impl<S, T> Feed<S, T> {
     }
 
     /// Applies one event; true when it completed a list.
-    pub(crate) fn apply<M>(&mut self, index: &ReleaseIndex, event: Event<M>) -> bool
+    pub(crate) fn apply<M>(&mut self, index: &<S as IndexSink<M>>::Target, event: Event<M>) -> bool
     where
         S: IndexSink<M, Item = T>,
     {
-        index.mark_synced();
+        self.sink.heard(index);
         match event {
             Event::Init => {
                 self.relist = Some(Vec::new());
@@ -125,6 +133,11 @@ pub(crate) struct RecordSink(pub Driver);
 
 impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     type Item = IndexedRecord;
+    type Target = ReleaseIndex;
+
+    fn heard(&self, index: &ReleaseIndex) {
+        index.mark_synced();
+    }
 
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<IndexedRecord> {
         record_from_meta(self.0, &object.metadata)
@@ -160,6 +173,11 @@ pub(crate) struct NamespaceSink;
 
 impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
     type Item = (String, NamespaceInfo);
+    type Target = ReleaseIndex;
+
+    fn heard(&self, index: &ReleaseIndex) {
+        index.mark_synced();
+    }
 
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<(String, NamespaceInfo)> {
         namespace_from_meta(&object.metadata)
@@ -186,6 +204,11 @@ pub(crate) struct ChartSink;
 
 impl IndexSink<DynamicObject> for ChartSink {
     type Item = HelmChart;
+    type Target = ReleaseIndex;
+
+    fn heard(&self, index: &ReleaseIndex) {
+        index.mark_synced();
+    }
 
     fn read(&self, object: &DynamicObject) -> Option<HelmChart> {
         HelmChart::from_object(object)
