@@ -134,11 +134,6 @@ impl Admission {
     }
 }
 
-/// A request's payload past this many bytes (base64, as the request carries it) is read on the
-/// blocking pool: reading one costs about 1 ms per 100 KiB, which would hold up every other
-/// request this worker serves. Helm's records are mostly a few KiB to tens of KiB.
-const LARGE_PAYLOAD_BYTES: usize = 256 * 1024;
-
 /// The default of `--decision-deadline`: the webhooks' 10 s timeout less [`ANSWER_MARGIN`].
 pub(crate) const DEFAULT_DECISION_DEADLINE: Duration = Duration::from_secs(9);
 
@@ -226,7 +221,8 @@ impl Admission {
                 &memo,
             )
         };
-        if record.payload.as_ref().map_or(0, bytes::Bytes::len) <= LARGE_PAYLOAD_BYTES {
+        if record.payload.as_ref().map_or(0, bytes::Bytes::len) <= crate::release::decode::LARGE_PAYLOAD_BYTES
+        {
             return read(record);
         }
         let (fallback, on_the_pool) = (record.clone(), read.clone());

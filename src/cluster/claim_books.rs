@@ -350,8 +350,7 @@ impl IndexSink<Lease> for BookSink {
 
     fn read(&self, lease: &Lease) -> Option<BookItem> {
         let name = lease.metadata.name.clone().unwrap_or_default();
-        let version = super::fence::revision(lease.metadata.resource_version.as_deref()).unwrap_or(0);
-        (name != self.own).then(|| (name, read_book(lease), version))
+        (name != self.own).then(|| (name, read_book(lease), self.version(lease).unwrap_or(0)))
     }
 
     /// A claim first seen in a (re-)list counts as written before any (its order is unknown).

@@ -16,26 +16,30 @@ use crate::release::Driver;
 use crate::release::history::{PayloadStatus, RevisionFacts};
 use crate::release::record::{release_key, status_label, version_hint};
 
-/// What a record's metadata tells without its payload: the labels stand in until a verdict needs
-/// the payload (it is read then, once per resourceVersion).
-pub(crate) fn record_from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedRecord> {
-    let empty = BTreeMap::new();
-    let labels = meta.labels.as_ref().unwrap_or(&empty);
-    let name = meta.name.as_deref()?;
-    let key = release_key(driver, meta.namespace.as_deref().unwrap_or_default(), labels)?;
-    let facts = RevisionFacts {
-        revision: version_hint(name, labels),
-        payload: PayloadStatus::NotLoaded,
-        label: status_label(labels),
-        stored_at: meta.creation_timestamp.as_ref().map(|time| time.0.as_second()),
-    };
-    Some(IndexedRecord {
-        key,
-        object: name.to_owned(),
-        uid: meta.uid.clone(),
-        facts,
-        resource_version: meta.resource_version.clone(),
-    })
+impl IndexedRecord {
+    /// What a record's metadata tells (as the watch brings it: no payload), if its labels make it
+    /// one of Helm's records of `driver`: the labels stand in until a verdict needs the payload
+    /// (it is read then, once per resourceVersion). Also for a [`super::PayloadFetcher`]'s
+    /// listing.
+    pub fn from_meta(driver: Driver, meta: &ObjectMeta) -> Option<IndexedRecord> {
+        let empty = BTreeMap::new();
+        let labels = meta.labels.as_ref().unwrap_or(&empty);
+        let name = meta.name.as_deref()?;
+        let key = release_key(driver, meta.namespace.as_deref().unwrap_or_default(), labels)?;
+        let facts = RevisionFacts {
+            revision: version_hint(name, labels),
+            payload: PayloadStatus::NotLoaded,
+            label: status_label(labels),
+            stored_at: meta.creation_timestamp.as_ref().map(|time| time.0.as_second()),
+        };
+        Some(IndexedRecord {
+            key,
+            object: name.to_owned(),
+            uid: meta.uid.clone(),
+            facts,
+            resource_version: meta.resource_version.clone(),
+        })
+    }
 }
 
 /// What a Namespace's metadata tells.
@@ -140,7 +144,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     }
 
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<IndexedRecord> {
-        record_from_meta(self.0, &object.metadata)
+        IndexedRecord::from_meta(self.0, &object.metadata)
     }
 
     fn replace(&self, index: &ReleaseIndex, items: Vec<IndexedRecord>) {
@@ -152,7 +156,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     }
 
     fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
-        if let Some(record) = record_from_meta(self.0, &object.metadata) {
+        if let Some(record) = IndexedRecord::from_meta(self.0, &object.metadata) {
             index.remove(&record.key, &record.object, record.uid.as_deref());
         }
     }

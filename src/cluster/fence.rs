@@ -263,13 +263,9 @@ impl Fence {
     /// Writes the fence of `driver` (creating it the first time); its new resourceVersion.
     async fn write(&self, driver: Driver, round: u64) -> Result<u64, kube::Error> {
         let token = format!("{}/{round}/{}", self.identity, jiff::Timestamp::now().as_nanosecond());
-        let (api_version, kind) = match driver {
-            Driver::Secret => ("v1", "Secret"),
-            Driver::ConfigMap => ("v1", "ConfigMap"),
-        };
         let object = serde_json::json!({
-            "apiVersion": api_version,
-            "kind": kind,
+            "apiVersion": "v1",
+            "kind": driver.kind(),
             "metadata": {
                 "name": FENCE_NAME,
                 "labels": {FENCE_LABEL.0: FENCE_LABEL.1},

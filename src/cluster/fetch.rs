@@ -17,7 +17,6 @@ use kube::Resource as _;
 use kube::api::{Api, GetParams, ListParams};
 
 use super::RECORD_LABELS;
-use super::feed::record_from_meta;
 use super::index::{IndexedRecord, ReleaseIndex};
 use super::{Fetched, PayloadFetcher, ReadRecord};
 use crate::release::record::DecodedRecord;
@@ -54,9 +53,6 @@ impl Drop for Waiting {
 
 /// How many GETs one verdict keeps in flight.
 const PARALLEL_GETS: usize = 8;
-/// A record this large (as the API server sends it) is decoded on a blocking thread, not on the
-/// runtime's: decoding a 1 MiB payload takes milliseconds that other verdicts would wait.
-const DECODE_APART: usize = 256 * 1024;
 
 impl std::fmt::Debug for ApiPayloadFetcher {
     // kube::Client has no Debug of its own.
@@ -214,22 +210,16 @@ impl ApiPayloadFetcher {
 
     /// One page of `driver`'s records, as the API server's text.
     async fn list_page(&self, driver: Driver, params: &ListParams) -> Result<String, kube::Error> {
-        let path = match driver {
-            Driver::Secret => Secret::url_path(&(), None),
-            Driver::ConfigMap => ConfigMap::url_path(&(), None),
-        };
-        let request = kube::core::Request::new(path).list(params).map_err(kube::Error::BuildRequest)?;
+        let request = kube::core::Request::new(records_path(driver, None))
+            .list(params)
+            .map_err(kube::Error::BuildRequest)?;
         self.client.request_text(request).await
     }
 
     /// The record `object` of `key`'s namespace as the API server's text; `None` when there is
     /// no such object.
     async fn get_text(&self, key: &ReleaseKey, object: &str) -> Result<Option<String>, kube::Error> {
-        let path = match key.driver {
-            Driver::Secret => Secret::url_path(&(), Some(&key.namespace)),
-            Driver::ConfigMap => ConfigMap::url_path(&(), Some(&key.namespace)),
-        };
-        let request = kube::core::Request::new(path)
+        let request = kube::core::Request::new(records_path(key.driver, Some(&key.namespace)))
             .get(object, &GetParams::default())
             .map_err(kube::Error::BuildRequest)?;
         match self.client.request_text(request).await {
@@ -243,7 +233,7 @@ impl ApiPayloadFetcher {
     /// large.
     async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
         let Some(text) = self.get_text(key, object).await? else { return Ok(Fetched::Gone) };
-        if text.len() < DECODE_APART {
+        if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
             return read_object(&text, key, self.limits).map_err(kube::Error::SerdeError);
         }
         let (key, limits) = (key.clone(), self.limits);
@@ -251,6 +241,14 @@ impl ApiPayloadFetcher {
             .await
             .map_err(|error| kube::Error::Service(error.into()))?
             .map_err(kube::Error::SerdeError)
+    }
+}
+
+/// Where `driver`'s records are, in `namespace` or in all of them.
+fn records_path(driver: Driver, namespace: Option<&str>) -> String {
+    match driver {
+        Driver::Secret => Secret::url_path(&(), namespace),
+        Driver::ConfigMap => ConfigMap::url_path(&(), namespace),
     }
 }
 
@@ -319,7 +317,7 @@ impl ApiPayloadFetcher {
         };
         Ok(metas
             .iter()
-            .filter_map(|meta| record_from_meta(key.driver, meta))
+            .filter_map(|meta| IndexedRecord::from_meta(key.driver, meta))
             .filter(|record| record.key == *key)
             .collect())
     }
@@ -428,7 +426,7 @@ mod tests {
             tombstone_ttl: std::time::Duration::from_secs(60),
         });
         let meta = serde_json::from_value(object["metadata"].clone()).unwrap();
-        index.upsert(record_from_meta(Driver::Secret, &meta).unwrap());
+        index.upsert(IndexedRecord::from_meta(Driver::Secret, &meta).unwrap());
         index
     }
 

@@ -241,17 +241,6 @@ pub struct IndexedRecord {
     pub resource_version: Option<String>,
 }
 
-impl IndexedRecord {
-    /// What a record's metadata tells (as the watch brings it: no payload), if its labels make
-    /// it one of Helm's records of `driver`: for a [`super::PayloadFetcher`]'s listing.
-    pub fn from_meta(
-        driver: crate::release::Driver,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) -> Option<IndexedRecord> {
-        super::feed::record_from_meta(driver, meta)
-    }
-}
-
 #[derive(Debug)]
 /// Every release in the cluster, by the facts of its records; what verdicts decide against.
 pub struct ReleaseIndex {

@@ -6,6 +6,12 @@
 
 pub mod codec;
 pub(crate) mod fields;
+/// A payload past this many bytes (base64, as a review or the API server carries it) is read on
+/// the blocking pool, not on the runtime: reading one costs about 1 ms per 100 KiB, which would
+/// hold up every other request that worker serves. Helm's records are mostly a few KiB to tens
+/// of KiB.
+pub(crate) const LARGE_PAYLOAD_BYTES: usize = 256 * 1024;
+
 pub(crate) mod gojson;
 pub(crate) use gojson::JsonError;
 pub(crate) mod helm_release;
