@@ -1012,3 +1012,46 @@ fn only_the_one_agreement_protocol_is_accepted() {
         helm_guard::cli::Cli::try_parse_from(["helm-guard", "serve", "--help"]).unwrap_err().to_string();
     assert!(!help.contains("--coordination"), "not in a user's help");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// `serve` as a user runs it, with a kubeconfig naming an API server (a stub): it lists, then
+/// says it is ready.
+async fn serve_with_a_kubeconfig_becomes_ready() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let items = fixture("snapshot/cluster-snapshot.json")["items"].as_array().unwrap().clone();
+    let (server, _watches) = common::stub_apiserver::start_stub(items).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::stub_apiserver::kubeconfig(&dir, &server);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_helm-guard"))
+        .args(["serve", "--kubeconfig", config.to_str().unwrap(), "--dev-certs"])
+        .arg(dir.path().join("certs"))
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--shutdown-delay", "0s"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut metrics_addr = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Ok(event) = serde_json::from_str::<Value>(&line)
+            && event["message"] == "serving"
+        {
+            metrics_addr = event["metrics_addr"].as_str().map(str::to_owned);
+            break;
+        }
+    }
+    let metrics_addr = metrics_addr.expect("a `serving` log line");
+    let readyz = || async {
+        let mut stream = tokio::net::TcpStream::connect(&metrics_addr).await.unwrap();
+        stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    };
+    let ready = eventually(std::time::Duration::from_secs(5), || async {
+        readyz().await.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    assert!(ready, "{}", readyz().await);
+    child.kill().await.unwrap();
+}

@@ -22,7 +22,7 @@ use common::flows::{FLEET_AGENT, FLUX, HelmOp, KLIPPER, deletion_allowed, random
 use common::leases::{Replica, SharedLeases};
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
-use helm_guard::cluster::feed::{RecordFeed, record_from_meta};
+use helm_guard::cluster::feed::RecordFeed;
 use helm_guard::cluster::{
     DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind,
 };
@@ -92,7 +92,7 @@ impl PayloadFetcher for StoreReader {
         let listed = store
             .objects
             .values()
-            .filter_map(|object| record_from_meta(Driver::Secret, &meta(object)))
+            .filter_map(|object| IndexedRecord::from_meta(Driver::Secret, &meta(object)))
             .filter(|record| record.key == *key)
             .collect();
         Box::pin(std::future::ready(Some(listed)))
