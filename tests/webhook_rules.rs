@@ -145,7 +145,7 @@ fn the_ledger_says_what_each_record_went_through() {
     let admission = common::guard::snapshot_admission(&records);
     let transition = |review: Value| {
         let parsed = admission_review::parse(&serde_json::to_vec(&review).unwrap()).unwrap();
-        admission.review_now(Webhook::Validate, parsed).entry.transition
+        admission.review_now(Webhook::Validate, parsed).entry.about.transition
     };
     let mut corrupt = records[0].clone();
     corrupt["data"]["release"] = json!("AAAA");

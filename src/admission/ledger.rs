@@ -10,9 +10,30 @@ use crate::policy::{Decision, Mode, Reason, echoed};
 use crate::release::Status;
 use kube::core::admission::AdmissionRequest;
 
-/// One decision, as logged and as annotated.
+/// One decision, as logged and as annotated: who asked about which object, what it was about,
+/// and what was decided. Built once, from the decision.
 #[derive(Debug, Clone)]
 pub struct LedgerEntry {
+    /// Who asked to do what to which object.
+    pub asked: Asked,
+    /// What the request was about: the release, the record, what changed.
+    pub about: About,
+    /// What was decided, mode included.
+    pub decision: Decision,
+    /// The rule that decided.
+    pub reason: Reason,
+    /// The mode that applied.
+    pub mode: Mode,
+    /// The denial or warning, in full.
+    pub message: Option<String>,
+    /// The break-glass reason, the exempt identity or the forgetter's.
+    pub detail: Option<String>,
+}
+
+/// Who asked to do what to which object, as the request says (read before the request's objects
+/// are taken apart).
+#[derive(Debug, Clone)]
+pub struct Asked {
     /// Which webhook decided (`validate`, `mutate`).
     pub webhook: &'static str,
     /// The request's uid (the audit log's `auditID` ties it to the user's request).
@@ -31,6 +52,12 @@ pub struct LedgerEntry {
     pub object_uid: Option<String>,
     /// Whether the request was a dry run (nothing was changed).
     pub dry_run: bool,
+}
+
+/// What a decision was about, as the webhook that decided found it: returned by the decision
+/// with its verdict, and put in the entry once.
+#[derive(Debug, Clone, Default)]
+pub struct About {
     /// `namespace/name` of the release, when the object belongs to one.
     pub release: Option<String>,
     /// The record's revision, or the pod's release's latest.
@@ -41,16 +68,6 @@ pub struct LedgerEntry {
     pub transition: Option<String>,
     /// The chart, `name-version`.
     pub chart: Option<String>,
-    /// What was decided, mode included.
-    pub decision: Decision,
-    /// The rule that decided.
-    pub reason: Reason,
-    /// The mode that applied.
-    pub mode: Mode,
-    /// The denial or warning, in full.
-    pub message: Option<String>,
-    /// The break-glass reason, or the exempt identity.
-    pub detail: Option<String>,
     /// Mutations only: the release state and what the pod will do.
     pub release_state: Option<String>,
     /// The pod's action, as the action annotation says it.
@@ -61,10 +78,20 @@ pub struct LedgerEntry {
     pub recycled: Option<String>,
 }
 
-impl LedgerEntry {
-    /// An entry for `request`, before anything is decided.
-    pub(crate) fn new(webhook: super::Webhook, request: &AdmissionRequest<ReviewObject>) -> LedgerEntry {
-        LedgerEntry {
+/// The verdict's part of an entry: what was decided, by which rule, in which mode.
+#[derive(Debug, Clone)]
+pub(crate) struct Judged {
+    pub(crate) decision: Decision,
+    pub(crate) reason: Reason,
+    pub(crate) mode: Mode,
+    pub(crate) message: Option<String>,
+    pub(crate) detail: Option<String>,
+}
+
+impl Asked {
+    /// What `request`, to `webhook`, asks.
+    pub(crate) fn of(webhook: super::Webhook, request: &AdmissionRequest<ReviewObject>) -> Asked {
+        Asked {
             webhook: webhook.as_str(),
             // A forged request can put anything here; the API server's own are far shorter.
             uid: echoed(&request.uid).into_owned(),
@@ -80,21 +107,15 @@ impl LedgerEntry {
                 .and_then(|o| o.metadata.uid.as_deref())
                 .map(|uid| echoed(uid).into_owned()),
             dry_run: request.dry_run,
-            release: None,
-            revision: None,
-            status: None,
-            transition: None,
-            chart: None,
-            decision: Decision::Allowed,
-            reason: Reason::NotAReleaseRecord,
-            mode: Mode::Enforce,
-            message: None,
-            detail: None,
-            release_state: None,
-            action: None,
-            helm_chart: None,
-            recycled: None,
         }
+    }
+}
+
+impl LedgerEntry {
+    /// The entry of a decision: what was `asked`, what it was `about`, and what was `judged`.
+    pub(crate) fn new(asked: Asked, about: About, judged: Judged) -> LedgerEntry {
+        let Judged { decision, reason, mode, message, detail } = judged;
+        LedgerEntry { asked, about, decision, reason, mode, message, detail }
     }
 
     /// The `auditAnnotations` of the response; the API server prefixes each key with the webhook
@@ -109,13 +130,13 @@ impl LedgerEntry {
                 annotations.insert(key.to_owned(), value);
             }
         };
-        put("release", self.release.clone());
-        put("revision", self.revision.map(|r| r.to_string()));
-        put("status", self.status.map(|s| s.to_string()));
+        put("release", self.about.release.clone());
+        put("revision", self.about.revision.map(|r| r.to_string()));
+        put("status", self.about.status.map(|s| s.to_string()));
         put("mode", (self.mode != Mode::Enforce).then(|| self.mode.to_string()));
-        put("release-state", self.release_state.clone());
-        put("action", self.action.clone());
-        put("recycle-bin-copy", self.recycled.clone());
+        put("release-state", self.about.release_state.clone());
+        put("action", self.about.action.clone());
+        put("recycle-bin-copy", self.about.recycled.clone());
         match self.reason {
             Reason::BreakGlass => put("break-glass-reason", self.detail.clone()),
             Reason::Exempt => put("exempt-identity", self.detail.clone()),
@@ -130,17 +151,17 @@ impl LedgerEntry {
     /// in the recycle bin.
     pub(crate) fn notice(&self) -> Option<Notice> {
         let refused_or_warned = self.decision != Decision::Allowed || self.message.is_some();
-        let action = match self.operation {
+        let action = match self.asked.operation {
             "DELETE" => "Delete",
             "UPDATE" => "Update",
-            "CREATE" if self.kind == "Namespace" => "Create",
+            "CREATE" if self.asked.kind == "Namespace" => "Create",
             _ => return None,
         };
         // An allowed opt-out is an Event too: the namespace is no longer (fully) guarded.
-        let opted_out = self.reason == Reason::OptOut && self.transition.is_some();
-        if self.webhook != super::Webhook::Validate.as_str()
-            || self.dry_run
-            || !(refused_or_warned || opted_out || self.recycled.is_some())
+        let opted_out = self.reason == Reason::OptOut && self.about.transition.is_some();
+        if self.asked.webhook != super::Webhook::Validate.as_str()
+            || self.asked.dry_run
+            || !(refused_or_warned || opted_out || self.about.recycled.is_some())
             || self.reason == Reason::NotAReleaseRecord
         {
             return None;
@@ -149,25 +170,25 @@ impl LedgerEntry {
         let message = message.strip_prefix("helm-guard: ").unwrap_or(message);
         let first_sentence =
             message.split_once(". ").map_or(message, |(first, _)| first).trim_end_matches('.');
-        let kept = self.recycled.as_deref().map(|copy| {
+        let kept = self.about.recycled.as_deref().map(|copy| {
             let (namespace, release) =
-                self.release.as_deref().and_then(|r| r.split_once('/')).unwrap_or_default();
+                self.about.release.as_deref().and_then(|r| r.split_once('/')).unwrap_or_default();
             let bin = copy.split_once('/').map_or(copy, |(bin, _)| bin);
-            let restore = crate::recycle_bin::restore_command(release, namespace, self.revision, bin);
+            let restore = crate::recycle_bin::restore_command(release, namespace, self.about.revision, bin);
             format!("; a copy is kept in helm-guard's recycle bin as Secret {copy} (`{restore}`)")
         });
-        let note = match (opted_out, self.transition.as_deref()) {
+        let note = match (opted_out, self.about.transition.as_deref()) {
             (true, Some(change)) => format!(
                 "allowed opt-out ({change}) by {} ({}): the guard's protection of this namespace's Helm releases is {}",
-                self.requester,
+                self.asked.requester,
                 self.detail.as_deref().unwrap_or_default(),
                 if change.ends_with("ignored") { "off" } else { "weaker" }
             ),
             _ => format!(
                 "{} {} by {} ({}){}{}",
                 self.decision,
-                self.operation,
-                self.requester,
+                self.asked.operation,
+                self.asked.requester,
                 self.reason.as_str(),
                 if first_sentence.is_empty() { String::new() } else { format!(": {first_sentence}") },
                 kept.unwrap_or_default()
@@ -175,11 +196,15 @@ impl LedgerEntry {
         };
         Some(Notice {
             // Events about a cluster-scoped object live in `default`, as the API server wants.
-            namespace: if self.kind == "Namespace" { "default".to_owned() } else { self.namespace.clone() },
+            namespace: if self.asked.kind == "Namespace" {
+                "default".to_owned()
+            } else {
+                self.asked.namespace.clone()
+            },
             api_version: "v1".to_owned(),
-            kind: self.kind.clone(),
-            name: self.object.clone(),
-            uid: self.object_uid.clone(),
+            kind: self.asked.kind.clone(),
+            name: self.asked.object.clone(),
+            uid: self.asked.object_uid.clone(),
             action: action.to_owned(),
             reason: camel_case(self.reason.as_str()),
             note,
@@ -190,8 +215,8 @@ impl LedgerEntry {
     /// The Event a mutation calls for: a helm-install pod (not a dry run) whose command or
     /// failure policy the guard changed, on the HelmChart that made it.
     pub(crate) fn pod_notice(&self, chart: &crate::cluster::helmcharts::HelmChart) -> Option<Notice> {
-        let changed = self.transition.as_deref()?;
-        if self.webhook != super::Webhook::Mutate.as_str() || self.dry_run {
+        let changed = self.about.transition.as_deref()?;
+        if self.asked.webhook != super::Webhook::Mutate.as_str() || self.asked.dry_run {
             return None;
         }
         Some(Notice {
@@ -205,10 +230,10 @@ impl LedgerEntry {
             type_: "Warning",
             note: format!(
                 "rewrote the helm-install pod of release {}: {changed} (release {}, revision {}); the entry script will now: {}",
-                self.release.as_deref().unwrap_or_default(),
-                self.release_state.as_deref().unwrap_or("unknown"),
-                self.revision.map_or_else(|| "none".to_owned(), |r| r.to_string()),
-                self.action.as_deref().unwrap_or_default(),
+                self.about.release.as_deref().unwrap_or_default(),
+                self.about.release_state.as_deref().unwrap_or("unknown"),
+                self.about.revision.map_or_else(|| "none".to_owned(), |r| r.to_string()),
+                self.about.action.as_deref().unwrap_or_default(),
             ),
         })
     }
@@ -220,25 +245,25 @@ impl LedgerEntry {
                 tracing::event!(
                     target: "helm_guard::ledger",
                     $level,
-                    webhook = self.webhook,
-                    uid = self.uid.as_str(),
-                    operation = self.operation,
-                    requester = self.requester.as_str(),
-                    namespace = self.namespace.as_str(),
-                    object = self.object.as_str(),
-                    dry_run = self.dry_run,
-                    release = self.release.as_deref(),
-                    revision = self.revision,
-                    status = self.status.map(Status::as_str),
-                    transition = self.transition.as_deref(),
-                    chart = self.chart.as_deref(),
+                    webhook = self.asked.webhook,
+                    uid = self.asked.uid.as_str(),
+                    operation = self.asked.operation,
+                    requester = self.asked.requester.as_str(),
+                    namespace = self.asked.namespace.as_str(),
+                    object = self.asked.object.as_str(),
+                    dry_run = self.asked.dry_run,
+                    release = self.about.release.as_deref(),
+                    revision = self.about.revision,
+                    status = self.about.status.map(Status::as_str),
+                    transition = self.about.transition.as_deref(),
+                    chart = self.about.chart.as_deref(),
                     decision = self.decision.as_str(),
                     reason = self.reason.as_str(),
                     mode = self.mode.as_str(),
                     detail = self.detail.as_deref(),
-                    release_state = self.release_state.as_deref(),
-                    action = self.action.as_deref(),
-                    recycled = self.recycled.as_deref(),
+                    release_state = self.about.release_state.as_deref(),
+                    action = self.about.action.as_deref(),
+                    recycled = self.about.recycled.as_deref(),
                     // The event's message: the verdict's when it has one, so that a line has one
                     // `message` key (a format string beside a `message` field wrote two).
                     message = self.message.as_deref().unwrap_or("admission decision"),
@@ -284,29 +309,28 @@ mod tests {
 
     fn entry(decision: Decision, message: Option<&str>) -> LedgerEntry {
         LedgerEntry {
-            webhook: "validate",
-            uid: "u".into(),
-            operation: "DELETE",
-            requester: "admin".into(),
-            namespace: "demo".into(),
-            object: "sh.helm.release.v1.web.v3".into(),
-            kind: "Secret".into(),
-            object_uid: None,
-            dry_run: false,
-            release: Some("demo/web".into()),
-            revision: Some(3),
-            status: Some(Status::Deployed),
-            transition: None,
-            chart: None,
+            asked: Asked {
+                webhook: "validate",
+                uid: "u".into(),
+                operation: "DELETE",
+                requester: "admin".into(),
+                namespace: "demo".into(),
+                object: "sh.helm.release.v1.web.v3".into(),
+                kind: "Secret".into(),
+                object_uid: None,
+                dry_run: false,
+            },
+            about: About {
+                release: Some("demo/web".into()),
+                revision: Some(3),
+                status: Some(Status::Deployed),
+                ..About::default()
+            },
             decision,
             reason: Reason::LatestDeployedRevision,
             mode: Mode::Enforce,
             message: message.map(str::to_owned),
             detail: None,
-            release_state: None,
-            action: None,
-            helm_chart: None,
-            recycled: None,
         }
     }
 
@@ -339,7 +363,7 @@ mod tests {
         let mut glass = entry(Decision::Allowed, None);
         glass.reason = Reason::BreakGlass;
         assert_eq!(glass.notice(), None, "an allowance without a copy is no Event");
-        glass.recycled = Some("helm-guard/helm-guard-recycled-0123".into());
+        glass.about.recycled = Some("helm-guard/helm-guard-recycled-0123".into());
         let notice = glass.notice().unwrap();
         assert_eq!(
             (notice.reason.as_str(), notice.name.as_str()),
@@ -351,7 +375,7 @@ mod tests {
              helm-guard/helm-guard-recycled-0123 (`helm-guard restore web -n demo --revision 3`)"
         );
         let mut warned = entry(Decision::Warned, Some("helm-guard: revision 3 is the latest. Instead: x"));
-        warned.recycled = glass.recycled.clone();
+        warned.about.recycled = glass.about.recycled.clone();
         let note = warned.notice().unwrap().note;
         assert!(
             note.starts_with(
@@ -368,7 +392,7 @@ mod tests {
         let mut forget = entry(Decision::Allowed, None);
         forget.reason = Reason::ReleaseForget;
         forget.detail = Some("group:system:serviceaccounts:cattle-fleet-system".into());
-        forget.recycled = Some("helm-guard/helm-guard-recycled-0123".into());
+        forget.about.recycled = Some("helm-guard/helm-guard-recycled-0123".into());
         let notice = forget.notice().unwrap();
         assert_eq!((notice.reason.as_str(), notice.type_), ("ReleaseForget", "Normal"));
         assert_eq!(

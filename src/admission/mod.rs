@@ -4,6 +4,7 @@
 //! [`validating`] or [`mutating`], and [`ledger`] turns the outcome into audit annotations and one
 //! structured log line. [`review::encode`] writes the answer.
 
+pub(crate) mod delete;
 pub(crate) mod ledger;
 pub(crate) mod mutating;
 pub mod object;
@@ -17,9 +18,10 @@ use object::ReviewObject;
 
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Fetched, PayloadFetcher, ReleaseIndex};
+use crate::cluster::freshness::Freshness;
+use crate::cluster::{PayloadFetcher, ReleaseIndex};
 use crate::policy::PolicyConfig;
-use crate::release::{DecodeLimits, ReleaseKey};
+use crate::release::DecodeLimits;
 pub(crate) use ledger::LedgerEntry;
 
 /// Which webhook a request came to.
@@ -49,6 +51,9 @@ pub struct Admission {
     counts: DecisionCounts,
     /// Payload readings by the payload's bytes.
     memo: Arc<crate::release::decode::memo::PayloadMemo>,
+    /// A live guard's way to show the index current before a verdict rests on it; `None` for a
+    /// snapshot, whose index is all there is.
+    freshness: Option<Freshness>,
 }
 
 /// How decisions are made: the policy and the bounds on each decision.
@@ -110,7 +115,11 @@ impl Admission {
         live: LiveParts,
         counts: DecisionCounts,
     ) -> Admission {
-        Admission { index, settings, live, counts, memo: Default::default() }
+        let freshness = live.fetcher.clone().map(|fetcher| {
+            let (exceeded, listed) = (counts.deadline_exceeded.clone(), counts.confirmed_by_listing.clone());
+            Freshness::new(fetcher, index.clone(), exceeded, listed)
+        });
+        Admission { index, settings, live, counts, memo: Default::default(), freshness }
     }
 
     /// Decisions on a snapshot's `index` under `policy`, with the default limits and deadline.
@@ -192,12 +201,13 @@ impl Admission {
     /// The Events a decision calls for: on the record, and on the HelmChart that manages its
     /// release; for a rewritten helm-install pod, on the HelmChart that made it.
     fn notices(&self, entry: &LedgerEntry) -> Vec<crate::cluster::events::Notice> {
-        if let Some((namespace, name)) = &entry.helm_chart {
+        if let Some((namespace, name)) = &entry.about.helm_chart {
             let chart = self.index.charts.get(namespace, name);
             return chart.and_then(|chart| entry.pod_notice(&chart)).into_iter().collect();
         }
         let Some(notice) = entry.notice() else { return Vec::new() };
         let managing = entry
+            .about
             .release
             .as_deref()
             .and_then(|release| release.split_once('/'))
@@ -239,55 +249,6 @@ impl Admission {
         let info = self.index.namespace(namespace);
         let mode = info.mode.unwrap_or(self.settings.policy.default_mode);
         (info, mode)
-    }
-
-    /// Makes the index's view of one release at least as new as the request (the watch may lag
-    /// a record just written), then reads what is still unread. By `deadline`; whether that was
-    /// shown (without it the index stays as it was). Shown by the watch's fence when a round
-    /// completes within half the time left (one write for every verdict waiting), else by a
-    /// consistent listing of the release.
-    async fn confirm_history(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) -> bool {
-        let Some(fetcher) = &self.live.fetcher else { return true };
-        let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
-        if fetcher.caught_up(key.driver, halfway).await {
-            self.read_history(key, except, deadline).await;
-            return true;
-        }
-        self.counts.confirmed_by_listing.inc();
-        let listed = fetcher.list(key, deadline).await;
-        let confirmed = listed.is_some();
-        match listed {
-            Some(listed) => self.index.sync_release(key, listed),
-            None => self.counts.deadline_exceeded.inc(),
-        }
-        self.read_history(key, except, deadline).await;
-        confirmed
-    }
-
-    /// A metadata-only index knows a record by its labels, which anyone may set; a verdict that
-    /// depends on the release's history first reads what Helm reads: the payload of every record
-    /// not yet read at its current resourceVersion, all within the decision deadline. A record
-    /// still unread afterwards counts as unread in the history (and refuses what it must).
-    /// `except`: the record the request is about (its payload is in the request).
-    async fn read_history(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) {
-        let Some(fetcher) = &self.live.fetcher else { return };
-        let unread = self.index.unverified(key, except);
-        if unread.is_empty() {
-            return;
-        }
-        let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
-        let answers = fetcher.fetch(key, &objects, deadline).await;
-        if answers.len() < objects.len() {
-            self.counts.deadline_exceeded.inc();
-        }
-        for (object, fetched) in answers {
-            let seen = unread.iter().find(|(o, _)| *o == object).and_then(|(_, rv)| rv.as_deref());
-            match fetched {
-                Fetched::Read(read) => self.index.verified(key, &object, seen, read),
-                // Whatever object had the name: none of this release has it now.
-                Fetched::Gone => self.index.remove(key, &object, None),
-            }
-        }
     }
 }
 

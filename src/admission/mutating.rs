@@ -5,9 +5,10 @@
 use super::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
+use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
-use crate::policy::Reason;
 use crate::policy::pod::{self, CHART_LABEL, HelmInstallPod, Pod};
+use crate::policy::{Decision, Mode, Reason};
 use crate::release::{ReleaseKey, classify};
 
 /// Decides a pod CREATE: annotates a helm-install pod with its release's state and what its
@@ -17,33 +18,39 @@ pub(crate) async fn mutate(
     mut request: AdmissionRequest<ReviewObject>,
     deadline: std::time::Instant,
 ) -> Reviewed {
-    let mut entry = LedgerEntry::new(Webhook::Mutate, &request);
+    let asked = Asked::of(Webhook::Mutate, &request);
     let mut response = AdmissionResponse::from(&request);
     let pod = chart_pod(&mut request);
     let namespace = request.namespace.as_deref().unwrap_or_default();
-    entry.reason = match pod {
-        None => Reason::NotAHelmInstallPod,
-        Some(pod) if pod::already_annotated(&pod) => Reason::AlreadyAnnotated,
+    let mut about = About::default();
+    let (reason, message) = match pod {
+        None => (Reason::NotAHelmInstallPod, None),
+        Some(pod) if pod::already_annotated(&pod) => (Reason::AlreadyAnnotated, None),
         Some(pod) => match HelmInstallPod::from_pod(&pod, namespace) {
-            None => Reason::NotAHelmInstallPod,
+            None => (Reason::NotAHelmInstallPod, None),
             Some(target) => {
-                entry.release = Some(format!("{}/{}", target.namespace, target.release));
-                match patch(admission, &pod, &target, deadline, &mut entry).await {
-                    Ok(patch) => match response.clone().with_patch(patch) {
-                        Ok(patched) => {
-                            response = patched;
-                            Reason::ReleaseStateAnnotated
+                about.release = Some(format!("{}/{}", target.namespace, target.release));
+                match patch(admission, &pod, &target, deadline).await {
+                    Ok((patch, found)) => {
+                        about = About { release: about.release, ..found };
+                        match response.clone().with_patch(patch) {
+                            Ok(patched) => {
+                                response = patched;
+                                (Reason::ReleaseStateAnnotated, None)
+                            }
+                            Err(error) => (
+                                Reason::ReleaseStateUnavailable,
+                                Some(format!("could not serialise the patch: {error}")),
+                            ),
                         }
-                        Err(error) => {
-                            entry.message = Some(format!("could not serialise the patch: {error}"));
-                            Reason::ReleaseStateUnavailable
-                        }
-                    },
-                    Err(reason) => reason,
+                    }
+                    Err(unchanged) => (Reason::ReleaseStateUnavailable, Some(unchanged.to_owned())),
                 }
             }
         },
     };
+    let judged = Judged { decision: Decision::Allowed, reason, mode: Mode::Enforce, message, detail: None };
+    let entry = LedgerEntry::new(asked, about, judged);
     response.audit_annotations = entry.audit_annotations();
     Reviewed { response, entry }
 }
@@ -60,30 +67,28 @@ fn chart_pod(request: &mut AdmissionRequest<ReviewObject>) -> Option<Pod> {
     Some(Pod { metadata: object.metadata, spec: object.spec.unwrap_or_default() })
 }
 
-/// Classifies the pod's release and plans the patch; without a complete view of the cluster the
-/// pod is left as it is (`Err`).
+/// Classifies the pod's release and plans the patch, with what it found of the release; without
+/// a complete view of the cluster the pod is left as it is (`Err`, why).
 async fn patch(
     admission: &Admission,
     pod: &Pod,
     target: &HelmInstallPod,
     deadline: std::time::Instant,
-    entry: &mut LedgerEntry,
-) -> Result<json_patch::Patch, Reason> {
+) -> Result<(json_patch::Patch, About), &'static str> {
     if !admission.index().is_ready() {
-        entry.message = Some("the release index is not ready: pod admitted unchanged".to_owned());
-        return Err(Reason::ReleaseStateUnavailable);
+        return Err("the release index is not ready: pod admitted unchanged");
     }
     let key = ReleaseKey {
         driver: target.driver,
         namespace: target.namespace.clone(),
         release: target.release.clone(),
     };
-    admission.read_history(&key, None, deadline).await;
+    if let Some(freshness) = &admission.freshness {
+        freshness.read(&key, None, deadline).await;
+    }
     let history = admission.index().history(&key);
     if history.iter().any(|f| f.payload == crate::release::history::PayloadStatus::NotLoaded) {
-        entry.message =
-            Some("a record of the release could not be read in time: pod admitted unchanged".to_owned());
-        return Err(Reason::ReleaseStateUnavailable);
+        return Err("a record of the release could not be read in time: pod admitted unchanged");
     }
     let now = jiff::Timestamp::now().as_second();
     let state = classify(&history, now, admission.settings().policy.stuck_after_secs());
@@ -96,11 +101,6 @@ async fn patch(
         _ => None,
     };
     let plan = pod::plan(target, &state, protected.as_deref());
-    entry.revision = state.revision;
-    entry.status = state.status;
-    entry.release_state = Some(state.state.as_str().to_owned());
-    entry.action = Some(plan.action.describe());
-    entry.helm_chart = Some(target.chart.clone());
     let changes: Vec<String> = [
         plan.rewrite_to_upgrade.then(|| "install -> upgrade".to_owned()),
         plan.failure_policy.map(|to| {
@@ -110,8 +110,14 @@ async fn patch(
     .into_iter()
     .flatten()
     .collect();
-    if !changes.is_empty() {
-        entry.transition = Some(changes.join(", "));
-    }
-    Ok(pod::patch(pod, target, &plan))
+    let about = About {
+        revision: state.revision,
+        status: state.status,
+        release_state: Some(state.state.as_str().to_owned()),
+        action: Some(plan.action.describe()),
+        helm_chart: Some(target.chart.clone()),
+        transition: (!changes.is_empty()).then(|| changes.join(", ")),
+        ..About::default()
+    };
+    Ok((pod::patch(pod, target, &plan), about))
 }

@@ -13,6 +13,7 @@ pub(crate) mod events;
 pub(crate) mod feed;
 pub(crate) mod fence;
 pub(crate) mod fetch;
+pub(crate) mod freshness;
 pub(crate) mod helmcharts;
 pub(crate) mod index;
 pub(crate) mod listing;

@@ -258,7 +258,7 @@ fn answer(state: &AppState, webhook: Webhook, started: Instant, reviewed: Review
     state.metrics.decision(
         DecisionLabels {
             webhook,
-            operation: reviewed.entry.operation,
+            operation: reviewed.entry.asked.operation,
             decision: reviewed.entry.decision,
             reason: reviewed.entry.reason,
         },

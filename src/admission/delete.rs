@@ -1,0 +1,292 @@
+//! A DELETE of a release record, its four steps in order, each a function that returns a value:
+//!
+//! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D9) on the release as the index holds it,
+//!    pure and synchronous under the index's lock;
+//! 2. [`Deletion::confirm`]: a verdict that rests on the rest of the history, decided again on
+//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads);
+//! 3. [`Deletion::keep_copy`]: an approval that is not one of Helm's own deletions keeps a copy
+//!    in the recycle bin first;
+//! 4. [`Deletion::agree`]: an approval another replica's approval could turn, agreed with the
+//!    other replicas ([`crate::cluster::coordination`]).
+//!
+//! Steps 2 to 4 await the API server with no lock held; a snapshot's DELETE (no freshness, no
+//! bin, no peers) is step 1 alone. An approval hides the record in the index once it stands (a
+//! tombstone until the watch brings the deletion), so the next request about the release is
+//! decided without it.
+
+use std::time::Instant;
+
+use kube::core::admission::AdmissionRequest;
+
+use super::Admission;
+use super::object::ReviewObject;
+use super::validating::{Decided, requester};
+use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
+use crate::cluster::freshness::Freshness;
+use crate::cluster::{DeleteCoordinator, IndexChange};
+use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
+use crate::policy::mode::apply_mode;
+use crate::policy::{Mode, Reason, Verdict, break_glass_reason};
+use crate::recycle_bin::api::RecycleBin;
+use crate::recycle_bin::copy::{Keeping, copy_name};
+use crate::release::record::DecodedRecord;
+use crate::release::{History, Record, ReleaseKey};
+
+/// Decides the DELETE of `record`: its four steps, each past the first taken only when the one
+/// before leaves an approval that needs it. The API calls end by `deadline`.
+pub(super) async fn delete(
+    admission: &Admission,
+    request: &AdmissionRequest<ReviewObject>,
+    record: &DecodedRecord,
+    deadline: Instant,
+) -> Decided {
+    let glass = break_glass_reason(&record.record.annotations);
+    let deletion = Deletion::new(admission, request, record, glass.as_deref());
+    let first = deletion.decide(Stage::First);
+    let confirmed = match deletion.confirm(first, deadline).await {
+        Ok(confirmed) => confirmed,
+        Err(refused) => return refused,
+    };
+    match confirmed {
+        (decided, true) => deletion.keep_copy(decided, deadline).await,
+        (decided, false) => deletion.agree(decided, deadline).await,
+    }
+}
+
+/// One DELETE as its steps see it: what the rules are told, and which of the live guard's checks
+/// apply (none in a dry run but the confirmation: a dry run gets the real verdict).
+struct Deletion<'a> {
+    admission: &'a Admission,
+    request: &'a AdmissionRequest<ReviewObject>,
+    record: &'a Record,
+    facts: DeleteFacts<'a>,
+    claimed: ClaimedRecord<'a>,
+    mode: Mode,
+    /// A live guard: verdicts that rest on the history are confirmed against what is stored.
+    freshness: Option<&'a Freshness>,
+    bin: Option<&'a dyn RecycleBin>,
+    coordinator: Option<&'a dyn DeleteCoordinator>,
+}
+
+/// How far a DELETE's checks have come: decided on the index as it is, then confirmed against
+/// what is stored, then agreed with the other replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    First,
+    Confirmed,
+    Agreed,
+}
+
+impl<'a> Deletion<'a> {
+    fn new(
+        admission: &'a Admission,
+        request: &'a AdmissionRequest<ReviewObject>,
+        decoded: &'a DecodedRecord,
+        break_glass: Option<&'a str>,
+    ) -> Deletion<'a> {
+        let record = &decoded.record;
+        let key = &record.id.key;
+        let (namespace, mode) = admission.namespace(&key.namespace);
+        // A dry run changes nothing: it keeps no copy and claims nothing.
+        let live = !request.dry_run;
+        Deletion {
+            admission,
+            request,
+            record,
+            facts: DeleteFacts {
+                namespace: &key.namespace,
+                release: &key.release,
+                revision: record.id.revision,
+                status: decoded.status(),
+                namespace_terminating: namespace.terminating,
+                requester: requester(request),
+                break_glass,
+            },
+            claimed: ClaimedRecord { object: &record.object_name, uid: record.uid.as_deref() },
+            mode,
+            freshness: admission.freshness.as_ref(),
+            bin: admission.live.recycle_bin.as_deref().filter(|_| live),
+            coordinator: admission.live.coordinator.as_deref().filter(|_| live),
+        }
+    }
+
+    fn key(&self) -> &'a ReleaseKey {
+        &self.record.id.key
+    }
+
+    /// Step 1 (and the decision again at each later step): the rules on the release as the index
+    /// holds it now, the mode applied, and whether an approval keeps a copy. Decided under the
+    /// index lock, with the one change it makes: an approval that stands at `stage` hides the
+    /// record at once.
+    fn decide(&self, stage: Stage) -> (Decided, bool) {
+        let policy = &self.admission.settings().policy;
+        let facts = &self.facts;
+        self.admission.index().decide(self.key(), Some(self.claimed.object), |others| {
+            let history = History::new(others);
+            let verdict = decide_delete(facts, &history, policy);
+            let outcome = apply_mode(&verdict, self.mode);
+            let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
+            let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
+            let decided = Decided { verdict, outcome, agree, recycled: None };
+            let hide =
+                decided.outcome.allowed && !keep && !self.request.dry_run && self.stands(&decided, stage);
+            let change = hide.then(|| IndexChange::Delete {
+                object: self.claimed.object.to_owned(),
+                uid: self.claimed.uid.map(str::to_owned),
+            });
+            ((decided, keep), change)
+        })
+    }
+
+    /// Whether a verdict is confirmed against what is stored before it is answered: on a live
+    /// guard, one read off the rest of the history (the watch may not have brought the latest
+    /// records yet), and one that could not read the rest (the confirmation reads it).
+    fn needs_confirmation(&self, reason: Reason) -> bool {
+        self.freshness.is_some() && (reason == Reason::UnreadHistory || reason.rests_on_history())
+    }
+
+    /// Whether an approval stands at `stage`: no check is left for it. One that keeps a copy
+    /// stands once the copy is stored ([`Deletion::keep_copy`]).
+    fn stands(&self, decided: &Decided, stage: Stage) -> bool {
+        let agreeing = self.coordinator.is_some() && decided.agree;
+        match stage {
+            Stage::First => !(agreeing || self.needs_confirmation(decided.verdict.reason)),
+            Stage::Confirmed => !agreeing,
+            Stage::Agreed => true,
+        }
+    }
+
+    /// Step 2: a verdict that rests on the history, decided again on what is stored now (the
+    /// watch shown caught up, or the release listed, and every record known only by its labels
+    /// read as Helm reads it). Without the confirmation a refusal still stands (it fails
+    /// closed); an approval is refused, "retry" (`Err`).
+    async fn confirm(&self, first: (Decided, bool), deadline: Instant) -> Result<(Decided, bool), Decided> {
+        let Some(freshness) = self.freshness.filter(|_| self.needs_confirmation(first.0.verdict.reason))
+        else {
+            return Ok(first);
+        };
+        let object = self.claimed.object;
+        let confirmed = freshness.confirm(self.key(), Some(object), deadline).await;
+        let (decided, keep) = self.decide(if confirmed { Stage::Confirmed } else { Stage::First });
+        if confirmed || !decided.verdict.allowed {
+            return Ok((decided, keep));
+        }
+        let key = self.key();
+        let verdict = Verdict::deny(
+            Reason::UnreadHistory,
+            format!(
+                "helm-guard: could not list the records of release {}/{} within the decision deadline, so it \
+                 cannot show that deleting {object} is harmless; retry in a moment",
+                key.namespace, key.release
+            ),
+        );
+        Err(self.refused(verdict, self.mode))
+    }
+
+    /// Step 3: stores a copy of the record in the recycle bin before its deletion is approved;
+    /// then the approval stands (the record hidden in the index) and the client is told where
+    /// the copy is. A copy that cannot be stored in time refuses the deletion, "retry",
+    /// whatever the mode (the mode softens the rules, not the loss of the record), unless
+    /// `--recycle-best-effort`. No approval that needs the replicas' agreement keeps a copy:
+    /// those are Helm's own.
+    async fn keep_copy(&self, mut decided: Decided, deadline: Instant) -> Decided {
+        let Some(bin) = self.bin else { return decided };
+        debug_assert!(!decided.agree);
+        let (record, key) = (self.record, self.key());
+        let keeping = Keeping {
+            reason: decided.verdict.reason.as_str(),
+            requester: self.facts.requester.username,
+            at: jiff::Timestamp::now().as_second(),
+        };
+        let kept = bin.keep(record, &keeping, deadline).await;
+        if let Err(error) = &kept
+            && !self.admission.settings().recycle_best_effort
+        {
+            let verdict = Verdict::deny(
+                Reason::RecycleBinUnavailable,
+                format!(
+                    "helm-guard: deleting {} (release {key}) keeps a copy in helm-guard's recycle bin first, and the \
+                     copy could not be stored ({error}), so the deletion is refused; retry in a moment",
+                    record.describe()
+                ),
+            );
+            return self.refused(verdict, Mode::Enforce);
+        }
+        let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
+        self.admission.index().apply(key, gone);
+        let note = match kept {
+            Ok(()) => {
+                let copy = format!("{}/{}", bin.namespace(), copy_name(record));
+                let restore = crate::recycle_bin::restore_command(
+                    &key.release,
+                    &key.namespace,
+                    Some(record.id.revision),
+                    bin.namespace(),
+                );
+                let note = format!(
+                    "helm-guard: a copy of {} is kept in the recycle bin as Secret {copy}; `{restore}` brings it back",
+                    record.describe()
+                );
+                decided.recycled = Some(copy);
+                note
+            }
+            Err(error) => format!(
+                "helm-guard: no copy of {} could be kept in the recycle bin ({error}); deleted without one \
+                 (--recycle-best-effort)",
+                record.describe()
+            ),
+        };
+        decided.outcome.warnings.push(note);
+        decided
+    }
+
+    /// Step 4: agrees an approval of a deletion with the other replicas: reads the release's
+    /// claims, hides what other replicas approved, decides again, and writes this approval's
+    /// claim against the version read; a conflict starts over. Past the deadline, or when the
+    /// API refuses, the deletion is refused with a message to retry: it cannot be shown
+    /// harmless. Refusals, and approvals that hold whatever else is deleted, need no agreement.
+    async fn agree(&self, decided: Decided, deadline: Instant) -> Decided {
+        let Some(coordinator) = self.coordinator.filter(|_| decided.agree) else { return decided };
+        let (key, record, index) = (self.key(), &self.claimed, self.admission.index());
+        let object = record.object;
+        let error = loop {
+            let claims = match coordinator.claims(key, deadline).await {
+                Ok(claims) => claims,
+                Err(error) => break error,
+            };
+            let now = now_ms();
+            for claim in claims.claims.iter().filter(|claim| !claim.is(record)) {
+                index.hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
+            }
+            let decided = self.decide(Stage::Agreed).0;
+            if !decided.agree {
+                return decided;
+            }
+            match coordinator.claim(key, record, &claims, deadline).await {
+                Ok(Claimed::Yes) => return decided,
+                Ok(Claimed::Conflict) => index.unhide(key, object, record.uid),
+                Err(error) => {
+                    index.unhide(key, object, record.uid);
+                    break error;
+                }
+            }
+        };
+        self.admission.counts().coordination_refused.inc();
+        tracing::warn!(namespace = %key.namespace, release = %key.release, %object, %error, "could not agree a deletion with the other replicas");
+        let verdict = Verdict::deny(
+            Reason::CoordinationUnavailable,
+            format!(
+                "helm-guard: could not agree the deletion of {object} (release {}/{}) with the other helm-guard \
+                 replicas ({error}), so it cannot be shown harmless; retry in a moment",
+                key.namespace, key.release
+            ),
+        );
+        self.refused(verdict, self.mode)
+    }
+
+    /// A refusal by a step past the first, in `mode`.
+    fn refused(&self, verdict: Verdict, mode: Mode) -> Decided {
+        let outcome = apply_mode(&verdict, mode);
+        Decided { verdict, outcome, agree: false, recycled: None }
+    }
+}

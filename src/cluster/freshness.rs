@@ -1,0 +1,91 @@
+//! A verdict made fresh: the one place that decides how a live guard shows its index current
+//! for one release before a verdict rests on it.
+//!
+//! The index is filled by watches, which may lag a record just written, and knows most records
+//! by their labels alone, which anyone may set. A verdict that rests on the rest of a release's
+//! history first makes that view as new as the request and reads what Helm would read:
+//!
+//! 1. the watch shown caught up by a fence round ([`super::fence`]: one group-committed write
+//!    for every verdict waiting), when a round completes within half the time left;
+//! 2. else a consistent listing of the release, its records put in the index as listed;
+//! 3. then the payload of every record not yet read at its current resourceVersion.
+//!
+//! The mechanisms are behind [`PayloadFetcher`] (the API server's in `fetch`, a test's stub);
+//! the order, the deadlines and what a failure means are here.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Fetched, PayloadFetcher, ReleaseIndex};
+use crate::release::ReleaseKey;
+use crate::tally::Tally;
+
+/// Shows the index current for one release within a decision's deadline.
+#[derive(Debug, Clone)]
+pub(crate) struct Freshness {
+    fetcher: Arc<dyn PayloadFetcher>,
+    index: Arc<ReleaseIndex>,
+    /// Decisions that ran out of their deadline before reading every record they needed.
+    deadline_exceeded: Tally,
+    /// Decisions that listed their release because the watch could not be shown caught up.
+    confirmed_by_listing: Tally,
+}
+
+impl Freshness {
+    pub(crate) fn new(
+        fetcher: Arc<dyn PayloadFetcher>,
+        index: Arc<ReleaseIndex>,
+        deadline_exceeded: Tally,
+        confirmed_by_listing: Tally,
+    ) -> Freshness {
+        Freshness { fetcher, index, deadline_exceeded, confirmed_by_listing }
+    }
+
+    /// Makes the index's view of `key` at least as new as the request, then reads what is still
+    /// unread (steps 1 to 3). By `deadline`; whether the view was shown current (without it the
+    /// index stays as it was, and an approval cannot stand on it). `except`: the record the
+    /// request is about (its payload is in the request).
+    pub(crate) async fn confirm(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) -> bool {
+        let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
+        let confirmed = if self.fetcher.caught_up(key.driver, halfway).await {
+            true
+        } else {
+            self.confirmed_by_listing.inc();
+            match self.fetcher.list(key, deadline).await {
+                Some(listed) => {
+                    self.index.sync_release(key, listed);
+                    true
+                }
+                None => {
+                    self.deadline_exceeded.inc();
+                    false
+                }
+            }
+        };
+        self.read(key, except, deadline).await;
+        confirmed
+    }
+
+    /// Step 3 alone: the payload of every record of `key` not yet read at its current
+    /// resourceVersion, all within `deadline`. A record still unread afterwards counts as unread
+    /// in the history (and refuses what it must).
+    pub(crate) async fn read(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) {
+        let unread = self.index.unverified(key, except);
+        if unread.is_empty() {
+            return;
+        }
+        let objects: Vec<String> = unread.iter().map(|(object, _)| object.clone()).collect();
+        let answers = self.fetcher.fetch(key, &objects, deadline).await;
+        if answers.len() < objects.len() {
+            self.deadline_exceeded.inc();
+        }
+        for (object, fetched) in answers {
+            let seen = unread.iter().find(|(o, _)| *o == object).and_then(|(_, rv)| rv.as_deref());
+            match fetched {
+                Fetched::Read(read) => self.index.verified(key, &object, seen, read),
+                // Whatever object had the name: none of this release has it now.
+                Fetched::Gone => self.index.remove(key, &object, None),
+            }
+        }
+    }
+}
