@@ -11,7 +11,7 @@
 //!    for every request, live or snapshot; a decision that waits on the API server holds no
 //!    thread, and only the CPU work of a large body or payload goes to the blocking pool.
 //! 2. [`admission::review`] parses the AdmissionReview, its objects only as far as a verdict
-//!    reads them ([`admission::object`]); [`admission::validating`] or
+//!    reads them ([`object`]); [`admission::validating`] or
 //!    [`admission::mutating`] gathers the facts: the record in the request, decoded by
 //!    [`release`] (or recalled by [`release::decode::memo`]), and the release's history from the
 //!    [`cluster`] index.
@@ -83,6 +83,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod live;
+pub mod object;
 pub mod policy;
 pub mod policy_reports;
 pub(crate) mod recycle_bin;

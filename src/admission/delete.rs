@@ -19,11 +19,11 @@ use std::time::Instant;
 use kube::core::admission::AdmissionRequest;
 
 use super::Admission;
-use super::object::ReviewObject;
 use super::validating::{Decided, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
 use crate::cluster::{DeleteCoordinator, IndexChange};
+use crate::object::ReviewObject;
 use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::{Mode, Reason, Verdict, break_glass_reason};

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::object::ReviewObject;
 use crate::cluster::events::Notice;
+use crate::object::ReviewObject;
 use crate::policy::{Decision, Mode, Reason, echoed};
 use crate::release::Status;
 use kube::core::admission::AdmissionRequest;

@@ -7,14 +7,13 @@
 pub(crate) mod delete;
 pub(crate) mod ledger;
 pub(crate) mod mutating;
-pub mod object;
 pub mod review;
 pub(crate) mod validating;
 
 use std::sync::Arc;
 
+use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
-use object::ReviewObject;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! script will do with it; turn `install` into `upgrade` where the script would install over a
 //! release, and keep a protected chart's release from being reinstalled. Never denies.
 
-use super::object::ReviewObject;
+use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::ledger::{About, Asked, Judged};

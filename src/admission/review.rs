@@ -1,6 +1,6 @@
 //! Reading an AdmissionReview and writing the answer.
 
-use super::object::ReviewObject;
+use crate::object::ReviewObject;
 use base64::Engine as _;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 

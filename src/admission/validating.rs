@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::object::ReviewObject;
+use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
 use super::ledger::{About, Asked, Judged};
@@ -17,7 +17,7 @@ use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::release::record::DecodedRecord;
-use crate::release::{Driver, Record, ReleasePayload, Status};
+use crate::release::{Driver, ReleasePayload, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
 /// their payloads move into the records rather than being copied.
@@ -34,17 +34,7 @@ pub(crate) async fn validate(
     let driver = Driver::of_kind(&request.kind.group, &request.kind.kind);
     let Some(driver) = driver else { return respond(&request, asked, About::default(), not_a_record()) };
     // Each side read as a record of this driver, and whether Helm's labels make it one.
-    let read = |object: Option<ReviewObject>| {
-        object.map(|object| {
-            Record::from_parts(
-                object.metadata,
-                object.secret_type,
-                object.release_data,
-                object.other_data,
-                driver,
-            )
-        })
-    };
+    let read = |object: Option<ReviewObject>| object.map(|object| object.into_record(driver));
     let old = read(request.old_object.take());
     let new = read(request.object.take());
 

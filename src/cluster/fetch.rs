@@ -2,9 +2,9 @@
 //! resourceVersion), a release's records with a consistent listing, all within a verdict's
 //! deadline; and every payload read ahead of the verdicts, at the lowest CPU priority.
 //!
-//! Objects are read from the API server's text straight into [`Record`] (the reader of the
-//! review path), not through k8s-openapi's types: a Secret's data would be base64-decoded into
-//! them only to be encoded again.
+//! Objects are read from the API server's text by the reader of the review path
+//! ([`crate::object`]), their payloads kept as slices of the text, not through k8s-openapi's
+//! types: a Secret's data would be base64-decoded into them only to be encoded again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,8 +19,11 @@ use kube::api::{Api, GetParams, ListParams};
 use super::RECORD_LABELS;
 use super::index::{IndexedRecord, ReleaseIndex};
 use super::{Fetched, PayloadFetcher, ReadRecord};
+use crate::object::ReviewObject;
+use crate::release::decode::fields::borrowing_from;
 use crate::release::record::DecodedRecord;
 use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
+use bytes::Bytes;
 
 /// Reads records with GETs, a few at a time, all within the verdict's deadline.
 #[derive(Clone)]
@@ -121,7 +124,7 @@ struct Page {
     #[serde(default)]
     metadata: PageMeta,
     #[serde(default)]
-    items: Vec<serde_json::Value>,
+    items: Vec<ReviewObject>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -160,7 +163,7 @@ impl ApiPayloadFetcher {
                     }
                 };
                 let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
-                let next = idle.run(move || read_page(&page, driver, limits, &index, &reads)).await;
+                let next = idle.run(move || read_page(page, driver, limits, &index, &reads)).await;
                 match next {
                     Some(Ok(Some(token))) => params = params.continue_token(&token),
                     Some(Ok(None)) => break,
@@ -186,7 +189,7 @@ impl ApiPayloadFetcher {
                     let Ok(Some(text)) = self.get_text(&key, &object).await else { return };
                     let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
                     idle.run(move || {
-                        if let Ok(Fetched::Read(read)) = read_object(&text, &key, limits) {
+                        if let Ok(Fetched::Read(read)) = read_object(text, &key, limits) {
                             index.verified(&key, &object, version.as_deref(), read);
                             reads.inc();
                         }
@@ -209,21 +212,21 @@ impl ApiPayloadFetcher {
     }
 
     /// One page of `driver`'s records, as the API server's text.
-    async fn list_page(&self, driver: Driver, params: &ListParams) -> Result<String, kube::Error> {
+    async fn list_page(&self, driver: Driver, params: &ListParams) -> Result<Bytes, kube::Error> {
         let request = kube::core::Request::new(records_path(driver, None))
             .list(params)
             .map_err(kube::Error::BuildRequest)?;
-        self.client.request_text(request).await
+        self.client.request_text(request).await.map(Bytes::from)
     }
 
     /// The record `object` of `key`'s namespace as the API server's text; `None` when there is
     /// no such object.
-    async fn get_text(&self, key: &ReleaseKey, object: &str) -> Result<Option<String>, kube::Error> {
+    async fn get_text(&self, key: &ReleaseKey, object: &str) -> Result<Option<Bytes>, kube::Error> {
         let request = kube::core::Request::new(records_path(key.driver, Some(&key.namespace)))
             .get(object, &GetParams::default())
             .map_err(kube::Error::BuildRequest)?;
         match self.client.request_text(request).await {
-            Ok(text) => Ok(Some(text)),
+            Ok(text) => Ok(Some(Bytes::from(text))),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
             Err(error) => Err(error),
         }
@@ -234,10 +237,10 @@ impl ApiPayloadFetcher {
     async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
         let Some(text) = self.get_text(key, object).await? else { return Ok(Fetched::Gone) };
         if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
-            return read_object(&text, key, self.limits).map_err(kube::Error::SerdeError);
+            return read_object(text, key, self.limits).map_err(kube::Error::SerdeError);
         }
         let (key, limits) = (key.clone(), self.limits);
-        tokio::task::spawn_blocking(move || read_object(&text, &key, limits))
+        tokio::task::spawn_blocking(move || read_object(text, &key, limits))
             .await
             .map_err(|error| kube::Error::Service(error.into()))?
             .map_err(kube::Error::SerdeError)
@@ -262,27 +265,28 @@ fn read_record(record: Record, limits: DecodeLimits) -> ReadRecord {
 }
 
 /// One object of `key`'s driver, as the API server's text: what Helm reads of it, or gone when it
-/// is no longer a record of `key` (relabelled since). Text that is not JSON is an error: the
-/// record is then not read, never taken for gone.
-fn read_object(text: &str, key: &ReleaseKey, limits: DecodeLimits) -> Result<Fetched, serde_json::Error> {
-    let value = serde_json::from_str::<serde_json::Value>(text)?;
-    Ok(match Record::from_object(&value, Some(key.driver.kind())) {
-        Ok(Some(record)) if record.id.key == *key => Fetched::Read(read_record(record, limits)),
+/// is no longer a record of `key` (relabelled since). Text that is not JSON, or not an object of
+/// that shape, is an error: the record is then not read, never taken for gone.
+fn read_object(text: Bytes, key: &ReleaseKey, limits: DecodeLimits) -> Result<Fetched, serde_json::Error> {
+    let object: ReviewObject = borrowing_from(&text, || serde_json::from_slice(&text))?;
+    Ok(match object.into_record(key.driver) {
+        (record, true) if record.id.key == *key => Fetched::Read(read_record(record, limits)),
         _ => Fetched::Gone,
     })
 }
 
 /// Reads a page of the read-ahead's listing into `index`; the next page's token.
 fn read_page(
-    text: &str,
+    text: Bytes,
     driver: Driver,
     limits: DecodeLimits,
     index: &ReleaseIndex,
     reads: &crate::tally::Tally,
 ) -> Result<Option<String>, serde_json::Error> {
-    let page: Page = serde_json::from_str(text)?;
-    for value in &page.items {
-        if let Ok(Some(record)) = Record::from_object(value, Some(driver.kind())) {
+    let page: Page = borrowing_from(&text, || serde_json::from_slice(&text))?;
+    for object in page.items {
+        let (record, is_record) = object.into_record(driver);
+        if is_record {
             let (key, object) = (record.id.key.clone(), record.object_name.clone());
             let read = read_record(record, limits);
             let version = read.resource_version.clone();
@@ -440,21 +444,28 @@ mod tests {
         let mut item = object.clone();
         item.as_object_mut().unwrap().remove("kind");
         let page = json!({"kind": "SecretList", "metadata": {"continue": "next-page"}, "items": [item]});
-        let next = read_page(&page.to_string(), Driver::Secret, DecodeLimits::default(), &index, &reads);
+        let next =
+            read_page(Bytes::from(page.to_string()), Driver::Secret, DecodeLimits::default(), &index, &reads);
         assert_eq!(next.unwrap().as_deref(), Some("next-page"));
         assert_eq!(index.history(&key())[0].payload, PayloadStatus::Decoded(Status::Deployed));
         assert_eq!(reads.get(), 1);
 
         let last = json!({"metadata": {"continue": ""}, "items": []}).to_string();
-        assert_eq!(read_page(&last, Driver::Secret, DecodeLimits::default(), &index, &reads).unwrap(), None);
-        assert!(read_page("<html>", Driver::Secret, DecodeLimits::default(), &index, &reads).is_err());
+        assert_eq!(
+            read_page(Bytes::from(last), Driver::Secret, DecodeLimits::default(), &index, &reads).unwrap(),
+            None
+        );
+        assert!(
+            read_page(Bytes::from_static(b"<html>"), Driver::Secret, DecodeLimits::default(), &index, &reads)
+                .is_err()
+        );
     }
 
     #[test]
     fn an_object_read_for_a_verdict_is_read_gone_or_an_error_never_a_guess() {
         let object = stored();
         let limits = DecodeLimits::default();
-        match read_object(&object.to_string(), &key(), limits).unwrap() {
+        match read_object(Bytes::from(object.to_string()), &key(), limits).unwrap() {
             Fetched::Read(read) => {
                 assert_eq!(read.facts.payload, PayloadStatus::Decoded(Status::Deployed));
                 assert_eq!(read.resource_version.as_deref(), Some("228"));
@@ -463,8 +474,11 @@ mod tests {
         }
         let mut relabelled = object.clone();
         relabelled["metadata"]["labels"]["name"] = json!("other");
-        assert_eq!(read_object(&relabelled.to_string(), &key(), limits).unwrap(), Fetched::Gone);
-        assert!(read_object("{truncated", &key(), limits).is_err(), "not JSON: not read, not gone");
+        assert_eq!(read_object(Bytes::from(relabelled.to_string()), &key(), limits).unwrap(), Fetched::Gone);
+        assert!(
+            read_object(Bytes::from_static(b"{truncated"), &key(), limits).is_err(),
+            "not JSON: not read, not gone"
+        );
     }
 
     #[tokio::test]

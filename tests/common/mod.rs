@@ -275,7 +275,7 @@ pub trait ReviewNow {
     fn review_now(
         &self,
         webhook: helm_guard::admission::Webhook,
-        request: kube::core::admission::AdmissionRequest<helm_guard::admission::object::ReviewObject>,
+        request: kube::core::admission::AdmissionRequest<helm_guard::object::ReviewObject>,
     ) -> helm_guard::admission::Reviewed;
 }
 
@@ -283,7 +283,7 @@ impl ReviewNow for helm_guard::admission::Admission {
     fn review_now(
         &self,
         webhook: helm_guard::admission::Webhook,
-        request: kube::core::admission::AdmissionRequest<helm_guard::admission::object::ReviewObject>,
+        request: kube::core::admission::AdmissionRequest<helm_guard::object::ReviewObject>,
     ) -> helm_guard::admission::Reviewed {
         futures::executor::block_on(self.review(webhook, request))
     }

@@ -1,6 +1,6 @@
 //! Lenient readers of the fields of a Kubernetes object that helm-guard reads, shared by the
 //! records of dumps and snapshots ([`crate::release::record`]) and the objects of admission reviews
-//! (`admission::object`): one list of the metadata read, one reading of `data.release`.
+//! (`crate::object`, which the fetch path reads too): one list of the metadata read, one reading of `data.release`.
 
 use std::borrow::Cow;
 use std::cell::RefCell;

@@ -1,4 +1,6 @@
-//! The objects of an AdmissionReview, read only as far as a verdict looks at them.
+//! The Kubernetes objects helm-guard reads, read only as far as a verdict looks at them: the
+//! objects of an AdmissionReview, and the records a live verdict or the read-ahead GETs or lists
+//! (`cluster::fetch`). One reader, so that a record means the same from either.
 //!
 //! kube's `DynamicObject` keeps every field of an object as a JSON tree, and serde's `flatten`
 //! first buffers each of them (a release payload included) in an intermediate form: that was the
@@ -31,12 +33,26 @@ pub struct ReviewObject {
     /// A Secret's `type`.
     pub secret_type: Option<String>,
     /// `data.release` when it is a string: the payload Helm reads (for a Secret, the API's
-    /// base64); a slice of the review's body when read by [`super::review::parse_body`].
+    /// base64); a slice of the review's body when read by [`crate::admission::review::parse_body`] (or a GET's text, by `cluster::fetch`).
     pub release_data: Option<bytes::Bytes>,
     /// The other string keys of `data` (Helm writes none; kept for the recycle bin).
     pub other_data: std::collections::BTreeMap<String, String>,
     /// A pod's `spec`, as far as the helm-install pod rules read it.
     pub spec: Option<PodSpec>,
+}
+
+impl ReviewObject {
+    /// The object read as a record of `driver` (taken, so the payload moves rather than being
+    /// copied), and whether Helm's labels make it one.
+    pub(crate) fn into_record(self, driver: crate::release::Driver) -> (crate::release::Record, bool) {
+        crate::release::Record::from_parts(
+            self.metadata,
+            self.secret_type,
+            self.release_data,
+            self.other_data,
+            driver,
+        )
+    }
 }
 
 impl<'de> Deserialize<'de> for ReviewObject {
