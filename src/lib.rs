@@ -14,7 +14,9 @@
 //!    reads them ([`object`]); [`admission::validating`] or
 //!    [`admission::mutating`] gathers the facts: the record in the request, decoded by
 //!    [`release`] (or recalled by [`release::decode::memo`]), and the release's history from the
-//!    [`cluster`] index.
+//!    [`cluster`] index. A DELETE's four steps are in order in [`admission::delete`]: decided on
+//!    the index, confirmed against what is stored ([`cluster::freshness`]), a copy kept, agreed
+//!    with the other replicas.
 //! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U8),
 //!    [`policy::pod`] (the helm-install pod mutation, from [`policy::klipper`]: what each
 //!    klipper-helm entry script does), [`policy::mode`] (enforce/warn/audit).

@@ -1,8 +1,9 @@
 //! AdmissionReview in, AdmissionResponse out.
 //!
-//! [`review::parse`] reads the API server's request, [`Admission::review`] sends it to
-//! [`validating`] or [`mutating`], and [`ledger`] turns the outcome into audit annotations and one
-//! structured log line. [`review::encode`] writes the answer.
+//! [`review::parse`] reads the API server's request (its objects by [`crate::object`]),
+//! [`Admission::review_by`] sends it to [`validating`] (a DELETE's four steps in [`delete`]) or
+//! [`mutating`], and [`ledger`] turns the outcome into audit annotations and one structured log
+//! line. [`review::encode`] writes the answer.
 
 pub(crate) mod delete;
 pub(crate) mod ledger;

@@ -1,10 +1,12 @@
 //! The guard's view of the cluster: the [`index::ReleaseIndex`] every verdict reads, and the
 //! sources that fill it: [`snapshot`] from a dump file, [`watch`] from kube-rs watchers (through
 //! [`feed`], which turns watcher events into index updates). [`connect`] reaches the cluster,
-//! [`fetch`] reads what a verdict needs beyond the index, [`listing`] lists whole records for
-//! the CLI; [`coordination`] (Leases between replicas; [`claim_books`], their claims read from a watch), [`events`] (Kubernetes Events),
-//! [`fence`] (proof that the watch has caught up) and [`helmcharts`] (K3s's HelmCharts) are the rest
-//! of what the guard keeps of the cluster.
+//! [`fetch`] reads what a verdict needs beyond the index, [`freshness`] shows the index current
+//! before a verdict rests on it (a [`fence`] round, proof that the watch has caught up, or a
+//! listing; then the payloads), [`listing`] lists whole records for the CLI; [`coordination`]
+//! (how replicas agree; [`claim_books`], their claims read from a watch), [`events`] (Kubernetes
+//! Events) and [`helmcharts`] (K3s's HelmCharts) are the rest of what the guard keeps of the
+//! cluster.
 
 pub(crate) mod claim_books;
 pub(crate) mod connect;
