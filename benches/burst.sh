@@ -4,10 +4,12 @@
 # `helm upgrade --history-max` prunes (200 connections to each: a replica takes 256 at most):
 # how many were approved, the latency, the API calls.
 #   benches/burst.sh [RELEASES]     (after benches/live-mode.sh has seeded the cluster)
+# BIN measures another build of the guard (the rig and the load are this checkout's); builds
+# before 2026-12-03 named the guard's namespace --lease-namespace (NAMESPACE_FLAG=--lease-namespace).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 releases=${1:-1000}; shift || true
-bin=target/release/helm-guard; rig=target/release/examples/live_load; load=target/release/examples/load
+bin=${BIN:-target/release/helm-guard}; rig=target/release/examples/live_load; load=target/release/examples/load
 certs=target/live-mode-certs
 [ -s target/burst.jsonl ] || $rig reviews approval "$releases" target/burst.jsonl
 head -n $((releases / 2)) target/burst.jsonl > target/burst-a.jsonl
@@ -17,11 +19,12 @@ pids=()
 for r in a b; do
   port=$([ $r = a ] && echo 18443 || echo 18444); metrics=$([ $r = a ] && echo 19090 || echo 19091)
   $bin serve --listen 127.0.0.1:$port --metrics-listen 127.0.0.1:$metrics --tls-cert $certs/tls.crt \
-    --tls-key $certs/tls.key --shutdown-delay 0s --guard-namespace hg-bench --replica-id burst-$r "$@" >target/burst-$r.log 2>&1 &
+    --tls-key $certs/tls.key --shutdown-delay 0s ${NAMESPACE_FLAG:---guard-namespace} hg-bench --replica-id burst-$r "$@" >target/burst-$r.log 2>&1 &
   pids+=($!)
 done
 for metrics in 19090 19091; do
   for _ in $(seq 1 1200); do
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || { echo "a replica exited: target/burst-*.log" >&2; exit 1; }; done
     n=$(curl -s localhost:$metrics/metrics | awk '/^helm_guard_payloads_read_ahead_total/ {print int($2)}')
     [ "${n:-0}" -ge "$records" ] && break; sleep 0.1
   done
@@ -33,4 +36,4 @@ wait "$!" 2>/dev/null || true
 after=$($rig apicalls)
 cat target/burst-a.out target/burst-b.out
 echo "API calls: $(awk -v a="$after" -v b="$before" 'BEGIN { print a - b }') for $releases verdicts"
-kill "${pids[@]}"; wait 2>/dev/null || true
+kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true
