@@ -16,6 +16,8 @@ head -n $((releases / 2)) target/burst.jsonl > target/burst-a.jsonl
 tail -n +$((releases / 2 + 1)) target/burst.jsonl > target/burst-b.jsonl
 records=$(kubectl get secrets -A -l owner=helm -o name | wc -l)
 pids=()
+# The replicas end with the script, however it ends (a replica that exits early included).
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 for r in a b; do
   port=$([ $r = a ] && echo 18443 || echo 18444); metrics=$([ $r = a ] && echo 19090 || echo 19091)
   $bin serve --listen 127.0.0.1:$port --metrics-listen 127.0.0.1:$metrics --tls-cert $certs/tls.crt \
@@ -36,4 +38,3 @@ wait "$!" 2>/dev/null || true
 after=$($rig apicalls)
 cat target/burst-a.out target/burst-b.out
 echo "API calls: $(awk -v a="$after" -v b="$before" 'BEGIN { print a - b }') for $releases verdicts"
-kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true
