@@ -23,7 +23,7 @@ use common::*;
 use futures::future::BoxFuture;
 use helm_guard::admission::{Admission, LiveParts, Settings};
 use helm_guard::cluster::coordination::DeleteCoordinator;
-use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher};
+use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher, Payloads};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::{Driver, ReleaseKey};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -49,7 +49,12 @@ impl PayloadFetcher for Stored {
         ))
     }
 
-    fn list<'a>(&'a self, key: &'a ReleaseKey, _: Instant) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+    fn list<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        _: Payloads,
+        _: Instant,
+    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
         self.listings.fetch_add(1, Ordering::SeqCst);
         let listed = self
             .objects
@@ -208,13 +213,14 @@ impl PayloadFetcher for HeldListing {
     fn list<'a>(
         &'a self,
         key: &'a ReleaseKey,
+        payloads: Payloads,
         deadline: Instant,
     ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
         Box::pin(async move {
             let mut released = self.released.subscribe();
             self.waiting.fetch_add(1, Ordering::SeqCst);
             let _ = released.wait_for(|released| *released).await;
-            self.stored.list(key, deadline).await
+            self.stored.list(key, payloads, deadline).await
         })
     }
 }

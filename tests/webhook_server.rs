@@ -83,6 +83,7 @@ impl helm_guard::cluster::PayloadFetcher for OverlapMeter {
     fn list<'a>(
         &'a self,
         _: &'a helm_guard::release::ReleaseKey,
+        _: helm_guard::cluster::Payloads,
         _: std::time::Instant,
     ) -> futures::future::BoxFuture<'a, Option<Vec<helm_guard::cluster::IndexedRecord>>> {
         Box::pin(async move {

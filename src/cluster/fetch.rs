@@ -18,7 +18,7 @@ use kube::api::{Api, GetParams, ListParams};
 
 use super::RECORD_LABELS;
 use super::index::{IndexedRecord, ReleaseIndex};
-use super::{Fetched, PayloadFetcher, ReadRecord};
+use super::{Fetched, PayloadFetcher, Payloads, ReadRecord};
 use crate::object::ReviewObject;
 use crate::release::decode::fields::borrowing_from;
 use crate::release::record::DecodedRecord;
@@ -64,9 +64,9 @@ impl std::fmt::Debug for ApiPayloadFetcher {
     }
 }
 
-/// Records read per page of the read-ahead's listing: a page is held whole while it is read
-/// (records are at most 1 MiB each).
-const READ_AHEAD_PAGE: u32 = 16;
+/// Records read per page of a listing (the read-ahead's, a release's): a page is held whole while
+/// it is read (records are at most 1 MiB each).
+const PAGE: u32 = 16;
 /// How often the read-ahead looks for records changed since it read them.
 const READ_AHEAD_EVERY: Duration = Duration::from_secs(2);
 /// The longest the read-ahead waits for verdicts to stop waiting on the API server before it asks
@@ -152,7 +152,7 @@ impl ApiPayloadFetcher {
         }
         let started = std::time::Instant::now();
         for driver in [Driver::Secret, Driver::ConfigMap] {
-            let mut params = ListParams::default().labels(RECORD_LABELS).limit(READ_AHEAD_PAGE);
+            let mut params = ListParams::default().labels(RECORD_LABELS).limit(PAGE);
             loop {
                 self.yield_to_verdicts().await;
                 let page = match self.list_page(driver, &params).await {
@@ -298,26 +298,20 @@ fn read_page(
 }
 
 impl ApiPayloadFetcher {
-    async fn list_metadata<K>(
-        &self,
-        namespace: &str,
-        params: &ListParams,
-    ) -> Result<Vec<kube::core::ObjectMeta>, kube::Error>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        let listed = Api::<K>::namespaced(self.client.clone(), namespace).list_metadata(params).await?;
-        Ok(listed.items.into_iter().map(|item| item.metadata).collect())
-    }
-
-    async fn list_release(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
+    /// The release's records as stored now, metadata only (a consistent read).
+    async fn list_release_metadata(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
         let params = ListParams::default().labels(&format!("{RECORD_LABELS},name={}", key.release));
-        let metas = match key.driver {
-            Driver::Secret => self.list_metadata::<Secret>(&key.namespace, &params).await?,
-            Driver::ConfigMap => self.list_metadata::<ConfigMap>(&key.namespace, &params).await?,
+        let client = self.client.clone();
+        let metas: Vec<kube::core::ObjectMeta> = match key.driver {
+            Driver::Secret => {
+                let listed = Api::<Secret>::namespaced(client, &key.namespace).list_metadata(&params).await?;
+                listed.items.into_iter().map(|item| item.metadata).collect()
+            }
+            Driver::ConfigMap => {
+                let listed =
+                    Api::<ConfigMap>::namespaced(client, &key.namespace).list_metadata(&params).await?;
+                listed.items.into_iter().map(|item| item.metadata).collect()
+            }
         };
         Ok(metas
             .iter()
@@ -325,6 +319,63 @@ impl ApiPayloadFetcher {
             .filter(|record| record.key == *key)
             .collect())
     }
+
+    /// The release's records as stored now, payloads read: a consistent listing (the API server's
+    /// watch cache brought up to etcd's revision), a page of [`PAGE`] records at a time so that a
+    /// long history is never held whole. The query Helm itself makes of a release's history.
+    async fn list_release(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
+        let selector = format!("{RECORD_LABELS},name={}", key.release);
+        let mut params = ListParams::default().labels(&selector).limit(PAGE);
+        let mut listed = Vec::new();
+        loop {
+            let request = kube::core::Request::new(records_path(key.driver, Some(&key.namespace)))
+                .list(&params)
+                .map_err(kube::Error::BuildRequest)?;
+            let text = Bytes::from(self.client.request_text(request).await?);
+            // Decoded apart from the runtime when large, as a GET's record is.
+            let (records, next) = if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
+                read_release_page(text, key, self.limits)
+            } else {
+                let (key, limits) = (key.clone(), self.limits);
+                let page = move || read_release_page(text, &key, limits);
+                tokio::task::spawn_blocking(page).await.map_err(|error| kube::Error::Service(error.into()))?
+            }
+            .map_err(kube::Error::SerdeError)?;
+            listed.extend(records);
+            match next {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(listed),
+            }
+        }
+    }
+}
+
+/// One page of a release's listing: its records of `key`, payloads read, and the next page's
+/// token.
+fn read_release_page(
+    text: Bytes,
+    key: &ReleaseKey,
+    limits: DecodeLimits,
+) -> Result<(Vec<IndexedRecord>, Option<String>), serde_json::Error> {
+    let page: Page = borrowing_from(&text, || serde_json::from_slice(&text))?;
+    let records = page
+        .items
+        .into_iter()
+        .map(|object| object.into_record(key.driver))
+        .filter(|(record, is_record)| *is_record && record.id.key == *key)
+        .map(|(record, _)| {
+            let (key, object) = (record.id.key.clone(), record.object_name.clone());
+            let read = read_record(record, limits);
+            IndexedRecord {
+                key,
+                object,
+                uid: read.uid,
+                facts: read.facts,
+                resource_version: read.resource_version,
+            }
+        })
+        .collect();
+    Ok((records, page.metadata.next.filter(|token| !token.is_empty())))
 }
 
 impl PayloadFetcher for ApiPayloadFetcher {
@@ -339,9 +390,10 @@ impl PayloadFetcher for ApiPayloadFetcher {
     fn list<'a>(
         &'a self,
         key: &'a ReleaseKey,
+        payloads: Payloads,
         deadline: std::time::Instant,
     ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
-        Box::pin(self.list_by(key, deadline))
+        Box::pin(self.list_by(key, payloads, deadline))
     }
 
     fn fetch<'a>(
@@ -355,10 +407,21 @@ impl PayloadFetcher for ApiPayloadFetcher {
 }
 
 impl ApiPayloadFetcher {
-    async fn list_by(&self, key: &ReleaseKey, deadline: std::time::Instant) -> Option<Vec<IndexedRecord>> {
+    async fn list_by(
+        &self,
+        key: &ReleaseKey,
+        payloads: Payloads,
+        deadline: std::time::Instant,
+    ) -> Option<Vec<IndexedRecord>> {
         let _waiting = Waiting::on(&self.waiting);
         let deadline = tokio::time::Instant::from_std(deadline);
-        match tokio::time::timeout_at(deadline, self.list_release(key)).await {
+        let listing = async {
+            match payloads {
+                Payloads::Listed => self.list_release(key).await,
+                Payloads::Left => self.list_release_metadata(key).await,
+            }
+        };
+        match tokio::time::timeout_at(deadline, listing).await {
             Ok(Ok(records)) => Some(records),
             Ok(Err(error)) => {
                 tracing::warn!(namespace = %key.namespace, release = %key.release, %error, "could not list a release's records");

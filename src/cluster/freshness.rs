@@ -7,8 +7,14 @@
 //!
 //! 1. the watch shown caught up by a fence round ([`super::fence`]: one group-committed write
 //!    for every verdict waiting), when a round completes within half the time left;
-//! 2. else a consistent listing of the release, its records put in the index as listed;
+//! 2. else a consistent listing of the release, its records put in the index as listed, with
+//!    their payloads;
 //! 3. then the payload of every record not yet read at its current resourceVersion.
+//!
+//! A release of which two or more records are unread (a guard just started, its read-ahead under
+//! way) skips step 1: its listing shows it current and reads it in one call, where a round and
+//! then a GET per record would take two waits and many calls (BENCHMARKS.md, "A restarted
+//! guard").
 //!
 //! The mechanisms are behind [`PayloadFetcher`] (the API server's in `fetch`, a test's stub);
 //! the order, the deadlines and what a failure means are here.
@@ -16,9 +22,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Fetched, PayloadFetcher, ReleaseIndex};
+use super::{Fetched, PayloadFetcher, Payloads, ReleaseIndex};
 use crate::release::ReleaseKey;
 use crate::tally::Tally;
+
+/// How many unread records of a release make its listing cheaper than a fence round and their
+/// GETs.
+const LIST_WHEN_UNREAD: usize = 2;
 
 /// Shows the index current for one release within a decision's deadline.
 #[derive(Debug, Clone)]
@@ -47,23 +57,25 @@ impl Freshness {
     /// request is about (its payload is in the request).
     pub(crate) async fn confirm(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) -> bool {
         let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
-        let confirmed = if self.fetcher.caught_up(key.driver, halfway).await {
-            true
-        } else {
-            self.confirmed_by_listing.inc();
-            match self.fetcher.list(key, deadline).await {
-                Some(listed) => {
-                    self.index.sync_release(key, listed);
-                    true
-                }
-                None => {
-                    self.deadline_exceeded.inc();
-                    false
-                }
+        let mostly_unread = self.index.unverified(key, except).len() >= LIST_WHEN_UNREAD;
+        if mostly_unread || !self.fetcher.caught_up(key.driver, halfway).await {
+            if !mostly_unread {
+                self.confirmed_by_listing.inc();
             }
-        };
+            let Some(listed) = self
+                .fetcher
+                .list(key, if mostly_unread { Payloads::Listed } else { Payloads::Left }, deadline)
+                .await
+            else {
+                // Nothing more is asked of an API server that did not list in time: the
+                // approval cannot stand, and a refusal stands as it is.
+                self.deadline_exceeded.inc();
+                return false;
+            };
+            self.index.sync_release(key, listed);
+        }
         self.read(key, except, deadline).await;
-        confirmed
+        true
     }
 
     /// Step 3 alone: the payload of every record of `key` not yet read at its current

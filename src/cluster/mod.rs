@@ -56,6 +56,16 @@ pub enum Fetched {
     Gone,
 }
 
+/// What a listing of a release carries: its records' metadata alone (the index reads what it
+/// has not read with GETs), or their payloads too (a release mostly unread: one call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payloads {
+    /// Metadata only: a small answer.
+    Left,
+    /// The whole records, as Helm reads them.
+    Listed,
+}
+
 /// Reads the payloads of records the index knows only by their metadata, when a verdict needs
 /// what Helm sees; every read shares one deadline. A record left out of the answer could not be
 /// read in time. Async: a verdict waiting on a read holds no thread.
@@ -68,12 +78,14 @@ pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
         deadline: Instant,
     ) -> BoxFuture<'a, Vec<(String, Fetched)>>;
 
-    /// Lists the release's records as they are stored now (metadata only, a consistent read),
-    /// for a verdict that must not rest on a watch that may lag; `None` when the API did not
-    /// answer by `deadline`.
+    /// Lists the release's records as they are stored now (a consistent read), for a verdict that
+    /// must not rest on a watch that may lag: each with what Helm reads of its payload where the
+    /// listing carries it (the API server's does), else known by its labels alone; `None` when
+    /// the API did not answer by `deadline`.
     fn list<'a>(
         &'a self,
         key: &'a ReleaseKey,
+        payloads: Payloads,
         deadline: Instant,
     ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>>;
 

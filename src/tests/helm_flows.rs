@@ -86,6 +86,7 @@ impl PayloadFetcher for StoreReader {
     fn list<'a>(
         &'a self,
         key: &'a ReleaseKey,
+        _: crate::cluster::Payloads,
         _deadline: Instant,
     ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
         let store = self.0.lock().unwrap();

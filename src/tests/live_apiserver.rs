@@ -149,20 +149,22 @@ async fn the_webhook_over_a_live_index_fetches_a_missing_status_and_hides_approv
     // GET of its payload does. Labels can lie, so every other record is read as Helm reads it,
     // once per resourceVersion.
     assert_eq!(post(delete_review(&records[1])).await, (true, "history-pruning".to_owned()));
+    // Two of them unread: one listing of the release sends all three, payloads included.
     let mut read = gets.lock().unwrap().clone();
     read.sort();
-    assert_eq!(read, vec!["sh.helm.release.v1.web.v1".to_owned(), "sh.helm.release.v1.web.v3".to_owned()]);
+    let names = ["sh.helm.release.v1.web.v1", "sh.helm.release.v1.web.v2", "sh.helm.release.v1.web.v3"];
+    assert_eq!(read, names.map(str::to_owned));
     // Approved, not yet confirmed by the watch: hidden from the next verdict, which reads nothing
     // again.
     assert_eq!(post(delete_review(&records[0])).await, (false, "last-deployed-revision".to_owned()));
-    assert_eq!(gets.lock().unwrap().len(), 2);
+    assert_eq!(gets.lock().unwrap().len(), 3);
     running.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verdict_never_outlasts_its_deadline_against_an_api_server_that_hangs() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
-    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Gets).await;
+    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Reads).await;
     let started = std::time::Instant::now();
     // The API server waits 3 s (the webhook's timeoutSeconds, in the URL as it sends it).
     let (status, body) =
@@ -204,8 +206,8 @@ async fn an_approval_without_the_listing_of_its_release_is_refused_for_a_retry()
             (response["allowed"].as_bool().unwrap(), reason, response["status"]["message"].to_string())
         }
     };
-    // The first two listings come, and with them every payload is read (dry runs: nothing is
-    // hidden).
+    // The first two listings come: the first with every payload (two unread), the second of
+    // metadata alone (all read) (dry runs: nothing is hidden).
     let (allowed, reason, _) = verdict(dry_run(delete_review(&records[0]))).await;
     assert_eq!((allowed, reason.as_str()), (true, "history-pruning"));
     let (allowed, reason, _) = verdict(dry_run(delete_review(&records[2]))).await;
@@ -229,7 +231,7 @@ async fn an_approval_without_the_listing_of_its_release_is_refused_for_a_retry()
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_verdict_waiting_on_the_api_server_holds_up_no_other_request() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed"), (3, "failed")]);
-    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Gets).await;
+    let (running, https, gets, _dir) = live_guard(records.clone(), Hangs::Reads).await;
     let waiting = tokio::spawn({
         let https = https.clone();
         let review = serde_json::to_vec(&delete_review(&records[0])).unwrap();
@@ -261,6 +263,80 @@ async fn a_verdict_waiting_on_the_api_server_holds_up_no_other_request() {
     running.shutdown().await;
 }
 
+/// What a test of a guard with a fence reads back: the guard, an HTTPS client to it, and the
+/// stub's counts of listings and fence rounds and its log of payloads sent.
+struct Fenced {
+    running: helm_guard::server::Running,
+    https: common::guard::HttpsClient,
+    lists: Arc<std::sync::atomic::AtomicUsize>,
+    fences: Arc<std::sync::atomic::AtomicUsize>,
+    gets: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Fenced {
+    /// A live guard with a fence and no read-ahead over a stub that stores `secrets` and whose
+    /// watch holds back `lagging` until the next fence round; ready.
+    async fn start(secrets: Vec<Value>, lagging: Vec<Value>) -> Self {
+        let stub = Stub {
+            secrets,
+            secret_watches: Arc::default(),
+            gets: Arc::default(),
+            hangs: Hangs::Nothing,
+            lists: Arc::default(),
+            lagging: Arc::new(Mutex::new(lagging)),
+            versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
+            fences: Arc::default(),
+        };
+        let (lists, fences) = (stub.lists.clone(), stub.fences.clone());
+        let (server, _watches, gets) = start_stub_app(stub).await;
+        let dir = tempfile::tempdir().unwrap();
+        let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+        let client = connect(&args).await.unwrap();
+        let options = helm_guard::live::LiveOptions {
+            claims_namespace: None,
+            fence_namespace: Some("helm-guard".into()),
+            read_ahead: false,
+            recycle_bin: None,
+            policy_reports: None,
+            ..common::cluster::live_options(None, Default::default())
+        };
+        let names = ["localhost".to_owned()];
+        let (running, index, ca_pem) = common::guard::start_live_with(
+            client,
+            helm_guard::policy::PolicyConfig::default(),
+            "127.0.0.1:0".parse().unwrap(),
+            &names,
+            &dir.path().join("certs"),
+            options,
+        )
+        .await;
+        assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
+        let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
+        Fenced { running, https, lists, fences, gets, _dir: dir }
+    }
+
+    /// The answer to a dry run of deleting `record`.
+    async fn delete(&self, record: &Value) -> Value {
+        let (status, body) =
+            self.https.post("/validate", serde_json::to_vec(&dry_run(delete_review(record))).unwrap()).await;
+        assert_eq!(status, 200);
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn lists(&self) -> usize {
+        self.lists.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn fences(&self) -> usize {
+        self.fences.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn metrics(&self) -> String {
+        String::from_utf8(self.https.get("/metrics").await.1).unwrap()
+    }
+}
+
 /// A watch that lags a record stored before the request (revision 3, deployed, delivered only
 /// with the next fence round): the verdict on deleting revision 2 waits for the round, sees
 /// revision 3, and approves (revision 2 is then history); nothing is listed, and the round is
@@ -271,53 +347,35 @@ async fn a_verdict_waits_for_the_fence_round_and_sees_what_the_watch_lagged() {
     for (n, record) in records.iter_mut().enumerate() {
         record["metadata"]["resourceVersion"] = json!(format!("{}", 70 + n));
     }
-    let stub = Stub {
-        // Stored: all three (GETs read them); the watch lists the first two.
-        secrets: records.clone(),
-        secret_watches: Arc::default(),
-        gets: Arc::default(),
-        hangs: Hangs::Nothing,
-        lists: Arc::default(),
-        lagging: Arc::new(Mutex::new(vec![records[2].clone()])),
-        versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
-        fences: Arc::default(),
-    };
-    let (lists, fences) = (stub.lists.clone(), stub.fences.clone());
-    let (server, _watches, _gets) = start_stub_app(stub).await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
-    let client = connect(&args).await.unwrap();
-    let options = helm_guard::live::LiveOptions {
-        claims_namespace: None,
-        fence_namespace: Some("helm-guard".into()),
-        read_ahead: false,
-        recycle_bin: None,
-        policy_reports: None,
-        ..common::cluster::live_options(None, Default::default())
-    };
-    let names = ["localhost".to_owned()];
-    let (running, index, ca_pem) = common::guard::start_live_with(
-        client,
-        helm_guard::policy::PolicyConfig::default(),
-        "127.0.0.1:0".parse().unwrap(),
-        &names,
-        &dir.path().join("certs"),
-        options,
-    )
-    .await;
-    assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
-    let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
-    let (status, body) =
-        https.post("/validate", serde_json::to_vec(&dry_run(delete_review(&records[1]))).unwrap()).await;
-    assert_eq!(status, 200);
-    let answer: Value = serde_json::from_slice(&body).unwrap();
+    // Stored: all three (GETs read them); the watch lists the first two.
+    let guard = Fenced::start(records.clone(), vec![records[2].clone()]).await;
+    let answer = guard.delete(&records[1]).await;
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert_eq!(answer["response"]["auditAnnotations"]["reason"], "history-pruning");
-    assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 0, "no listing");
-    assert!(fences.load(std::sync::atomic::Ordering::SeqCst) >= 1);
-    let (_, metrics) = https.get("/metrics").await;
-    let metrics = String::from_utf8(metrics).unwrap();
+    assert_eq!(guard.lists(), 0, "no listing");
+    assert!(guard.fences() >= 1);
+    let metrics = guard.metrics().await;
     assert!(metrics.contains("helm_guard_confirmed_by_listing_total 0"), "{metrics}");
     assert!(!metrics.contains("helm_guard_fence_rounds_total 0"), "{metrics}");
-    running.shutdown().await;
+    guard.running.shutdown().await;
+}
+
+/// A release the guard has not read yet (two or more records known by their labels alone: a guard
+/// just started, its read-ahead under way) is shown current and read by one listing of it,
+/// payloads included: no fence round, no GET per record. The verdict is the one the payloads
+/// give: revision 1 is history below the deployed revision 3, its deletion Helm's pruning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_release_is_shown_current_and_read_by_one_listing() {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    let guard = Fenced::start(records.clone(), Vec::new()).await;
+    let answer = guard.delete(&records[0]).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(answer["response"]["auditAnnotations"]["reason"], "history-pruning");
+    assert_eq!(guard.lists(), 1, "one listing of the release");
+    assert_eq!(guard.fences(), 0, "no fence round");
+    assert_eq!(guard.gets.lock().unwrap().len(), 3, "the listing's three records, each once: no GET");
+    // Not a listing for want of a fence round.
+    let metrics = guard.metrics().await;
+    assert!(metrics.contains("helm_guard_confirmed_by_listing_total 0"), "{metrics}");
+    guard.running.shutdown().await;
 }

@@ -21,7 +21,7 @@ pub struct Stub {
     pub secrets: Vec<Value>,
     /// Open watches on Secrets; a test pushes events into them.
     pub secret_watches: Watchers,
-    /// Names of the Secrets fetched one by one.
+    /// Names of the Secrets whose payload the guard was sent (GETs, listings of a release).
     pub gets: Arc<Mutex<Vec<String>>>,
     /// What never answers (an API server in trouble).
     pub hangs: Hangs,
@@ -39,8 +39,8 @@ pub struct Stub {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hangs {
     Nothing,
-    /// GETs of single Secrets.
-    Gets,
+    /// Whatever carries payloads: GETs of single Secrets and listings of one release's.
+    Reads,
     /// Lists of one release's Secrets, after the first this many.
     ListsAfter(usize),
 }
@@ -105,28 +105,49 @@ pub async fn secrets(
     axum::Json(list(listed.map(metadata_only).collect())).into_response()
 }
 
-/// A list of one release's Secrets, metadata only (the guard confirming a history before a
-/// verdict that rests on it).
+/// A list of one release's Secrets, payloads included, a page at a time (the guard confirming a
+/// history before a verdict that rests on it, or reading a release it has not read yet).
 pub async fn namespace_secrets(
     State(stub): State<Stub>,
     axum::extract::Path(namespace): axum::extract::Path<String>,
     Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
+    let metadata = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.contains("as=PartialObjectMetadataList"));
     let selector = query.get("labelSelector").cloned().unwrap_or_default();
     let release = selector.strip_prefix("owner=helm,name=").expect("the guard lists one release's records");
-    let answered = stub.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    if matches!(stub.hangs, Hangs::ListsAfter(first) if answered >= first) {
-        return futures::future::pending().await;
+    if !metadata {
+        assert_eq!(
+            query.get("limit").map(String::as_str),
+            Some("16"),
+            "payloads are listed a page at a time"
+        );
     }
-    let items = stub
+    let answered = stub.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let items: Vec<Value> = stub
         .secrets
         .iter()
         .filter(|s| {
             s["metadata"]["namespace"] == namespace.as_str() && s["metadata"]["labels"]["name"] == release
         })
-        .map(metadata_only)
+        .cloned()
         .collect();
-    axum::Json(list(items)).into_response()
+    if !metadata {
+        let names = items.iter().filter_map(|s| s["metadata"]["name"].as_str()).map(str::to_owned);
+        stub.gets.lock().unwrap().extend(names);
+    }
+    let hangs = stub.hangs == Hangs::Reads && !metadata;
+    if hangs || matches!(stub.hangs, Hangs::ListsAfter(first) if answered >= first) {
+        return futures::future::pending().await;
+    }
+    if metadata {
+        return axum::Json(list(items.iter().map(metadata_only).collect())).into_response();
+    }
+    axum::Json(json!({"apiVersion": "v1", "kind": "SecretList", "metadata": {"resourceVersion": "100"}, "items": items}))
+        .into_response()
 }
 
 /// A GET of one Secret, payload included (the guard's on-demand fetch).
@@ -135,7 +156,7 @@ pub async fn one_secret(
     axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
 ) -> axum::response::Response {
     stub.gets.lock().unwrap().push(name.clone());
-    if stub.hangs == Hangs::Gets {
+    if stub.hangs == Hangs::Reads {
         return futures::future::pending().await;
     }
     match stub.secrets.iter().find(|s| s["metadata"]["namespace"] == namespace && s["metadata"]["name"] == name) {
