@@ -344,6 +344,9 @@ impl BookSink {
     }
 }
 
+/// The books' freshness is their own watch's progress, not the time it was last heard.
+impl super::feed::Heard for Books {}
+
 impl IndexSink<Lease> for BookSink {
     type Item = BookItem;
     type Target = Books;

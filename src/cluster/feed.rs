@@ -53,7 +53,7 @@ pub(crate) trait IndexSink<M> {
     /// What the target keeps of one object.
     type Item;
     /// What the watch keeps current.
-    type Target;
+    type Target: Heard;
     /// What an object tells, if it is one of ours.
     fn read(&self, object: &M) -> Option<Self::Item>;
     /// A completed (re-)list: everything of this kind at once.
@@ -69,8 +69,19 @@ pub(crate) trait IndexSink<M> {
     }
     /// The target now holds this watch's events up to `resource_version`.
     fn progressed(&self, _target: &Self::Target, _resource_version: u64) {}
+}
+
+/// What a watch keeps current, told each time the watch delivers something.
+pub(crate) trait Heard {
     /// The watch delivered something: the target is current as of now.
-    fn heard(&self, _target: &Self::Target) {}
+    fn heard(&self) {}
+}
+
+/// Every watch of the index (records, namespaces, HelmCharts) shows that the API server answers.
+impl Heard for ReleaseIndex {
+    fn heard(&self) {
+        self.mark_synced();
+    }
 }
 
 /// A watcher's events applied to its target: single changes as they come, a (re-)list gathered
@@ -95,7 +106,7 @@ impl<S, T> Feed<S, T> {
     where
         S: IndexSink<M, Item = T>,
     {
-        self.sink.heard(index);
+        index.heard();
         match event {
             Event::Init => {
                 self.relist = Some(Vec::new());
@@ -139,10 +150,6 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     type Item = IndexedRecord;
     type Target = ReleaseIndex;
 
-    fn heard(&self, index: &ReleaseIndex) {
-        index.mark_synced();
-    }
-
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<IndexedRecord> {
         IndexedRecord::from_meta(self.0, &object.metadata)
     }
@@ -179,10 +186,6 @@ impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
     type Item = (String, NamespaceInfo);
     type Target = ReleaseIndex;
 
-    fn heard(&self, index: &ReleaseIndex) {
-        index.mark_synced();
-    }
-
     fn read(&self, object: &PartialObjectMeta<K>) -> Option<(String, NamespaceInfo)> {
         namespace_from_meta(&object.metadata)
     }
@@ -209,10 +212,6 @@ pub(crate) struct ChartSink;
 impl IndexSink<DynamicObject> for ChartSink {
     type Item = HelmChart;
     type Target = ReleaseIndex;
-
-    fn heard(&self, index: &ReleaseIndex) {
-        index.mark_synced();
-    }
 
     fn read(&self, object: &DynamicObject) -> Option<HelmChart> {
         HelmChart::from_object(object)
