@@ -12,7 +12,8 @@
 # guard is ready, while the read-ahead still reads: a guard just restarted or rolled), `before`
 # (no fence nor read-ahead), `snapshot` (the same records from a dump; needs the dump).
 # Seeds 100 namespaces x 10 releases x 10 revisions first unless bench-000 exists (SEED="N R V"
-# seeds another size: 1000 10 10 is 100,000 records). BIN measures another build of the guard.
+# seeds another size: 1000 10 10 is 100,000 records). BIN measures another build of the guard;
+# SERVE_ARGS adds flags to every guard measured (e.g. --read-ahead=false).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-4000}; spread=${2:-200}; kinds=${KINDS:-refusal approval keep coordinated}
@@ -33,7 +34,7 @@ records=$($rig count)
 run() {  # label, cold or warm, serve args...
   local label=$1 when=$2; shift 2
   taskset -c 0 $bin serve --listen 127.0.0.1:18443 --metrics-listen 127.0.0.1:19090 \
-    --tls-cert $certs/tls.crt --tls-key $certs/tls.key --shutdown-delay 0s "$@" >/dev/null 2>&1 &
+    --tls-cert $certs/tls.crt --tls-key $certs/tls.key --shutdown-delay 0s "$@" ${SERVE_ARGS:-} >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 3000); do curl -sf localhost:19090/readyz >/dev/null && break; sleep 0.1; done
   # Warm: measured once the read-ahead has read every record (as a guard that has been up).
