@@ -134,8 +134,9 @@ struct PageMeta {
 }
 
 impl ApiPayloadFetcher {
-    /// Reads ahead of the verdicts: once the index is ready, every record's payload, a page at a
-    /// time; then, every few seconds, the records the watch has brought a new version of. A
+    /// Reads ahead of the verdicts: once the index is ready, every record's payload, a namespace
+    /// and a page at a time (the namespaces with records unread then; one made later is read by
+    /// what follows); then, every few seconds, the records the watch has brought a new version of. A
     /// verdict then rarely waits on a GET (it still reads what is unread when it needs it). A read
     /// counts only where the index holds the very version read. The pages' parsing and decoding
     /// run on an [`IdleThread`]; the runtime only waits for the API server.
@@ -151,29 +152,31 @@ impl ApiPayloadFetcher {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         let started = std::time::Instant::now();
-        for driver in [Driver::Secret, Driver::ConfigMap] {
-            let mut params = ListParams::default().labels(RECORD_LABELS).limit(PAGE);
-            loop {
-                self.yield_to_verdicts().await;
-                let page = match self.list_page(driver, &params).await {
-                    Ok(page) => page,
-                    Err(error) => {
-                        tracing::warn!(?driver, %error, "reading payloads ahead: a page failed; verdicts read what they need");
-                        break;
-                    }
-                };
-                let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
-                let next = idle.run(move || read_page(page, driver, limits, &index, &reads)).await;
-                match next {
-                    Some(Ok(Some(token))) => params = params.continue_token(&token),
-                    Some(Ok(None)) => break,
-                    Some(Err(error)) => {
-                        tracing::warn!(?driver, %error, "reading payloads ahead: a page did not parse; verdicts read what they need");
-                        break;
-                    }
-                    None => {
-                        tracing::warn!("the read-ahead's thread ended: verdicts read what they need");
-                        return;
+        'drivers: for driver in [Driver::Secret, Driver::ConfigMap] {
+            for namespace in index.namespaces_unread(driver) {
+                let mut params = ListParams::default().labels(RECORD_LABELS).limit(PAGE);
+                loop {
+                    self.yield_to_verdicts().await;
+                    let page = match self.list_page(driver, &namespace, &params).await {
+                        Ok(page) => page,
+                        Err(error) => {
+                            tracing::warn!(?driver, %namespace, %error, "reading payloads ahead: a page failed; verdicts read what they need");
+                            continue 'drivers;
+                        }
+                    };
+                    let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
+                    let next = idle.run(move || read_page(page, driver, limits, &index, &reads)).await;
+                    match next {
+                        Some(Ok(Some(token))) => params = params.continue_token(&token),
+                        Some(Ok(None)) => break,
+                        Some(Err(error)) => {
+                            tracing::warn!(?driver, %namespace, %error, "reading payloads ahead: a page did not parse; verdicts read what they need");
+                            continue 'drivers;
+                        }
+                        None => {
+                            tracing::warn!("the read-ahead's thread ended: verdicts read what they need");
+                            return;
+                        }
                     }
                 }
             }
@@ -211,9 +214,18 @@ impl ApiPayloadFetcher {
         }
     }
 
-    /// One page of `driver`'s records, as the API server's text.
-    async fn list_page(&self, driver: Driver, params: &ListParams) -> Result<Bytes, kube::Error> {
-        let request = kube::core::Request::new(records_path(driver, None))
+    /// One page of `driver`'s records in `namespace`, as the API server's text. A namespace at a
+    /// time, not all of them: the API server serves a page from etcd, which counts every key
+    /// after the page in the listed range, so a page of a cluster-wide listing costs as much as
+    /// the records left in the cluster (2 ms of etcd's CPU per record at 100,000 records, 0.3 ms
+    /// a namespace at a time: BENCHMARKS.md, "A restarted guard").
+    async fn list_page(
+        &self,
+        driver: Driver,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<Bytes, kube::Error> {
+        let request = kube::core::Request::new(records_path(driver, Some(namespace)))
             .list(params)
             .map_err(kube::Error::BuildRequest)?;
         self.client.request_text(request).await.map(Bytes::from)

@@ -19,9 +19,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::policy::Mode;
-use crate::release::ReleaseKey;
 use crate::release::history::{PayloadStatus, RevisionFacts, classify};
 use crate::release::record::same_object;
+use crate::release::{Driver, ReleaseKey};
 
 /// What [`ReleaseIndex::take_touched`] says when a namespace itself (its labels) changed: no
 /// namespace is named so.
@@ -470,6 +470,17 @@ impl ReleaseIndex {
             }
         }
         unread
+    }
+
+    /// The namespaces holding a record of `driver` whose payload is unread, in order.
+    pub(crate) fn namespaces_unread(&self, driver: Driver) -> Vec<String> {
+        let state = self.lock();
+        let unread = state.releases.iter().filter(|(key, records)| {
+            key.driver == driver
+                && records.values().any(|entry| entry.facts.payload == PayloadStatus::NotLoaded)
+        });
+        let namespaces: BTreeSet<&str> = unread.map(|(key, _)| key.namespace.as_str()).collect();
+        namespaces.into_iter().map(str::to_owned).collect()
     }
 
     /// Records what a record's payload says, as read at `read.resource_version`. `seen`: the

@@ -264,20 +264,22 @@ async fn a_verdict_waiting_on_the_api_server_holds_up_no_other_request() {
 }
 
 /// What a test of a guard with a fence reads back: the guard, an HTTPS client to it, and the
-/// stub's counts of listings and fence rounds and its log of payloads sent.
+/// stub's counts of listings (of a release), fence rounds and pages (of a namespace), and its log
+/// of payloads sent.
 struct Fenced {
     running: helm_guard::server::Running,
     https: common::guard::HttpsClient,
     lists: Arc<std::sync::atomic::AtomicUsize>,
     fences: Arc<std::sync::atomic::AtomicUsize>,
+    pages: Arc<std::sync::atomic::AtomicUsize>,
     gets: Arc<Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
 }
 
 impl Fenced {
-    /// A live guard with a fence and no read-ahead over a stub that stores `secrets` and whose
-    /// watch holds back `lagging` until the next fence round; ready.
-    async fn start(secrets: Vec<Value>, lagging: Vec<Value>) -> Self {
+    /// A live guard with a fence over a stub that stores `secrets` and whose watch holds back
+    /// `lagging` until the next fence round, reading payloads ahead or not; ready.
+    async fn start(secrets: Vec<Value>, lagging: Vec<Value>, read_ahead: bool) -> Self {
         let stub = Stub {
             secrets,
             secret_watches: Arc::default(),
@@ -287,8 +289,9 @@ impl Fenced {
             lagging: Arc::new(Mutex::new(lagging)),
             versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
             fences: Arc::default(),
+            pages: Arc::default(),
         };
-        let (lists, fences) = (stub.lists.clone(), stub.fences.clone());
+        let (lists, fences, pages) = (stub.lists.clone(), stub.fences.clone(), stub.pages.clone());
         let (server, _watches, gets) = start_stub_app(stub).await;
         let dir = tempfile::tempdir().unwrap();
         let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
@@ -296,7 +299,7 @@ impl Fenced {
         let options = helm_guard::live::LiveOptions {
             claims_namespace: None,
             fence_namespace: Some("helm-guard".into()),
-            read_ahead: false,
+            read_ahead,
             recycle_bin: None,
             policy_reports: None,
             ..common::cluster::live_options(None, Default::default())
@@ -313,7 +316,7 @@ impl Fenced {
         .await;
         assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
         let https = common::guard::HttpsClient::new(running.addr, &ca_pem);
-        Fenced { running, https, lists, fences, gets, _dir: dir }
+        Fenced { running, https, lists, fences, pages, gets, _dir: dir }
     }
 
     /// The answer to a dry run of deleting `record`.
@@ -348,7 +351,7 @@ async fn a_verdict_waits_for_the_fence_round_and_sees_what_the_watch_lagged() {
         record["metadata"]["resourceVersion"] = json!(format!("{}", 70 + n));
     }
     // Stored: all three (GETs read them); the watch lists the first two.
-    let guard = Fenced::start(records.clone(), vec![records[2].clone()]).await;
+    let guard = Fenced::start(records.clone(), vec![records[2].clone()], false).await;
     let answer = guard.delete(&records[1]).await;
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert_eq!(answer["response"]["auditAnnotations"]["reason"], "history-pruning");
@@ -367,7 +370,7 @@ async fn a_verdict_waits_for_the_fence_round_and_sees_what_the_watch_lagged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unread_release_is_shown_current_and_read_by_one_listing() {
     let records = history(&helm4_secret(), &[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
-    let guard = Fenced::start(records.clone(), Vec::new()).await;
+    let guard = Fenced::start(records.clone(), Vec::new(), false).await;
     let answer = guard.delete(&records[0]).await;
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     assert_eq!(answer["response"]["auditAnnotations"]["reason"], "history-pruning");
@@ -377,5 +380,35 @@ async fn an_unread_release_is_shown_current_and_read_by_one_listing() {
     // Not a listing for want of a fence round.
     let metrics = guard.metrics().await;
     assert!(metrics.contains("helm_guard_confirmed_by_listing_total 0"), "{metrics}");
+    guard.running.shutdown().await;
+}
+
+/// A guard just started reads every payload ahead of the verdicts, a namespace at a time and a
+/// page of 16 at a time, following the API server's continue tokens (never one listing of the
+/// whole cluster, whose every page costs etcd as much as the records left after it): 20 records
+/// in one namespace (two pages) and 3 in another, each sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_ahead_reads_every_payload_a_namespace_and_a_page_at_a_time() {
+    let revisions: Vec<(u32, &str)> = (1..=20).map(|revision| (revision, "superseded")).collect();
+    let mut records = history(&helm4_secret(), &revisions);
+    let mut elsewhere = history(&helm4_secret(), &[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    for record in &mut elsewhere {
+        record["metadata"]["namespace"] = json!("elsewhere");
+    }
+    records.extend(elsewhere);
+    let guard = Fenced::start(records.clone(), Vec::new(), true).await;
+    let all_read = || async { guard.metrics().await.contains("helm_guard_payloads_read_ahead_total 23") };
+    assert!(eventually(Duration::from_secs(10), all_read).await, "{}", guard.metrics().await);
+    let mut sent = guard.gets.lock().unwrap().clone();
+    sent.sort();
+    let mut stored: Vec<String> =
+        records.iter().map(|record| record["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+    stored.sort();
+    assert_eq!(sent, stored, "every record sent once");
+    assert_eq!(
+        guard.pages.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "16 + 4 records in one, 3 in the other"
+    );
     guard.running.shutdown().await;
 }

@@ -33,6 +33,8 @@ pub struct Stub {
     pub versions: Arc<std::sync::atomic::AtomicU64>,
     /// Fence writes answered so far.
     pub fences: Arc<std::sync::atomic::AtomicUsize>,
+    /// Pages of a namespace's records (the read-ahead's) answered so far.
+    pub pages: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Which calls of the guard's a stub API server leaves unanswered.
@@ -118,6 +120,9 @@ pub async fn namespace_secrets(
         .and_then(|accept| accept.to_str().ok())
         .is_some_and(|accept| accept.contains("as=PartialObjectMetadataList"));
     let selector = query.get("labelSelector").cloned().unwrap_or_default();
+    if selector == "owner=helm" && !metadata {
+        return namespace_page(&stub, &namespace, &query).await;
+    }
     let release = selector.strip_prefix("owner=helm,name=").expect("the guard lists one release's records");
     if !metadata {
         assert_eq!(
@@ -147,6 +152,34 @@ pub async fn namespace_secrets(
         return axum::Json(list(items.iter().map(metadata_only).collect())).into_response();
     }
     axum::Json(json!({"apiVersion": "v1", "kind": "SecretList", "metadata": {"resourceVersion": "100"}, "items": items}))
+        .into_response()
+}
+
+/// A page of a namespace's records, payloads included (the read-ahead's): `limit` of them from
+/// the `continue` token on, in name order, as the API server pages a listing.
+async fn namespace_page(
+    stub: &Stub,
+    namespace: &str,
+    query: &std::collections::HashMap<String, String>,
+) -> axum::response::Response {
+    let limit: usize = query.get("limit").expect("payloads are listed a page at a time").parse().unwrap();
+    let from: usize = query.get("continue").map_or(0, |token| token.parse().expect("a token this stub gave"));
+    let mut records: Vec<&Value> = stub
+        .secrets
+        .iter()
+        .filter(|s| s["metadata"]["namespace"] == namespace && s["metadata"]["labels"]["owner"] == "helm")
+        .collect();
+    records.sort_by_key(|s| s["metadata"]["name"].as_str().map(str::to_owned));
+    let page: Vec<Value> = records.iter().skip(from).take(limit).map(|s| (*s).clone()).collect();
+    stub.pages.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let names = page.iter().filter_map(|s| s["metadata"]["name"].as_str()).map(str::to_owned);
+    stub.gets.lock().unwrap().extend(names);
+    if stub.hangs == Hangs::Reads {
+        return futures::future::pending().await;
+    }
+    let next = if from + limit < records.len() { (from + limit).to_string() } else { String::new() };
+    let metadata = json!({"resourceVersion": "100", "continue": next});
+    axum::Json(json!({"apiVersion": "v1", "kind": "SecretList", "metadata": metadata, "items": page}))
         .into_response()
 }
 
@@ -228,6 +261,7 @@ pub async fn start_stub_with(
         lagging: Arc::default(),
         versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
         fences: Arc::default(),
+        pages: Arc::default(),
     };
     start_stub_app(stub).await
 }
