@@ -13,11 +13,12 @@
 # (no fence nor read-ahead), `snapshot` (the same records from a dump; needs the dump).
 # Seeds 100 namespaces x 10 releases x 10 revisions first unless bench-000 exists (SEED="N R V"
 # seeds another size: 1000 10 10 is 100,000 records). BIN measures another build of the guard;
-# SERVE_ARGS adds flags to every guard measured (e.g. --read-ahead=false).
+# SERVE_ARGS adds flags to every guard measured (e.g. --read-ahead=false); NAMESPACE_FLAG names
+# the guard's namespace flag for builds before it was --guard-namespace (--lease-namespace).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-4000}; spread=${2:-200}; kinds=${KINDS:-refusal approval keep coordinated}
-runs=${RUNS:-warm cold before snapshot}
+runs=${RUNS:-warm cold before snapshot}; ns_flag=${NAMESPACE_FLAG:---guard-namespace}
 # With BIN, the builds at hand are measured as they are (no rebuild).
 [ -n "${BIN:-}" ] || cargo build --release --locked --bin helm-guard --example load --example live_load >&2
 bin=${BIN:-target/release/helm-guard}; rig=target/release/examples/live_load; load=target/release/examples/load
@@ -73,9 +74,9 @@ echo "| mode | DELETE | c | throughput | latency | answers | API calls per verdi
 echo "|---|---|---|---|---|---|---|"
 for r in $runs; do
   case $r in
-    warm) run "live (defaults: fence, read-ahead, claim books)" warm --guard-namespace hg-bench ;;
-    cold) run "live, just ready (read-ahead under way)" cold --guard-namespace hg-bench ;;
-    before) run "live, no fence nor read-ahead (listing, GETs)" cold --guard-namespace hg-bench --watch-fence=false --read-ahead=false ;;
+    warm) run "live (defaults: fence, read-ahead, claim books)" warm $ns_flag hg-bench ;;
+    cold) run "live, just ready (read-ahead under way)" cold $ns_flag hg-bench ;;
+    before) run "live, no fence nor read-ahead (listing, GETs)" cold $ns_flag hg-bench --watch-fence=false --read-ahead=false ;;
     snapshot) run "snapshot" cold --snapshot target/live-mode-dump.json ;;
   esac
 done
