@@ -14,6 +14,7 @@ certs=target/live-mode-certs
 [ -s target/burst.jsonl ] || $rig reviews approval "$releases" target/burst.jsonl
 head -n $((releases / 2)) target/burst.jsonl > target/burst-a.jsonl
 tail -n +$((releases / 2 + 1)) target/burst.jsonl > target/burst-b.jsonl
+kubectl create ns hg-bench >/dev/null 2>&1 || true   # the replicas' namespace: fence, claim books
 records=$(kubectl get secrets -A -l owner=helm -o name | wc -l)
 pids=()
 # The replicas end with the script, however it ends (a replica that exits early included).
