@@ -1,6 +1,7 @@
 //! A stub of the API server that speaks the list/watch protocol over HTTP for release Secrets:
-//! lists and watches of metadata, GETs of one Secret, lists of one release, the guard's fence
-//! writes (with events held back until the next, a watch that lags). What it asserts of the
+//! lists and watches of metadata, GETs of one Secret, lists of one release, pages of a
+//! namespace's records (the read-ahead's), the guard's fence writes (with events held back until
+//! the next, a watch that lags). What it asserts of the
 //! guard's requests (the watch's selector, the fence's name) is the guard's wire protocol.
 
 use std::sync::{Arc, Mutex};
@@ -41,7 +42,8 @@ pub struct Stub {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hangs {
     Nothing,
-    /// Whatever carries payloads: GETs of single Secrets and listings of one release's.
+    /// Whatever carries payloads: GETs of single Secrets, listings of one release's, pages of a
+    /// namespace's (the read-ahead's).
     Reads,
     /// Lists of one release's Secrets, after the first this many.
     ListsAfter(usize),
