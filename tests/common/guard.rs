@@ -199,8 +199,9 @@ pub fn snapshot_index(records: &[serde_json::Value]) -> Arc<ReleaseIndex> {
 
 /// A guard on a live index that watches `client`, serving on `listen` with a certificate for
 /// `names` written into `certs`, agreeing deletions through Leases in `lease_namespace` when
-/// given (and keeping its recycle bin there), under `config`. Returns the server, its index and
-/// the CA to trust.
+/// given (and keeping its recycle bin there), under `config`. It reads no payload ahead: what a
+/// verdict needs it reads itself, so that a test can count those reads. Returns the server, its
+/// index and the CA to trust.
 pub async fn start_live(
     client: kube::Client,
     config: PolicyConfig,
@@ -212,6 +213,7 @@ pub async fn start_live(
 ) -> (Running, Arc<ReleaseIndex>, String) {
     let options = helm_guard::live::LiveOptions {
         tombstone_ttl,
+        read_ahead: false,
         ..super::cluster::live_options(lease_namespace, Default::default())
     };
     start_live_with(client, config, listen, names, certs, options).await
