@@ -236,8 +236,8 @@ impl ApiPayloadFetcher {
         }
     }
 
-    /// One page of `driver`'s records in `namespace`, as the API server's text. A namespace at a
-    /// time, not all of them: the API server serves a page from etcd, which counts every key
+    /// One page of `driver`'s records in `namespace` (all of them, or those `params` select), as
+    /// the API server's text. The read-ahead lists a namespace at a time, not all of them: the API server serves a page from etcd, which counts every key
     /// after the page in the listed range, so a page of a cluster-wide listing costs as much as
     /// the records left in the cluster (2 ms of etcd's CPU per record at 100,000 records, 0.3 ms
     /// a namespace at a time: BENCHMARKS.md, "A restarted guard").
@@ -309,6 +309,34 @@ fn read_object(text: Bytes, key: &ReleaseKey, limits: DecodeLimits) -> Result<Fe
     })
 }
 
+/// One page of a listing of `driver`'s records: each record's payload as Helm reads it, and the
+/// next page's token. Objects that are not records (labels changed since) are left out.
+fn read_listing_page(
+    text: Bytes,
+    driver: Driver,
+    limits: DecodeLimits,
+) -> Result<(Vec<IndexedRecord>, Option<String>), serde_json::Error> {
+    let page: Page = borrowing_from(&text, || serde_json::from_slice(&text))?;
+    let records = page
+        .items
+        .into_iter()
+        .map(|object| object.into_record(driver))
+        .filter(|(_, is_record)| *is_record)
+        .map(|(record, _)| {
+            let (key, object) = (record.id.key.clone(), record.object_name.clone());
+            let read = read_record(record, limits);
+            IndexedRecord {
+                key,
+                object,
+                uid: read.uid,
+                facts: read.facts,
+                resource_version: read.resource_version,
+            }
+        })
+        .collect();
+    Ok((records, page.metadata.next.filter(|token| !token.is_empty())))
+}
+
 /// Reads a page of the read-ahead's listing into `index`; the next page's token.
 fn read_page(
     text: Bytes,
@@ -317,18 +345,15 @@ fn read_page(
     index: &ReleaseIndex,
     reads: &crate::tally::Tally,
 ) -> Result<Option<String>, serde_json::Error> {
-    let page: Page = borrowing_from(&text, || serde_json::from_slice(&text))?;
-    for object in page.items {
-        let (record, is_record) = object.into_record(driver);
-        if is_record {
-            let (key, object) = (record.id.key.clone(), record.object_name.clone());
-            let read = read_record(record, limits);
-            let version = read.resource_version.clone();
-            index.verified(&key, &object, version.as_deref(), read);
-            reads.inc();
-        }
+    let (records, next) = read_listing_page(text, driver, limits)?;
+    for record in records {
+        let version = record.resource_version.clone();
+        let read =
+            ReadRecord { uid: record.uid, resource_version: record.resource_version, facts: record.facts };
+        index.verified(&record.key, &record.object, version.as_deref(), read);
+        reads.inc();
     }
-    Ok(page.metadata.next.filter(|token| !token.is_empty()))
+    Ok(next)
 }
 
 impl ApiPayloadFetcher {
@@ -362,54 +387,23 @@ impl ApiPayloadFetcher {
         let mut params = ListParams::default().labels(&selector).limit(PAGE);
         let mut listed = Vec::new();
         loop {
-            let request = kube::core::Request::new(records_path(key.driver, Some(&key.namespace)))
-                .list(&params)
-                .map_err(kube::Error::BuildRequest)?;
-            let text = Bytes::from(self.client.request_text(request).await?);
+            let text = self.list_page(key.driver, &key.namespace, &params).await?;
             // Decoded apart from the runtime when large, as a GET's record is.
             let (records, next) = if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
-                read_release_page(text, key, self.limits)
+                read_listing_page(text, key.driver, self.limits)
             } else {
-                let (key, limits) = (key.clone(), self.limits);
-                let page = move || read_release_page(text, &key, limits);
+                let (driver, limits) = (key.driver, self.limits);
+                let page = move || read_listing_page(text, driver, limits);
                 tokio::task::spawn_blocking(page).await.map_err(|error| kube::Error::Service(error.into()))?
             }
             .map_err(kube::Error::SerdeError)?;
-            listed.extend(records);
+            listed.extend(records.into_iter().filter(|record| record.key == *key));
             match next {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(listed),
             }
         }
     }
-}
-
-/// One page of a release's listing: its records of `key`, payloads read, and the next page's
-/// token.
-fn read_release_page(
-    text: Bytes,
-    key: &ReleaseKey,
-    limits: DecodeLimits,
-) -> Result<(Vec<IndexedRecord>, Option<String>), serde_json::Error> {
-    let page: Page = borrowing_from(&text, || serde_json::from_slice(&text))?;
-    let records = page
-        .items
-        .into_iter()
-        .map(|object| object.into_record(key.driver))
-        .filter(|(record, is_record)| *is_record && record.id.key == *key)
-        .map(|(record, _)| {
-            let (key, object) = (record.id.key.clone(), record.object_name.clone());
-            let read = read_record(record, limits);
-            IndexedRecord {
-                key,
-                object,
-                uid: read.uid,
-                facts: read.facts,
-                resource_version: read.resource_version,
-            }
-        })
-        .collect();
-    Ok((records, page.metadata.next.filter(|token| !token.is_empty())))
 }
 
 impl PayloadFetcher for ApiPayloadFetcher {
