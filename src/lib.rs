@@ -62,6 +62,7 @@
 //!     namespace_terminating: false,
 //!     requester: Requester { username: "admin", groups: &[] },
 //!     break_glass: None,
+//!     last_deployed: None,
 //! };
 //! // The verdict gets the other records of the release: all but revision 3.
 //! let verdict = decide_delete(&delete, &History::new(&facts[..1]), &PolicyConfig::default());

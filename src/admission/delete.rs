@@ -24,7 +24,7 @@ use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms
 use crate::cluster::freshness::Freshness;
 use crate::cluster::{DeleteCoordinator, IndexChange};
 use crate::object::ReviewObject;
-use crate::policy::delete::{DeleteFacts, decide_delete, keeps_copy, needs_agreement};
+use crate::policy::delete::{DeleteFacts, copy_is_best_effort, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::{Mode, Reason, Verdict, break_glass_reason};
 use crate::recycle_bin::api::RecycleBin;
@@ -47,10 +47,11 @@ pub(super) async fn delete(
         Ok(confirmed) => confirmed,
         Err(refused) => return refused,
     };
-    match confirmed {
+    let decided = match confirmed {
         (decided, true) => deletion.keep_copy(decided, deadline).await,
-        (decided, false) => deletion.agree(decided, deadline).await,
-    }
+        (decided, false) => decided,
+    };
+    deletion.agree(decided, deadline).await
 }
 
 /// One DELETE as its steps see it: what the rules are told, and which of the live guard's checks
@@ -101,6 +102,11 @@ impl<'a> Deletion<'a> {
                 namespace_terminating: namespace.terminating,
                 requester: requester(request),
                 break_glass,
+                last_deployed: admission.index().is_last_deployed(
+                    key,
+                    &record.object_name,
+                    record.uid.as_deref(),
+                ),
             },
             claimed: ClaimedRecord { object: &record.object_name, uid: record.uid.as_deref() },
             mode,
@@ -128,8 +134,11 @@ impl<'a> Deletion<'a> {
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
             let decided = Decided { verdict, outcome, agree, recycled: None };
+            // One that keeps a copy is hidden once the copy is stored, or, when it is also
+            // agreed, as the agreement's own approvals are.
+            let copied = !keep || stage == Stage::Agreed;
             let hide =
-                decided.outcome.allowed && !keep && !self.request.dry_run && self.stands(&decided, stage);
+                decided.outcome.allowed && copied && !self.request.dry_run && self.stands(&decided, stage);
             let change = hide.then(|| IndexChange::Delete {
                 object: self.claimed.object.to_owned(),
                 uid: self.claimed.uid.map(str::to_owned),
@@ -187,11 +196,11 @@ impl<'a> Deletion<'a> {
     /// then the approval stands (the record hidden in the index) and the client is told where
     /// the copy is. A copy that cannot be stored in time refuses the deletion, "retry",
     /// whatever the mode (the mode softens the rules, not the loss of the record), unless
-    /// `--recycle-best-effort`. No approval that needs the replicas' agreement keeps a copy:
-    /// those are Helm's own.
+    /// `--recycle-best-effort`. An approval that also needs the replicas' agreement (history
+    /// pruning of a record that shares the latest revision while nothing is deployed) is hidden
+    /// once agreed, not here.
     async fn keep_copy(&self, mut decided: Decided, deadline: Instant) -> Decided {
         let Some(bin) = self.bin else { return decided };
-        debug_assert!(!decided.agree);
         let (record, key) = (self.record, self.key());
         let keeping = Keeping {
             reason: decided.verdict.reason.as_str(),
@@ -199,8 +208,13 @@ impl<'a> Deletion<'a> {
             at: jiff::Timestamp::now().as_second(),
         };
         let kept = bin.keep(record, &keeping, deadline).await;
+        let policy = &self.admission.settings().policy;
+        let best_effort = self.admission.settings().recycle_best_effort
+            || self.admission.index().decide(key, Some(&record.object_name), |others| {
+                (copy_is_best_effort(&self.facts, &History::new(others), policy), None)
+            });
         if let Err(error) = &kept
-            && !self.admission.settings().recycle_best_effort
+            && !best_effort
         {
             let verdict = Verdict::deny(
                 Reason::RecycleBinUnavailable,
@@ -212,8 +226,10 @@ impl<'a> Deletion<'a> {
             );
             return self.refused(verdict, Mode::Enforce);
         }
-        let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
-        self.admission.index().apply(key, gone);
+        if !decided.agree {
+            let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
+            self.admission.index().apply(key, gone);
+        }
         let note = match kept {
             Ok(()) => {
                 let copy = format!("{}/{}", bin.namespace(), copy_name(record));
@@ -231,9 +247,13 @@ impl<'a> Deletion<'a> {
                 note
             }
             Err(error) => format!(
-                "helm-guard: no copy of {} could be kept in the recycle bin ({error}); deleted without one \
-                 (--recycle-best-effort)",
-                record.describe()
+                "helm-guard: no copy of {} could be kept in the recycle bin ({error}); deleted without one ({})",
+                record.describe(),
+                if self.admission.settings().recycle_best_effort {
+                    "--recycle-best-effort"
+                } else {
+                    "one of Helm's own deletions, which never waits on the bin"
+                }
             ),
         };
         decided.outcome.warnings.push(note);

@@ -1,5 +1,5 @@
-//! The validating webhook: release records (DELETE: D1–D9, UPDATE: U1–U8, CREATE: logged) and the
-//! opt-out labels of namespaces (N1–N4).
+//! The validating webhook: release records (DELETE: D1–D10, UPDATE: U1–U8, CREATE: C1–C6) and
+//! the opt-out labels of namespaces (N1–N4).
 //!
 //! A DELETE of a record is decided in [`super::delete`], its steps in order; everything else here.
 //! Each decision returns what it was about and its verdict; [`respond`] builds the answer and the
@@ -13,11 +13,12 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
+use crate::policy::create::{CreateFacts, RESTORED_FROM_ANNOTATION, decide_create};
 use crate::policy::mode::{apply_mode, tell_dry_run};
-use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
+use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
-use crate::release::record::DecodedRecord;
-use crate::release::{Driver, ReleasePayload, Status};
+use crate::release::record::{DecodedRecord, LABEL_VERSION};
+use crate::release::{Driver, History, ReleasePayload, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
 /// their payloads move into the records rather than being copied.
@@ -50,13 +51,13 @@ pub(crate) async fn validate(
         // The new side may no longer look like a record (a label removed): still read as one.
         (Operation::Update, Some((old, true)), Some((new, new_is_record))) => {
             let (old, new) = (admission.read_record(old).await, admission.read_record(new).await);
-            update(admission, &request, old, new, new_is_record)
+            update(admission, &request, old, new, new_is_record, deadline).await
         }
-        // An update that turns an object into a record (a label added), or a creation: Helm's
-        // business, logged.
+        // An update that turns an object into a record (a label added) makes a record as a
+        // creation does: judged as one.
         (Operation::Update | Operation::Create, _, Some((record, true))) => {
             let record = admission.read_record(record).await;
-            create(admission, &request, record)
+            create(admission, &request, record, deadline).await
         }
         _ => (About::default(), not_a_record()),
     };
@@ -196,12 +197,43 @@ fn status_text(status: Option<Status>) -> &'static str {
     status.map_or("undecodable", Status::as_str)
 }
 
-fn update(
+/// Decides `rule` on the rest of the release as the index holds it (without `object`). On a live
+/// guard a verdict that `rests` on that history is decided again once the index is shown current
+/// (a fence round or a listing, then the payloads: [`Freshness`], as for a DELETE); an approval
+/// that cannot be shown current is refused, "retry", and a refusal stands.
+async fn on_history(
+    admission: &Admission,
+    record: &DecodedRecord,
+    deadline: Instant,
+    rests: impl Fn(&Verdict) -> bool,
+    rule: impl Fn(&History) -> Verdict,
+) -> Verdict {
+    let (key, object) = (&record.record.id.key, record.record.object_name.as_str());
+    let decide = || admission.index().decide(key, Some(object), |others| (rule(&History::new(others)), None));
+    let first = decide();
+    let Some(freshness) = admission.freshness.as_ref().filter(|_| rests(&first)) else { return first };
+    let confirmed = freshness.confirm(key, Some(object), deadline).await;
+    let verdict = decide();
+    if confirmed || !verdict.allowed {
+        return verdict;
+    }
+    Verdict::deny(
+        Reason::UnreadHistory,
+        format!(
+            "helm-guard: could not list the records of release {}/{} within the decision deadline, so it cannot \
+             show that this write of {object} is one of Helm's; retry in a moment",
+            key.namespace, key.release
+        ),
+    )
+}
+
+async fn update(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
     old: DecodedRecord,
     new: DecodedRecord,
     new_is_record: bool,
+    deadline: Instant,
 ) -> (About, Decided) {
     let about = about_record(&new, format!("{} -> {}", status_text(old.status()), status_text(new.status())));
     fn side(r: &DecodedRecord) -> RecordSide<'_> {
@@ -218,16 +250,24 @@ fn update(
         }
     }
     let glass = break_glass_reason(&new.record.annotations);
-    let facts = UpdateFacts {
-        namespace: &old.record.id.key.namespace,
-        object_name: &old.record.object_name,
-        old: side(&old),
-        new: side(&new),
-        requester: requester(request),
-        break_glass: glass.as_deref(),
+    let policy = &admission.settings().policy;
+    let statuses = old.status().zip(new.status());
+    let rests = statuses.is_some_and(|(from, to)| rests_on_history(from, to));
+    let rule = |others: &History| {
+        let facts = UpdateFacts {
+            namespace: &old.record.id.key.namespace,
+            object_name: &old.record.object_name,
+            revision: old.record.id.revision,
+            others,
+            old: side(&old),
+            new: side(&new),
+            requester: requester(request),
+            break_glass: glass.as_deref(),
+        };
+        decide_update(&facts, policy)
     };
     let (_, mode) = admission.namespace(&old.record.id.key.namespace);
-    let verdict = decide_update(&facts, &admission.settings().policy);
+    let verdict = on_history(admission, &old, deadline, |_| rests, rule).await;
     let outcome = apply_mode(&verdict, mode);
     if outcome.allowed && !request.dry_run {
         let object = new.record.object_name.clone();
@@ -244,25 +284,44 @@ fn update(
     (about, Decided { verdict, outcome, agree: false, recycled: None })
 }
 
-fn create(
+async fn create(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
     record: DecodedRecord,
+    deadline: Instant,
 ) -> (About, Decided) {
     let about = about_record(&record, format!("(new) -> {}", status_text(record.status())));
-    let verdict = match &record.payload {
-        Ok(_) => Verdict::allow(Reason::HelmCreate),
-        Err(error) => Verdict::warn(
-            Reason::HelmCreate,
-            format!(
-                "helm-guard: the payload of {} does not decode ({error}); Helm will ignore this record",
-                record.record.describe()
-            ),
-        ),
+    let payload = record.payload.as_ref().ok().map(|p| (p.version, p.info.status));
+    let labels = &record.record.labels;
+    let as_helm_writes_it = record.record.identity_agrees
+        && payload.is_some_and(|(revision, status)| {
+            labels.get(LABEL_VERSION).is_some_and(|v| *v == revision.to_string())
+                && record.record.status_label() == Some(status)
+        });
+    let restored_from = record.record.annotations.get(RESTORED_FROM_ANNOTATION).filter(|v| !v.is_empty());
+    let key = &record.record.id.key;
+    let rule = |others: &History| {
+        let facts = CreateFacts {
+            namespace: &key.namespace,
+            release: &key.release,
+            object_name: &record.record.object_name,
+            payload,
+            as_helm_writes_it,
+            others,
+            requester: requester(request),
+            restored_from: restored_from.map(String::as_str),
+        };
+        decide_create(&facts, &admission.settings().policy)
     };
-    if !request.dry_run {
+    let rests = |verdict: &Verdict| {
+        payload.is_some() && (verdict.reason.rests_on_history() || verdict.reason == Reason::UnreadHistory)
+    };
+    let verdict = on_history(admission, &record, deadline, rests, rule).await;
+    let (_, mode) = admission.namespace(&key.namespace);
+    let outcome = apply_mode(&verdict, mode);
+    if outcome.allowed && !request.dry_run {
         let change = IndexChange::Upsert { object: record.record.object_name.clone(), facts: record.facts() };
         admission.index().apply(&record.record.id.key, change);
     }
-    (about, allowed(verdict))
+    (about, Decided { verdict, outcome, agree: false, recycled: None })
 }

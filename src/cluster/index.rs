@@ -112,6 +112,9 @@ struct Entry {
     resource_version: Option<Box<str>>,
     /// Set when the guard approved this object's deletion and the watch has not confirmed it.
     hidden_until: Option<Instant>,
+    /// Whether the guard has seen this object `deployed`: the release's last good revision is
+    /// the newest such record, whatever it was moved to since (POLICY.md, "The recycle bin").
+    deployed_once: bool,
 }
 
 impl Entry {
@@ -121,6 +124,7 @@ impl Entry {
             uid: uid.map(Into::into),
             resource_version: resource_version.map(Into::into),
             hidden_until: None,
+            deployed_once: facts.status() == Some(crate::release::Status::Deployed),
         }
     }
 
@@ -131,6 +135,7 @@ impl Entry {
         if let Some(before) = before.filter(|before| before.is(self.uid.as_deref())) {
             self.facts = before.facts_after(self.facts, self.resource_version.as_deref());
             self.hidden_until = before.hidden_until;
+            self.deployed_once |= before.deployed_once;
             if self.uid.is_none() {
                 self.uid.clone_from(&before.uid);
             }
@@ -504,8 +509,10 @@ impl ReleaseIndex {
                     // A new object under the name, not yet seen by the watch: nothing of the
                     // old one's applies to it.
                     entry.hidden_until = None;
+                    entry.deployed_once = false;
                 }
                 entry.facts = read.facts;
+                entry.deployed_once |= read.facts.status() == Some(crate::release::Status::Deployed);
                 // Kept where unchanged (the usual case): 100,000 reads ahead would otherwise
                 // free and allocate two strings each, scattering the index over the heap.
                 if entry.resource_version.as_deref() != read.resource_version.as_deref() {
@@ -516,6 +523,19 @@ impl ReleaseIndex {
                 }
             }
         }
+    }
+
+    /// Whether `object` (of `uid`) is the record of `key` the guard last saw deployed (the newest
+    /// record it has seen `deployed`, among those stored): `None` when it has seen none of them
+    /// deployed (it started after the release lost its deployed revision).
+    pub(crate) fn is_last_deployed(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> Option<bool> {
+        let state = self.lock();
+        let records = state.releases.get(key)?;
+        let (name, entry) = records
+            .iter()
+            .filter(|(_, entry)| entry.deployed_once)
+            .max_by_key(|(_, entry)| entry.facts.revision)?;
+        Some(**name == *object && entry.is(uid))
     }
 
     /// Runs a verdict on a release's records (all but `except`, the object the request is about)
@@ -536,7 +556,9 @@ impl ReleaseIndex {
             (None, _) => {}
             (Some(IndexChange::Upsert { object, facts }), SourceKind::Snapshot) => {
                 let records = state.releases.entry(key.clone()).or_default();
-                records.insert(object.into(), Entry::new(facts, None, None));
+                let mut entry = Entry::new(facts, None, None);
+                entry.keep_from(records.get(object.as_str()));
+                records.insert(object.into(), entry);
             }
             // Live: only the watch writes records; a write that a later admission step refuses
             // must not leave a phantom revision behind.

@@ -22,6 +22,10 @@ pub struct DeleteFacts<'a> {
     pub requester: Requester<'a>,
     /// The break-glass reason on the record (D2).
     pub break_glass: Option<&'a str>,
+    /// Whether the record is the one the guard last saw deployed in the release (its last good
+    /// revision, whatever it was moved to since); `None` when the guard saw none of the
+    /// release's records deployed. Only which deletions keep a copy reads it.
+    pub last_deployed: Option<bool>,
 }
 
 /// Decides a deletion. `others`: the release as Helm sees it now, without the record being
@@ -52,7 +56,51 @@ pub(crate) fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &Pol
         return true;
     }
     let rules = decide_delete_rules(facts, others, config, Overrides::Ignore);
-    !(rules.allowed && rules.reason.is_helm_deletion())
+    !(rules.allowed && rules.reason.is_helm_deletion()) || takes_last_good(facts, others, rules.reason)
+}
+
+/// Whether an approval of Helm's own flows (history pruning, an uninstall's purge) takes the
+/// release's last good revision while no other record is deployed: the record deleted is
+/// deployed, or it is the one the guard last saw deployed. Helm makes these deletions (its
+/// pruning with nothing deployed takes the oldest first; its uninstall purges everything below
+/// the marked latest, which is normally itself the last one deployed), and so does the second
+/// step of a break in two (a downgrade or a forged latest, then the deletion): they keep a copy
+/// (POLICY.md, "The recycle bin"). Helm's own flows never wait on it ([`copy_is_best_effort`]).
+///
+/// A guard that never saw the release deployed (started after it lost its deployed revision)
+/// takes the record as the last good one unless it is pending, or a newer record shows it ran
+/// (`superseded`, `uninstalling`, `uninstalled`; not an uninstall-marked latest, which may be a
+/// revision that never ran, marked).
+pub(crate) fn takes_last_good(facts: &DeleteFacts<'_>, others: &History, reason: Reason) -> bool {
+    if !matches!(reason, Reason::HistoryPruning | Reason::UninstallPurge)
+        || others.deployed().next().is_some()
+    {
+        return false;
+    }
+    if facts.status == Some(Status::Deployed) {
+        return true;
+    }
+    if let Some(last) = facts.last_deployed {
+        return last;
+    }
+    let may_have_run = |s: Status| !s.is_pending() && s != Status::Unknown;
+    let ran = |s: Status| s == Status::Superseded || s.is_uninstall();
+    let latest = others.latest();
+    let newer_that_ran = others
+        .revisions()
+        .iter()
+        .any(|&(r, s)| r > facts.revision && ran(s) && !(latest == Some((r, s)) && s.is_uninstall()));
+    facts.status.is_some_and(may_have_run) && !newer_that_ran
+}
+
+/// Whether a copy may be skipped when the bin cannot store it: the copies of Helm's own
+/// deletions ([`takes_last_good`]) are a safety net, and an uninstall that stopped half-purged
+/// because the bin was full is the breakage the guard exists to prevent.
+pub(crate) fn copy_is_best_effort(facts: &DeleteFacts<'_>, others: &History, config: &PolicyConfig) -> bool {
+    let rules = decide_delete_rules(facts, others, config, Overrides::Ignore);
+    rules.allowed
+        && rules.reason.is_helm_deletion()
+        && !(facts.break_glass.is_some() && break_glass_counts(facts, config))
 }
 
 /// Whether an approval of `reason` must first be agreed with the other replicas (POLICY.md,
@@ -64,12 +112,14 @@ pub(crate) fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &Pol
 /// holds without it, and its own holds whatever else goes. That is Helm's history pruning
 /// (`removeLeastRecent` keeps the last deployed), which then costs no claim.
 pub(crate) fn needs_agreement(facts: &DeleteFacts<'_>, others: &History, reason: Reason) -> bool {
+    let shares_latest = others.latest().is_none_or(|(latest, _)| latest <= facts.revision);
     match reason {
         Reason::StuckRevisionRecovery => true,
-        Reason::HistoryPruning => {
-            facts.status == Some(Status::Deployed)
-                || others.latest().is_none_or(|(latest, _)| latest <= facts.revision)
-        }
+        Reason::HistoryPruning => facts.status == Some(Status::Deployed) || shares_latest,
+        // D4a of a deployed record, and D6 of a latest with a deployed record left below it
+        // (`--history-max` pruning): together they take both.
+        Reason::UninstallPurge => facts.status == Some(Status::Deployed) || shares_latest,
+        Reason::Uninstall => others.latest().is_some(),
         _ => false,
     }
 }
@@ -154,8 +204,23 @@ fn decide_delete_rules(
         // D5
         return Verdict::allow(Reason::HistoryPruning);
     }
-    // D6
+    // D6: Helm's purge deletes the marked latest last (`uninstall.go` `purgeReleases`, the
+    // history sorted by revision). Deleting it first would leave the older records as a release
+    // Helm no longer sees as being uninstalled, with nothing deployed. (Helm's `--history-max`
+    // pruning deletes it before a deployed revision it keeps: that leaves the deployed one.)
     if status.is_uninstall() {
+        if let Some((below, below_status)) = others.latest().filter(|_| others.deployed().next().is_none()) {
+            return Verdict::deny(
+                Reason::UninstallOrder,
+                format!(
+                    "helm-guard: revision {revision} ({status}) of {namespace}/{release} is deleted while older records \
+                     remain; Helm's uninstall deletes the `{status}` latest last. Deleting it now would make revision \
+                     {below} ({below_status}) the latest. Instead: `helm uninstall {release} -n {namespace}` finishes the \
+                     uninstall, or annotate the record with {}=<reason> to force the deletion",
+                    super::BREAK_GLASS_ANNOTATION
+                ),
+            );
+        }
         return Verdict::allow(Reason::Uninstall);
     }
     let remaining = others;
@@ -163,9 +228,12 @@ fn decide_delete_rules(
     let rollback_target = remaining.deployed().last().or_else(|| remaining.latest().map(|(r, _)| r));
     let fix = remedies(namespace, release, rollback_target, "to go back");
     let previous = remaining.latest().map(|(_, s)| s);
-    // D7
-    if (status.is_pending() || status == Status::Failed) && matches!(previous, None | Some(Status::Deployed))
-    {
+    // D7: a stuck operation's revision above a deployed one, or alone (an install that never
+    // finished). A `failed` latest alone is not an operation under way: it was an install that
+    // failed (`helm uninstall` removes it) or a revision once deployed and downgraded, and
+    // deleting it forgets the release while its resources stay (D9).
+    let stuck = status.is_pending() && matches!(previous, None | Some(Status::Deployed));
+    if stuck || (status == Status::Failed && previous == Some(Status::Deployed)) {
         return Verdict::warn(
             Reason::StuckRevisionRecovery,
             format!("helm-guard: deleting revision {revision} ({status}) of {namespace}/{release}; {after}"),
@@ -262,6 +330,7 @@ mod tests {
             namespace_terminating: false,
             requester: ADMIN,
             break_glass: None,
+            last_deployed: None,
         }
     }
 
@@ -311,7 +380,7 @@ mod tests {
     /// One row per rule of POLICY.md, in its order.
     #[test]
     fn the_rules_of_policy_md() {
-        let table: [Row; 15] = [
+        let table: [Row; 18] = [
             ("D3 undecodable", 3, None, &[(2, Superseded), (3, Deployed)], true, Reason::UndecodableRecord),
             (
                 "D4 only deployed, not latest",
@@ -362,12 +431,20 @@ mod tests {
                 Reason::HistoryPruning,
             ),
             (
-                "D6 uninstalling",
+                "D6 uninstalling, the last record",
                 2,
                 Some(Uninstalling),
-                &[(1, Superseded), (2, Uninstalling)],
+                &[(2, Uninstalling)],
                 true,
                 Reason::Uninstall,
+            ),
+            (
+                "D6 uninstalling, older records left (issue 57, chain 1)",
+                3,
+                Some(Uninstalling),
+                &[(1, Superseded), (2, Superseded), (3, Uninstalling)],
+                false,
+                Reason::UninstallOrder,
             ),
             ("D6 uninstalled", 1, Some(Uninstalled), &[(1, Uninstalled)], true, Reason::Uninstall),
             (
@@ -379,12 +456,28 @@ mod tests {
                 Reason::StuckRevisionRecovery,
             ),
             (
-                "D7 failed with nothing before",
+                "D7 pending-install with nothing before",
+                1,
+                Some(PendingInstall),
+                &[(1, PendingInstall)],
+                true,
+                Reason::StuckRevisionRecovery,
+            ),
+            (
+                "D7 failed over deployed",
+                2,
+                Some(Failed),
+                &[(1, Deployed), (2, Failed)],
+                true,
+                Reason::StuckRevisionRecovery,
+            ),
+            (
+                "D9 failed with nothing before (issue 57, chain 3)",
                 1,
                 Some(Failed),
                 &[(1, Failed)],
-                true,
-                Reason::StuckRevisionRecovery,
+                false,
+                Reason::WouldOrphanRelease,
             ),
             (
                 "D8 latest deployed",
@@ -444,9 +537,13 @@ mod tests {
         assert!(needs(3, Superseded, &[(1, Deployed), (3, Superseded), (3, Failed)]));
         // D7 changes the latest.
         assert!(needs(2, PendingUpgrade, &[(1, Deployed), (2, PendingUpgrade)]));
-        // Uninstalls hold whatever else goes.
-        assert!(!needs(3, Deployed, &[(3, Deployed), (4, Uninstalling)]));
-        assert!(!needs(2, Uninstalling, &[(1, Superseded), (2, Uninstalling)]));
+        // The purge of a deployed revision, and the marked latest deleted before a deployed one
+        // (`--history-max` pruning): together they would take both.
+        assert!(needs(3, Deployed, &[(3, Deployed), (4, Uninstalling)]));
+        assert!(needs(4, Uninstalling, &[(3, Deployed), (4, Uninstalling)]));
+        // The rest of an uninstall holds whatever else goes.
+        assert!(!needs(1, Superseded, &[(1, Superseded), (2, Uninstalling)]));
+        assert!(!needs(2, Uninstalling, &[(2, Uninstalling)]));
     }
 
     /// Two approvals decided at once on the same history, neither seeing the other (what two
@@ -697,6 +794,32 @@ mod tests {
         assert!(!keeps_copy(&teardown, &history(&[(2, Superseded)]), &config));
         teardown.break_glass = Some("INC-1");
         assert!(!keeps_copy(&teardown, &history(&[(2, Superseded)]), &config), "teardown goes first");
+        // Helm's own deletions that take the last revision that ran keep one: pruning while
+        // nothing is deployed (the second step of a downgrade, then a deletion), the purge of a
+        // deployed revision; pruning beside a deployed revision, and a purge of what was
+        // superseded, keep none.
+        let plain = PolicyConfig::default();
+        assert!(keeps_copy(&facts(2, Some(Superseded)), &history(&[(1, Superseded), (3, Failed)]), &plain));
+        assert!(keeps_copy(&facts(2, Some(Failed)), &history(&[(3, Failed)]), &plain));
+        assert!(!keeps_copy(&facts(1, Some(Superseded)), &history(&[(2, Deployed), (3, Failed)]), &plain));
+        assert!(keeps_copy(&facts(1, Some(Deployed)), &history(&[(2, Uninstalling)]), &plain));
+        // The purge of an uninstall: the guard saw the marked latest deployed, so what is below
+        // it keeps none; one that saw none of them deployed keeps the newest that ran below it.
+        let purged = DeleteFacts { last_deployed: Some(false), ..facts(1, Some(Superseded)) };
+        assert!(!keeps_copy(&purged, &history(&[(2, Uninstalling)]), &plain));
+        assert!(keeps_copy(
+            &facts(2, Some(Superseded)),
+            &history(&[(1, Superseded), (3, Uninstalling)]),
+            &plain
+        ));
+        assert!(!keeps_copy(
+            &facts(1, Some(Superseded)),
+            &history(&[(2, Superseded), (3, Uninstalling)]),
+            &plain
+        ));
+        // The revision the guard last saw deployed, downgraded below a forged latest.
+        let downgraded = DeleteFacts { last_deployed: Some(true), ..facts(2, Some(Failed)) };
+        assert!(keeps_copy(&downgraded, &history(&[(1, Superseded), (3, PendingRollback)]), &plain));
         // An annotation that does not count (--break-glass-group) keeps nothing of Helm's pruning.
         let responders = PolicyConfig { break_glass_groups: vec!["sre".into()], ..PolicyConfig::default() };
         let mut pruned = facts(1, Some(Superseded));
@@ -750,7 +873,12 @@ mod tests {
                 assert!(verdict.allowed, "seed {seed}: v{revision} {status} of {records:?}: {verdict:?}");
                 let rules = decide_delete(&DeleteFacts { requester: person, ..deletion }, &rest, &config);
                 let kept = keeps_copy(&deletion, &rest, &config);
-                assert_eq!(kept, !rules.allowed, "seed {seed}: a copy exactly where the rules refuse");
+                let last_good = takes_last_good(&deletion, &rest, rules.reason);
+                assert_eq!(
+                    kept,
+                    !rules.allowed || last_good,
+                    "seed {seed}: a copy exactly where the rules refuse, or take the last good revision"
+                );
                 if rules.allowed {
                     assert_eq!(verdict, rules, "seed {seed}: an approval of the rules stays theirs");
                 } else {

@@ -7,6 +7,7 @@
 //! - [`mode`]: enforce/warn/audit, applied to a verdict.
 
 pub(crate) mod config;
+pub(crate) mod create;
 pub(crate) mod delete;
 pub mod klipper;
 pub(crate) mod mode;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::config::{PolicyConfig, Requester};
 use super::verdict::{Reason, Verdict};
-use crate::release::Status;
 use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSION};
+use crate::release::{History, Status};
 
 /// The label every Helm update of a record sets to the time (`secrets.go`/`cfgmaps.go` `Update`).
 pub(crate) const LABEL_MODIFIED_AT: &str = "modifiedAt";
@@ -44,6 +44,10 @@ pub(crate) struct UpdateFacts<'a> {
     pub namespace: &'a str,
     /// The record's object name.
     pub object_name: &'a str,
+    /// The record's revision.
+    pub revision: u32,
+    /// The rest of the release as Helm sees it, without this record (U6b).
+    pub others: &'a History,
     /// The object as stored.
     pub old: RecordSide<'a>,
     /// The object as it would be stored.
@@ -223,6 +227,10 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
             ),
         );
     }
+    // U6b: where in the history Helm makes this change.
+    if let Some(refusal) = history_transition(facts, before.status, after.status, &object) {
+        return refusal;
+    }
     // U7: the `status` label follows the payload, as Helm writes them together.
     let (label_before, label_after) = (old.labels.get(LABEL_STATUS), new.labels.get(LABEL_STATUS));
     let changed = before.status != after.status || label_before != label_after;
@@ -240,6 +248,80 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
     }
     // U8
     Verdict::allow(Reason::HelmUpdate)
+}
+
+/// Whether U6b reads the rest of the history for a change from `from` to `to`: a live guard
+/// confirms such a verdict against what is stored, as it does a DELETE's.
+pub(crate) fn rests_on_history(from: Status, to: Status) -> bool {
+    from != to
+        && (matches!(to, Status::Superseded | Status::Uninstalling)
+            || (to == Status::Failed && !from.is_pending()))
+}
+
+/// U6b: a status change that takes a release's deployed state (or its latest) away is made by
+/// Helm only at one place in the history, so an edit elsewhere is one step of a break in two
+/// (edit, then delete what the rules now let go):
+/// - `uninstalling` marks the latest only (`uninstall.go`: `rels[len(rels)-1]`), and so does
+///   `failed` from a status that is not pending (the recovery tools unlock the latest);
+/// - `superseded` is written to the latest (helm-mapkubeapis' first step, `install --replace`'s
+///   `replaceRelease`), below an operation under way (a `pending-*` record above it: an upgrade
+///   or rollback supersedes what it replaces once its own revision is stored; an `uninstalling`
+///   or `uninstalled` one: Helm 4's `uninstall --keep-history`), or to a `deployed` record
+///   while another stays deployed (a rollback supersedes every deployed one; `helm-guard repair`
+///   the extra ones).
+fn history_transition(facts: &UpdateFacts<'_>, from: Status, to: Status, object: &str) -> Option<Verdict> {
+    if !rests_on_history(from, to) {
+        return None;
+    }
+    let (revision, others) = (facts.revision, facts.others);
+    if let Some(unread) = others.unread().first() {
+        return Some(Verdict::deny(
+            Reason::UnreadHistory,
+            format!(
+                "helm-guard: could not read revision {unread} of the release of {object} within the decision deadline, \
+                 so it cannot show that this update is one of Helm's; retry in a moment"
+            ),
+        ));
+    }
+    let latest = others.latest().is_none_or(|(top, _)| top < revision);
+    let allowed = match to {
+        // T4 marks the latest; T5's recovery tools (set-status, Flux's unlock, klipper-helm's
+        // reset, `repair`) mark the latest failed.
+        Status::Uninstalling | Status::Failed => latest,
+        _ => {
+            latest
+                || others.above(revision).any(|s| s.is_pending() || s.is_uninstall())
+                || (from == Status::Deployed && others.deployed().next().is_some())
+        }
+    };
+    if allowed {
+        return None;
+    }
+    let shown = others.revisions().iter().map(|(r, s)| format!("v{r} {s}")).collect::<Vec<_>>().join(", ");
+    let (what, where_helm) = match to {
+        Status::Uninstalling => (
+            "marks it `uninstalling` while it is not the latest revision",
+            "`helm uninstall` marks only the latest revision",
+        ),
+        Status::Failed => (
+            "marks it `failed` while it is not the latest revision",
+            "the recovery tools (`helm set-status`, Flux's unlock, klipper-helm's reset, `helm-guard repair`) \
+             mark only the latest revision",
+        ),
+        _ => (
+            "supersedes it with no operation above it and no other revision deployed",
+            "Helm supersedes a revision only when it is the latest, below a `pending-*` revision of an upgrade or \
+             rollback under way, or below an uninstall, or while another revision stays deployed",
+        ),
+    };
+    Some(Verdict::deny(
+        Reason::HistoryTransition,
+        format!(
+            "helm-guard: this update of {object} (revision {revision}, `{from}`) {what}; {where_helm}. The rest of \
+             the release is [{shown}]: the edit would take away what keeps the release whole, so that a deletion the \
+             rules now refuse would pass. To change a release use `helm upgrade`, `helm rollback` or `helm uninstall`"
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -268,6 +350,8 @@ mod tests {
         let facts = UpdateFacts {
             namespace: "demo",
             object_name: "sh.helm.release.v1.web.v3",
+            revision: 3,
+            others: &History::default(),
             old,
             new,
             requester: Requester { username: "admin", groups: &[] },
@@ -506,6 +590,8 @@ mod tests {
             let facts = UpdateFacts {
                 namespace: "demo",
                 object_name: "sh.helm.release.v1.web.v3",
+                revision: 3,
+                others: &History::default(),
                 old,
                 new,
                 requester,
@@ -567,6 +653,165 @@ mod tests {
         }
     }
 
+    /// U6b, row by row: each change that takes a release's deployed state or its latest away is
+    /// allowed where Helm (or helm-mapkubeapis, or `repair`) makes it, and refused elsewhere: the
+    /// first step of each two-step break of issue 57 is one of the refused rows.
+    #[test]
+    fn u6b_the_history_says_where_helm_makes_each_change() {
+        use Status::*;
+        let history = |records: &[(u32, Status)]| {
+            let facts: Vec<crate::release::RevisionFacts> = records
+                .iter()
+                .map(|&(revision, status)| crate::release::RevisionFacts {
+                    revision,
+                    payload: crate::release::PayloadStatus::Decoded(status),
+                    label: Some(status),
+                    stored_at: None,
+                })
+                .collect();
+            History::new(&facts)
+        };
+        // (row, the rest of the release, this revision, from, to, allowed)
+        type Row = (&'static str, &'static [(u32, Status)], u32, Status, Status, bool);
+        let table: &[Row] = &[
+            (
+                "upgrade supersedes the deployed below its pending revision",
+                &[(1, Superseded), (3, PendingUpgrade)],
+                2,
+                Deployed,
+                Superseded,
+                true,
+            ),
+            (
+                "rollback supersedes below its pending revision",
+                &[(3, PendingRollback)],
+                2,
+                Deployed,
+                Superseded,
+                true,
+            ),
+            (
+                "a failed rollback supersedes the latest it left",
+                &[(1, Deployed), (3, PendingRollback)],
+                2,
+                Failed,
+                Superseded,
+                true,
+            ),
+            (
+                "Helm 4 uninstall --keep-history supersedes below the uninstalled latest",
+                &[(3, Uninstalled)],
+                2,
+                Deployed,
+                Superseded,
+                true,
+            ),
+            ("mapkubeapis supersedes the latest", &[(1, Superseded)], 2, Deployed, Superseded, true),
+            (
+                "install --replace supersedes the uninstalled latest",
+                &[(1, Superseded)],
+                2,
+                Uninstalled,
+                Superseded,
+                true,
+            ),
+            ("repair supersedes an extra deployed revision", &[(3, Deployed)], 2, Deployed, Superseded, true),
+            (
+                "the only deployed under a failed latest, superseded (issue 57, chain 2)",
+                &[(1, Superseded), (3, Failed)],
+                2,
+                Deployed,
+                Superseded,
+                false,
+            ),
+            (
+                "the only deployed under a superseded latest",
+                &[(3, Superseded)],
+                2,
+                Deployed,
+                Superseded,
+                false,
+            ),
+            (
+                "an uninstalling record put back below the latest",
+                &[(3, Failed)],
+                2,
+                Uninstalling,
+                Superseded,
+                false,
+            ),
+            ("uninstall marks the latest", &[(1, Superseded)], 2, Deployed, Uninstalling, true),
+            ("uninstall marks the failed latest", &[(1, Deployed)], 2, Failed, Uninstalling, true),
+            (
+                "the deployed revision below a failed latest marked uninstalling",
+                &[(3, Failed)],
+                2,
+                Deployed,
+                Uninstalling,
+                false,
+            ),
+            (
+                "a record sharing the latest's revision is not the latest",
+                &[(2, Failed)],
+                2,
+                Deployed,
+                Uninstalling,
+                false,
+            ),
+            ("completing an upgrade needs no history", &[(1, Superseded)], 2, PendingUpgrade, Deployed, true),
+            (
+                "set-status marks the superseded latest failed",
+                &[(1, Superseded)],
+                2,
+                Superseded,
+                Failed,
+                true,
+            ),
+            (
+                "a superseded revision below the latest marked failed",
+                &[(3, Failed)],
+                2,
+                Superseded,
+                Failed,
+                false,
+            ),
+            (
+                "an uninstalling revision below a rollback marked failed",
+                &[(3, PendingRollback)],
+                2,
+                Uninstalling,
+                Failed,
+                false,
+            ),
+            (
+                "a stuck pending revision marked failed anywhere",
+                &[(3, Failed)],
+                2,
+                PendingUpgrade,
+                Failed,
+                true,
+            ),
+        ];
+        let labels_of = |status: Status| labels(status.as_str());
+        for &(row, rest, revision, from, to, allowed) in table {
+            let others = history(rest);
+            let (old_labels, new_labels) = (labels_of(from), labels_of(to));
+            let facts = UpdateFacts {
+                namespace: "demo",
+                object_name: "sh.helm.release.v1.web.v2",
+                revision,
+                others: &others,
+                old: side(&old_labels, payload(from)),
+                new: side(&new_labels, payload(to)),
+                requester: Requester { username: "tenant", groups: &[] },
+                break_glass: None,
+            };
+            let verdict = decide_update(&facts, &PolicyConfig::default());
+            let expected = if allowed { Reason::HelmUpdate } else { Reason::HistoryTransition };
+            assert_eq!((verdict.allowed, verdict.reason), (allowed, expected), "{row}: {verdict:?}");
+        }
+    }
+
     #[test]
     fn u1_break_glass_wins() {
         let deployed = labels("deployed");
@@ -575,6 +820,8 @@ mod tests {
         let facts = UpdateFacts {
             namespace: "demo",
             object_name: "sh.helm.release.v1.web.v3",
+            revision: 3,
+            others: &History::default(),
             old: side(&deployed, payload(Status::Deployed)),
             new: side(&no_owner, payload(Status::Deployed)),
             requester: Requester { username: "admin", groups: &[] },

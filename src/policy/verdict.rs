@@ -53,7 +53,7 @@ pub enum Reason {
     StatusLabelMismatch,
     /// U4: a readable payload replaced by an unreadable one.
     PayloadCorruption,
-    /// A DELETE whose verdict needs records the guard could not read within its deadline.
+    /// D3b, C4, U6b: a verdict that needs records the guard could not read within its deadline.
     UnreadHistory,
     /// An UPDATE that changes what Helm never changes in a written revision.
     PayloadContentChange,
@@ -68,9 +68,23 @@ pub enum Reason {
     /// A DELETE that keeps a copy in the recycle bin first, refused because the copy could not
     /// be written within the decision deadline.
     RecycleBinUnavailable,
+    /// U6b: a status change Helm makes only at another place in the history (a revision
+    /// superseded with no operation above it, a revision other than the latest marked
+    /// `uninstalling`).
+    HistoryTransition,
+    /// D6b: the `uninstalling` latest deleted while older records remain and none is deployed
+    /// (Helm's purge deletes it last).
+    UninstallOrder,
+    /// C3, C5, C6: a CREATE of a record Helm would not create (not its object name and labels, a
+    /// revision not above the rest, or a status Helm never stores a new revision in over that
+    /// latest).
+    ImplausibleRecord,
+    /// C1: a CREATE by `helm-guard restore` (its `helm-guard.io/restored-from` annotation,
+    /// counting as the break-glass annotation does).
+    Restore,
     /// U8: Helm's own update.
     HelmUpdate,
-    /// A CREATE of a record: Helm's business, logged.
+    /// C2, C7: a CREATE Helm makes (or of a record Helm cannot read, with a warning).
     HelmCreate,
     /// The object is not a Helm release record.
     NotAReleaseRecord,
@@ -111,10 +125,10 @@ impl Reason {
         )
     }
 
-    /// A DELETE verdict read off the rest of the release's history (D4, D4a, D5, D7, D8, D9):
-    /// one record the guard has not seen yet, or one gone that it has not seen go, can turn it.
-    /// The teardown, break-glass, exempt, undecodable and D6 verdicts hold whatever else is
-    /// stored.
+    /// A verdict read off the rest of the release's history (D4–D9; U6b; a CREATE's C4–C6, and
+    /// the approval they give): one record the guard has not seen yet, or one gone that it has
+    /// not seen go, can turn it. The teardown, break-glass, exempt and undecodable verdicts hold
+    /// whatever else is stored.
     pub(crate) fn rests_on_history(self) -> bool {
         matches!(
             self,
@@ -124,6 +138,11 @@ impl Reason {
                 | Reason::StuckRevisionRecovery
                 | Reason::LatestDeployedRevision
                 | Reason::WouldOrphanRelease
+                | Reason::Uninstall
+                | Reason::UninstallOrder
+                | Reason::HistoryTransition
+                | Reason::ImplausibleRecord
+                | Reason::HelmCreate
         )
     }
 }

@@ -473,11 +473,15 @@ impl RecycledCopy {
 
     /// The record as it was, to be created again: name, namespace, labels, type and data as
     /// they were; its annotations but the break-glass one (which would let the next deletion
-    /// through unasked).
+    /// through unasked), and `helm-guard.io/restored-from` naming the copy, by which the guard
+    /// lets a revision Helm would not create now (an old one, a deployed one) be created again
+    /// (POLICY.md, C1).
     pub(crate) fn original(&self) -> Result<serde_json::Value, RestoreError> {
         use serde_json::{Map, Value};
         let mut annotations = self.object.annotations.clone();
         annotations.remove(crate::policy::BREAK_GLASS_ANNOTATION);
+        annotations
+            .insert(crate::policy::create::RESTORED_FROM_ANNOTATION.to_owned(), self.entry.name.clone());
         let mut metadata = Map::new();
         metadata.insert("name".into(), self.object.name.clone().into());
         metadata.insert("namespace".into(), self.object.namespace.clone().into());
@@ -620,7 +624,12 @@ mod tests {
                 (record.labels.clone(), record.secret_type.clone(), record.object_name.clone())
             );
             assert_eq!(original["kind"], driver.kind());
-            assert!(back.annotations.is_empty(), "the break-glass annotation is not restored");
+            assert_eq!(
+                back.annotations.keys().collect::<Vec<_>>(),
+                ["helm-guard.io/restored-from"],
+                "the break-glass annotation is not restored; the copy it came from is named"
+            );
+            assert_eq!(back.annotations["helm-guard.io/restored-from"], copy.entry.name);
         }
     }
 

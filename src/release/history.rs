@@ -102,6 +102,11 @@ impl History {
         })
     }
 
+    /// The statuses of the records above `revision`, ascending.
+    pub(crate) fn above(&self, revision: u32) -> impl Iterator<Item = Status> + '_ {
+        self.revisions.iter().filter(move |(r, _)| *r > revision).map(|(_, s)| *s)
+    }
+
     /// This history with one more record.
     pub(crate) fn with(&self, revision: u32, status: Status) -> History {
         let mut revisions = self.revisions.clone();

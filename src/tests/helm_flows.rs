@@ -27,6 +27,8 @@ use helm_guard::cluster::{
     DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind,
 };
 use helm_guard::policy::PolicyConfig;
+use helm_guard::recycle_bin::api::{BinError, RecycleBin};
+use helm_guard::recycle_bin::copy::Keeping;
 use helm_guard::release::{Driver, ReleaseKey, Status};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
@@ -35,7 +37,7 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "flows";
-const RELEASES: [&str; 3] = ["app", "web", "db"];
+pub(super) const RELEASES: [&str; 3] = ["app", "web", "db"];
 
 /// The API server's store: the records that exist now, by object name.
 #[derive(Debug, Default)]
@@ -118,10 +120,39 @@ struct Guard {
     watch: VecDeque<Pending>,
 }
 
+/// The recycle bin both replicas keep copies in: the uid of each record kept.
+#[derive(Debug, Default)]
+pub(super) struct KeptCopies(Mutex<Vec<String>>);
+
+impl KeptCopies {
+    /// Whether a copy of the record of `uid` was kept.
+    pub(super) fn holds(&self, uid: &str) -> bool {
+        self.0.lock().unwrap().iter().any(|kept| kept == uid)
+    }
+}
+
+impl RecycleBin for KeptCopies {
+    fn keep<'a>(
+        &'a self,
+        record: &'a helm_guard::release::Record,
+        _keeping: &'a Keeping<'a>,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<(), BinError>> {
+        self.0.lock().unwrap().push(record.uid.clone().unwrap_or_default());
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn namespace(&self) -> &str {
+        "helm-guard"
+    }
+}
+
 /// The cluster, two replicas, and the Helm client's model.
-struct World {
-    rng: fastrand::Rng,
+pub(super) struct World {
+    pub(super) rng: fastrand::Rng,
     store: Arc<Mutex<Store>>,
+    /// The replicas' recycle bin.
+    pub(super) bin: Arc<KeptCopies>,
     guards: Vec<Guard>,
     /// Helm 4 (supersedes deployed revisions on `uninstall --keep-history`) or Helm 3.
     helm4: bool,
@@ -133,7 +164,7 @@ struct World {
     log: Vec<String>,
     seed: u64,
     /// Who writes now: Helm as a person (`None`), or another writer of Helm's storage.
-    writer: Option<(&'static str, &'static [&'static str])>,
+    pub(super) writer: Option<(&'static str, &'static [&'static str])>,
 }
 
 /// How an upgrade ends once its pending revision is stored.
@@ -149,12 +180,13 @@ enum UpgradeEnds {
 }
 
 /// Why a Helm operation stopped: the guard refused one of its writes.
-type Refused = String;
+pub(super) type Refused = String;
 
 impl World {
-    fn new(seed: u64) -> World {
+    pub(super) fn new(seed: u64) -> World {
         let mut rng = fastrand::Rng::with_seed(seed);
         let store = Arc::new(Mutex::new(Store::default()));
+        let bin = Arc::new(KeptCopies::default());
         let leases = Arc::new(SharedLeases::new(0));
         let guards = ["a", "b"]
             .into_iter()
@@ -166,6 +198,7 @@ impl World {
                 let live = LiveParts {
                     fetcher: Some(Arc::new(StoreReader(store.clone())) as Arc<dyn PayloadFetcher>),
                     coordinator: Some(Arc::new(coordinator) as Arc<dyn DeleteCoordinator>),
+                    recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>),
                     ..LiveParts::default()
                 };
                 let settings = Settings::new(PolicyConfig::default());
@@ -193,6 +226,7 @@ impl World {
         World {
             rng,
             store,
+            bin,
             guards,
             helm4,
             bases,
@@ -203,7 +237,7 @@ impl World {
         }
     }
 
-    fn fail(&self, what: &str) -> ! {
+    pub(super) fn fail(&self, what: &str) -> ! {
         let tail = self.log.iter().rev().take(40).rev().cloned().collect::<Vec<_>>().join("\n");
         panic!(
             "seed {} (HELM_FLOWS_SEED={} cargo test --test in_process helm_flows::), {}: {what}\nlast steps:\n{tail}",
@@ -215,7 +249,7 @@ impl World {
 
     /// Delivers some of each replica's pending watch events, in a random order that keeps each
     /// object's own events in order.
-    fn deliver_some(&mut self) {
+    pub(super) fn deliver_some(&mut self) {
         for g in 0..self.guards.len() {
             let count = self.rng.usize(..=self.guards[g].watch.len());
             for _ in 0..count {
@@ -276,16 +310,16 @@ impl World {
         record
     }
 
-    fn stored(&self, name: &str) -> Value {
+    pub(super) fn stored(&self, name: &str) -> Value {
         self.store.lock().unwrap().objects[name].clone()
     }
 
-    fn history(&self, release: usize) -> Vec<(u32, Status, String)> {
+    pub(super) fn history(&self, release: usize) -> Vec<(u32, Status, String)> {
         self.store.lock().unwrap().history(RELEASES[release])
     }
 
     /// Helm's storage `Create`.
-    fn create(&mut self, release: usize, revision: u32, status: Status) -> Result<(), Refused> {
+    pub(super) fn create(&mut self, release: usize, revision: u32, status: Status) -> Result<(), Refused> {
         let mut object = self.record(release, revision, status);
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
         self.log.push(format!("  CREATE {name} {status}"));
@@ -304,7 +338,7 @@ impl World {
     }
 
     /// Helm's storage `Update`: the payload status and the `status` label together.
-    fn update(&mut self, name: &str, status: Status) -> Result<(), Refused> {
+    pub(super) fn update(&mut self, name: &str, status: Status) -> Result<(), Refused> {
         let old = self.stored(name);
         let revision: u32 = old["metadata"]["labels"]["version"].as_str().unwrap().parse().unwrap();
         let release = RELEASES.iter().position(|r| old["metadata"]["labels"]["name"] == *r).unwrap();
@@ -326,7 +360,7 @@ impl World {
     }
 
     /// A DELETE (Helm's or a hand's); whether it was allowed, and the reason.
-    fn delete(&mut self, name: &str) -> (bool, String, String) {
+    pub(super) fn delete(&mut self, name: &str) -> (bool, String, String) {
         let old = self.stored(name);
         let verdict = self.review(&delete_review(&old));
         self.log.push(format!(
@@ -354,7 +388,7 @@ impl World {
 /// `pkg/storage/storage.go` of Helm 3.17.3 and 4.1.4. A step Helm refuses before writing
 /// anything (its own preconditions) writes nothing.
 impl World {
-    fn latest(&self, release: usize) -> Option<(u32, Status, String)> {
+    pub(super) fn latest(&self, release: usize) -> Option<(u32, Status, String)> {
         self.history(release).last().cloned()
     }
 
@@ -498,7 +532,7 @@ impl World {
 
     /// Runs one step; a refusal of Helm's own write fails the test, a hand deletion is checked
     /// against the rules.
-    fn step(&mut self, op: &HelmOp) {
+    pub(super) fn step(&mut self, op: &HelmOp) {
         self.log.push(format!("{op:?}"));
         let outcome = match *op {
             HelmOp::Install { release, replace, fail } => self.install(release, replace, fail),

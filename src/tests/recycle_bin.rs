@@ -196,8 +196,11 @@ fn what_an_exemption_or_a_weaker_mode_lets_go_keeps_a_copy_and_helms_own_deletio
     let g = guard(&records, PolicyConfig::default(), MemoryBin::default(), false);
     assert_eq!(decide(&g, &delete_review(&records[0]))["allowed"], true, "pruning");
     assert_eq!(decide(&g, &delete_review(&records[1]))["allowed"], false, "refused");
-    let uninstalling = web(&[(1, "deployed"), (2, "uninstalling")]);
-    let g2 = guard(&uninstalling, PolicyConfig::default(), MemoryBin::default(), false);
+    // `helm uninstall` of a release the guard saw deployed: its latest marked, then purged.
+    let deployed = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+    let g2 = guard(&deployed, PolicyConfig::default(), MemoryBin::default(), false);
+    let uninstalling = web(&[(1, "superseded"), (2, "superseded"), (3, "uninstalling")]);
+    assert_eq!(decide(&g2, &update_review(&deployed[2], &uninstalling[2]))["allowed"], true, "marked");
     for record in &uninstalling {
         assert_eq!(decide(&g2, &delete_review(record))["allowed"], true, "uninstall");
     }

@@ -119,13 +119,17 @@ pub fn deletion_allowed(history: &[(u32, Status, String)], revision: u32) -> boo
     let others: Vec<(u32, Status)> =
         history.iter().filter(|(r, ..)| *r != revision).map(|(r, s, _)| (*r, *s)).collect();
     if latest_status.is_uninstall() {
-        return true; // D4a, D6: an uninstall
+        // D4a: the purge of an uninstall; D6: its marked latest goes last
+        // (or before a deployed revision, as `--history-max` pruning may)
+        return others.iter().any(|(r, s)| *r >= revision || *s == Status::Deployed) || others.is_empty();
     }
     if others.iter().any(|(r, _)| *r > revision) {
         // D4, D5: not the latest; the only deployed revision must stay
         return status != Status::Deployed || others.iter().any(|(_, s)| *s == Status::Deployed);
     }
-    // D7 allows a stuck or failed latest over a deployed one (or alone); D8, D9 refuse the rest
-    (status.is_pending() || status == Status::Failed)
-        && others.last().is_none_or(|(_, s)| *s == Status::Deployed)
+    // D7 allows a stuck latest over a deployed one (or alone), a failed one over a deployed
+    // one; D8, D9 refuse the rest
+    let previous = others.last().map(|(_, s)| *s);
+    (status.is_pending() && previous.is_none_or(|s| s == Status::Deployed))
+        || (status == Status::Failed && previous == Some(Status::Deployed))
 }

@@ -1,0 +1,227 @@
+//! The red team: a tenant with ordinary rights (create, update and delete of Secrets in its own
+//! namespace) who means it. Seeded, random sequences of its writes (records created at any
+//! revision in any status, any record's status moved anywhere, any record deleted, in any order)
+//! go to the same two replicas with lagging watches as Helm's flows do (`helm_flows`), from
+//! healthy releases of random shape that real Helm flows made. Each write is shaped as Helm
+//! shapes its own (payload and labels agree, Helm's object name): what tells them apart is only
+//! where in the release it is made.
+//!
+//! The promise, checked after every write the guard approves: no release is left without its
+//! last good revision. A release either has a `deployed` record, or still stores one of the
+//! records that were last deployed, or the guard kept a copy of one in its recycle bin; or it is
+//! gone as Helm's uninstall ends one (its `uninstalling` latest deleted last: at the records'
+//! level that is exactly Helm's uninstall, which the guard cannot tell from a tenant's; SECURITY.md
+//! says so). Beside it, `helm_flows` runs the same replicas through every flow of Helm and its
+//! other writers, all approved.
+//!
+//! A failure prints its seed: `RED_TEAM_SEED=<seed> cargo test --lib tests::red_team::`.
+
+use helm_guard::release::Status;
+use serde_json::Value;
+
+use super::helm_flows::{RELEASES, World};
+use crate::common::flows::HelmOp;
+
+/// The tenant: a person with the rights of its namespace, no break-glass, no exemption.
+const TENANT: (&str, &[&str]) = ("tenant", &["system:authenticated", "tenants"]);
+
+/// Every status a tenant may write.
+const STATUSES: [Status; 9] = [
+    Status::Unknown,
+    Status::Deployed,
+    Status::Uninstalled,
+    Status::Superseded,
+    Status::Failed,
+    Status::Uninstalling,
+    Status::PendingInstall,
+    Status::PendingUpgrade,
+    Status::PendingRollback,
+];
+
+/// What the promise is kept against, per release: the uids of the records last deployed, and
+/// whether the release went the way Helm's uninstall ends one.
+#[derive(Debug, Default, Clone)]
+struct Watched {
+    last_good: Vec<String>,
+    uninstalled: bool,
+}
+
+fn uid(object: &Value) -> String {
+    object["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Helm makes each release healthy, of a random shape: installed, upgraded a few times, some
+/// upgrades failed, some history pruned.
+fn healthy(world: &mut World) {
+    for release in 0..RELEASES.len() {
+        world.step(&HelmOp::Install { release, replace: false, fail: false });
+        for _ in 0..world.rng.usize(..6) {
+            let fail = world.rng.u8(..4) == 0;
+            let history_max = [None, Some(3), Some(10)][world.rng.usize(..3)];
+            world.step(&HelmOp::Upgrade { release, install: false, fail, atomic: false, history_max });
+        }
+    }
+}
+
+/// One write of the tenant's: what it did and whether the guard approved it.
+fn tenant_write(world: &mut World, release: usize) -> (String, bool, String) {
+    let history = world.history(release);
+    let pick = |world: &mut World| history.get(world.rng.usize(..history.len().max(1))).cloned();
+    match world.rng.u8(..3) {
+        0 => {
+            let latest = history.last().map_or(0, |(r, ..)| *r);
+            let revision = (latest + world.rng.u32(..4)).saturating_sub(1).max(1);
+            let status = STATUSES[world.rng.usize(..STATUSES.len())];
+            if history.iter().any(|(r, ..)| *r == revision) {
+                // The object exists: the API server refuses the creation (409) whatever the guard says.
+                return (format!("CREATE v{revision} (exists)"), false, String::new());
+            }
+            let outcome = world.create(release, revision, status);
+            (format!("CREATE v{revision} {status}"), outcome.is_ok(), String::new())
+        }
+        1 => {
+            let Some((revision, from, name)) = pick(world) else {
+                return ("nothing".into(), false, String::new());
+            };
+            let status = STATUSES[world.rng.usize(..STATUSES.len())];
+            let outcome = world.update(&name, status);
+            (format!("UPDATE v{revision} {from} -> {status}"), outcome.is_ok(), String::new())
+        }
+        _ => {
+            let Some((revision, status, name)) = pick(world) else {
+                return ("nothing".into(), false, String::new());
+            };
+            let (allowed, reason, _) = world.delete(&name);
+            (format!("DELETE v{revision} {status}"), allowed, reason)
+        }
+    }
+}
+
+/// Whether `release` keeps its promise, with what it last had deployed updated.
+fn keeps_promise(world: &World, release: usize, watched: &mut Watched) -> bool {
+    let history = world.history(release);
+    let objects: Vec<Value> = history.iter().map(|(.., name)| world.stored(name)).collect();
+    let deployed: Vec<String> = history
+        .iter()
+        .zip(&objects)
+        .filter(|((_, s, _), _)| *s == Status::Deployed)
+        .map(|(_, o)| uid(o))
+        .collect();
+    if !deployed.is_empty() {
+        *watched = Watched { last_good: deployed, uninstalled: false };
+        return true;
+    }
+    if history.is_empty() && watched.uninstalled {
+        watched.last_good.clear();
+        return true;
+    }
+    let stored = |u: &String| objects.iter().any(|o| uid(o) == *u);
+    watched.last_good.is_empty() || watched.last_good.iter().any(|u| stored(u) || world.bin.holds(u))
+}
+
+fn run(seed: u64, writes: usize) {
+    let mut world = World::new(seed);
+    healthy(&mut world);
+    let mut watched = vec![Watched::default(); RELEASES.len()];
+    for (release, watched) in watched.iter_mut().enumerate() {
+        assert!(
+            keeps_promise(&world, release, watched),
+            "seed {seed}: Helm left {} broken",
+            RELEASES[release]
+        );
+    }
+    let mut log = Vec::new();
+    for _ in 0..writes {
+        let release = world.rng.usize(..RELEASES.len());
+        let before: Vec<String> =
+            world.history(release).iter().map(|(r, s, _)| format!("v{r} {s}")).collect();
+        world.writer = Some(TENANT);
+        let (write, approved, reason) = tenant_write(&mut world, release);
+        world.writer = None;
+        log.push(format!(
+            "{} [{}] {write}: {}",
+            RELEASES[release],
+            before.join(", "),
+            if approved { "approved" } else { "refused" }
+        ));
+        if approved && reason == "uninstall" {
+            watched[release].uninstalled = true;
+        }
+        if !keeps_promise(&world, release, &mut watched[release]) {
+            let tail = log.iter().rev().take(30).rev().cloned().collect::<Vec<_>>().join("\n");
+            panic!(
+                "seed {seed} (RED_TEAM_SEED={seed} cargo test --lib tests::red_team::): the tenant's approved writes left \
+                 release {} without its last good revision and without a copy\n{tail}",
+                RELEASES[release]
+            );
+        }
+    }
+}
+
+/// The seeds to run: `RED_TEAM_SEED` alone when set, else 200.
+fn seeds() -> Vec<u64> {
+    match std::env::var("RED_TEAM_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => (0..200).collect(),
+    }
+}
+
+#[test]
+fn no_sequence_of_a_tenants_writes_takes_a_release_s_last_good_revision() {
+    for seed in seeds() {
+        run(seed, 60);
+    }
+}
+
+/// The chains of issue 57, each as fixed writes: each is refused at some step (or its deletion
+/// keeps a copy), whatever the watches' lag.
+#[test]
+fn the_chains_that_broke_releases_in_two_steps_are_refused() {
+    use Status::*;
+    for seed in 0..16 {
+        // v1 superseded, v2 superseded, v3 deployed: marked uninstalling, then its latest deleted.
+        let mut world = World::new(seed);
+        for op in [
+            HelmOp::Install { release: 0, replace: false, fail: false },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: None },
+            HelmOp::Upgrade { release: 0, install: false, fail: false, atomic: false, history_max: None },
+        ] {
+            world.step(&op);
+        }
+        world.writer = Some(TENANT);
+        let v3 = "sh.helm.release.v1.app.v3";
+        assert!(
+            world.update(v3, Uninstalling).is_ok(),
+            "seed {seed}: marking the latest is Helm's uninstall"
+        );
+        let (allowed, reason, _) = world.delete(v3);
+        assert!(!allowed, "seed {seed}: the uninstalling latest deleted first ({reason})");
+        assert_eq!(reason, "uninstall-order");
+
+        // The only deployed revision under a failed latest, superseded, then deleted.
+        let mut world = World::new(seed);
+        for op in [
+            HelmOp::Install { release: 1, replace: false, fail: false },
+            HelmOp::Upgrade { release: 1, install: false, fail: true, atomic: false, history_max: None },
+        ] {
+            world.step(&op);
+        }
+        world.writer = Some(TENANT);
+        let refused = world.update("sh.helm.release.v1.web.v1", Superseded).unwrap_err();
+        assert!(refused.contains("history-transition"), "seed {seed}: {refused}");
+
+        // A forged deployed revision over a failed latest.
+        let refused = world.create(1, 3, Deployed).unwrap_err();
+        assert!(refused.contains("implausible-record"), "seed {seed}: {refused}");
+
+        // A single deployed revision superseded, failed, then deleted: the deletion refused.
+        let mut world = World::new(seed);
+        world.step(&HelmOp::Install { release: 2, replace: false, fail: false });
+        world.writer = Some(TENANT);
+        let v1 = "sh.helm.release.v1.db.v1";
+        assert!(world.update(v1, Superseded).is_ok(), "seed {seed}: helm-mapkubeapis' first step");
+        assert!(world.update(v1, Failed).is_ok(), "seed {seed}: klipper-helm's reset");
+        let (allowed, reason, _) = world.delete(v1);
+        assert!(!allowed, "seed {seed}: the release forgotten ({reason})");
+    }
+}
