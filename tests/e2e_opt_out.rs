@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 fn grant(namespace: &str, users: &[&str]) {
     kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": format!("{namespace}-namespace-editor")},
-        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "update", "patch"]}]}));
+        "rules": [{"apiGroups": [""], "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
+            "verbs": ["get", "list", "update", "patch"]}]}));
     for user in users {
         kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": format!("{user}-admin"), "namespace": namespace},
@@ -66,6 +67,21 @@ async fn only_an_opt_out_holder_can_switch_the_guard_off_for_a_namespace() {
         }
         let refused = delete_latest();
         assert!(!refused.status.success(), "still guarded: {}", said(&refused));
+        // Nor through the subresources, whose updates the API server keeps the labels of.
+        let patch = r#"{"metadata":{"labels":{"helm-guard.io/ignore":"true"}}}"#;
+        let status = ["kubectl", "patch", "ns", &ns, "--subresource=status", "--type=merge", "-p", patch, "--as", "tenant"];
+        let done = run(&status);
+        assert!(!done.status.success() && said(&done).contains("only user platform-admin"), "status: {}", said(&done));
+        let listed = run(&["kubectl", "get", "ns", &ns, "-o", "json"]);
+        let mut object: Value = serde_json::from_slice(&listed.stdout).unwrap();
+        object["metadata"]["labels"]["helm-guard.io/ignore"] = json!("true");
+        let file = dir.path().join("finalize.json");
+        std::fs::write(&file, serde_json::to_vec(&object).unwrap()).unwrap();
+        let finalize = format!("/api/v1/namespaces/{ns}/finalize");
+        let done = run(&["kubectl", "replace", "--raw", &finalize, "-f", file.to_str().unwrap(), "--as", "tenant"]);
+        assert!(!done.status.success() && said(&done).contains("only user platform-admin"), "finalize: {}", said(&done));
+        let labels = run(&["kubectl", "get", "ns", &ns, "-o", "jsonpath={.metadata.labels}"]);
+        assert!(!said(&labels).contains("helm-guard.io/ignore"), "{}", said(&labels));
 
         // What anyone may do: an unrelated label, a stricter mode.
         assert!(label("team=payments", "tenant").status.success());

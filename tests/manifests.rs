@@ -33,7 +33,13 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
         .as_array()
         .unwrap()
         .iter()
-        .partition(|hook| hook["rules"][0]["resources"] == serde_json::json!(["namespaces"]));
+        .partition(|hook| hook["rules"][0]["resources"][0] == "namespaces");
+    // The opt-out labels, through each way an update reaches a Namespace: the API server keeps the
+    // labels of an update through `status` and `finalize` too.
+    for hook in &namespace_hooks {
+        let resources = &hook["rules"][0]["resources"];
+        assert_eq!(*resources, serde_json::json!(["namespaces", "namespaces/status", "namespaces/finalize"]));
+    }
     for hook in &record_hooks {
         assert_eq!(hook["clientConfig"]["service"]["path"], "/validate");
         assert_eq!(hook["objectSelector"]["matchLabels"]["owner"], "helm");

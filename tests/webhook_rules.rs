@@ -178,10 +178,12 @@ async fn a_delete_review_without_its_old_object_is_refused() {
 async fn d4_to_d9_on_real_records() {
     // (history, revision deleted, allowed, reason)
     type Row = (&'static [(u32, &'static str)], u32, bool, &'static str);
-    let table: [Row; 9] = [
+    let table: [Row; 11] = [
         (&[(3, "deployed"), (4, "failed")], 3, false, "last-deployed-revision"),
         (&[(1, "superseded"), (2, "superseded"), (3, "deployed")], 1, true, "history-pruning"),
-        (&[(1, "superseded"), (2, "uninstalling")], 2, true, "uninstall"),
+        (&[(2, "uninstalling")], 2, true, "uninstall"),
+        (&[(1, "superseded"), (2, "uninstalling")], 2, false, "uninstall-order"),
+        (&[(1, "failed")], 1, false, "would-orphan-release"),
         (&[(1, "uninstalled")], 1, true, "uninstall"),
         (&[(1, "deployed"), (2, "pending-upgrade")], 2, true, "stuck-revision-recovery"),
         (&[(1, "pending-install")], 1, true, "stuck-revision-recovery"),
@@ -330,9 +332,9 @@ async fn a_dry_run_gets_the_real_verdict_and_changes_nothing() {
     let response = guard.validate(&delete_review(&records[1])).await;
     assert_eq!(reason(&response), "latest-deployed-revision");
 
-    // A dry-run CREATE of revision 5, deployed, adds nothing either: revision 3 is still the
-    // only one deployed, and the latest.
-    let fifth = web(&[(5, "deployed")]).remove(0);
+    // A dry-run CREATE of revision 5 (an upgrade's) adds nothing either: revision 3 is still the
+    // latest.
+    let fifth = web(&[(5, "pending-upgrade")]).remove(0);
     let created = guard.validate(&dry_run(create_review(&fifth))).await;
     assert_eq!(created["allowed"], true, "{created}");
     let response = guard.validate(&delete_review(&records[1])).await;

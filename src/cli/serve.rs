@@ -249,6 +249,15 @@ pub(crate) struct ServeArgs {
         default_value_t = 256
     )]
     pub max_connections: usize,
+    /// Open connections at once from one source address (the API server multiplexes its calls
+    /// over a few): no pod can take every slot.
+    #[arg(
+        help_heading = "Limits and deadlines",
+        long,
+        env = "HELM_GUARD_MAX_CONNECTIONS_PER_SOURCE",
+        default_value_t = 64
+    )]
+    pub max_connections_per_source: usize,
     /// A connection whose client sends nothing for this long is closed (above the API server's
     /// own 90 s idle timeout, so that it closes first).
     #[arg(help_heading = "Limits and deadlines", long, env = "HELM_GUARD_IDLE_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
@@ -415,6 +424,7 @@ async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow:
         tls_reload_every: args.tls_reload_interval,
         connections: ConnectionLimits {
             max_connections: args.max_connections,
+            max_per_source: args.max_connections_per_source,
             idle_timeout: args.idle_timeout,
         },
         shutdown_delay: args.shutdown_delay,

@@ -32,6 +32,10 @@ pub enum BinError {
     /// The record cannot be copied.
     #[error("the record cannot be copied: {0}")]
     Copy(#[from] CopyError),
+    /// What the review says is deleted is not what is stored (another object of the name, or
+    /// none): a review the API server did not send, or one about an object since replaced.
+    #[error("the review's {0} is not the object stored under its name ({1})")]
+    NotStored(String, String),
 }
 
 /// Keeps copies of records before their deletion is approved.
@@ -128,6 +132,41 @@ impl ApiRecycleBin {
         }
     }
 
+    /// Whether the object the review describes is the one stored (its uid and resourceVersion
+    /// as the API server has them): a copy is kept of a stored record only, so a review the API
+    /// server never sent (anyone on the pod network can POST one) leaves nothing in the bin, and
+    /// the digest the guard writes is of what the cluster held.
+    async fn is_stored(&self, record: &Record) -> Result<(), BinError> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let (namespace, name) = (&record.id.key.namespace, &record.object_name);
+        let client = self.client.clone();
+        let stored = match record.id.key.driver {
+            crate::release::Driver::Secret => Api::<Secret>::namespaced(client, namespace)
+                .get_metadata_opt(name)
+                .await
+                .map(|m| m.map(|m| m.metadata)),
+            crate::release::Driver::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
+                .get_metadata_opt(name)
+                .await
+                .map(|m| m.map(|m| m.metadata)),
+        }
+        .map_err(|e| BinError::Api(e.to_string()))?;
+        let describe = || record.describe();
+        let Some(stored) = stored else { return Err(BinError::NotStored(describe(), "none is".into())) };
+        let (uid, version) = (stored.uid, stored.resource_version);
+        if uid.is_none() || uid != record.uid || version != record.resource_version {
+            let found = format!(
+                "uid {} at resourceVersion {}, the review's {} at {}",
+                uid.as_deref().unwrap_or("?"),
+                version.as_deref().unwrap_or("?"),
+                record.uid.as_deref().unwrap_or("(none)"),
+                record.resource_version.as_deref().unwrap_or("(none)")
+            );
+            return Err(BinError::NotStored(describe(), found));
+        }
+        Ok(())
+    }
+
     /// Stores the copy: `true` when it is new, `false` when an earlier try stored it.
     async fn store(
         &self,
@@ -135,6 +174,9 @@ impl ApiRecycleBin {
         keeping: &Keeping<'_>,
         deadline: Instant,
     ) -> Result<bool, BinError> {
+        let stored =
+            tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), self.is_stored(record));
+        stored.await.map_err(|_| BinError::Deadline)??;
         let body = copy_body(record, keeping, &self.namespace)?;
         let url = format!("/api/v1/namespaces/{}/secrets", self.namespace);
         let request = kube::core::Request::new(url)

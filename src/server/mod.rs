@@ -172,16 +172,9 @@ pub async fn start(settings: ServerSettings, state: Arc<AppState>) -> anyhow::Re
         settings.tls_reload_every,
         state.metrics.clone(),
     ));
-    let (metrics_shutdown, mut stop) = tokio::sync::watch::channel(false);
+    let (metrics_shutdown, stop) = tokio::sync::watch::channel(false);
     let metrics_app = routes::metrics_router(state.clone());
-    let metrics = tokio::spawn(async move {
-        let stopped = async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        };
-        if let Err(error) = axum::serve(metrics_listener, metrics_app).with_graceful_shutdown(stopped).await {
-            tracing::error!(%error, "metrics server stopped");
-        }
-    });
+    let metrics = tokio::spawn(serve::serve_plain(metrics_listener, metrics_app, stop));
     tracing::info!(%addr, %metrics_addr, "serving");
     Ok(Running { addr, metrics_addr, state, settings, metrics_shutdown, https, metrics, tls_reload })
 }

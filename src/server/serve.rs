@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
-use super::limits::{ConnectionLimits, LimitAcceptor};
+use super::limits::{ConnectionLimits, HANDSHAKE_TIMEOUT, LimitAcceptor, SourceSlots};
 
 /// Where a server is in its life; it only moves forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,8 +43,6 @@ pub(crate) enum Phase {
     Draining,
 }
 
-/// A TLS handshake must be done within this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection must send its first request within this (hyper's header timer starts only once
 /// a request has begun).
 const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -111,6 +109,11 @@ pub(crate) async fn serve(
     }
 }
 
+/// Resolves once `stop` says so (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
 /// Resolves once the phase is [`Phase::Draining`] (or its sender is gone).
 async fn draining(phase: &mut watch::Receiver<Phase>) {
     let _ = phase.wait_for(|phase| *phase == Phase::Draining).await;
@@ -153,12 +156,16 @@ async fn connection(tcp: TcpStream, shared: Arc<Shared>, mut phase: watch::Recei
     // An answer goes out as soon as it is written: with Nagle's algorithm an HTTP/2 answer's
     // last frame waited for the client's delayed ACK (40 ms a request).
     let _ = tcp.set_nodelay(true);
-    // Over the cap, dropping the stream closes it: the client retries elsewhere or later.
-    let Ok(stream) = shared.limits.admit(tcp) else { return };
+    // Over a cap, dropping the stream closes it: the client retries elsewhere or later. The
+    // handshake holds a handshake place only; the connection slot is taken once it is done.
+    let Ok(source) = tcp.peer_addr().map(|peer| peer.ip()) else { return };
+    let Some(handshake) = shared.limits.handshake(source) else { return };
     let acceptor = tokio_rustls::TlsAcceptor::from(shared.tls.get_inner());
-    let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await else {
+    let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await else {
         return;
     };
+    drop(handshake);
+    let Ok(stream) = shared.limits.admit(stream, source) else { return };
     // Set by each request that must be the connection's last; read by the loop below.
     let (last_request, mut close) = watch::channel(false);
     let last_request = LastRequest(Arc::new(last_request));
@@ -211,4 +218,51 @@ async fn connection(tcp: TcpStream, shared: Arc<Shared>, mut phase: watch::Recei
             }
         }
     }
+}
+
+/// Connections to the metrics and health listener at once, in all and from one source address.
+const PLAIN_CONNECTIONS: usize = 256;
+const PLAIN_PER_SOURCE: usize = 16;
+/// A request's headers there must arrive within this; it is also how long a kept-alive
+/// connection may wait for its next request (Prometheus and the kubelet reconnect).
+const PLAIN_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `app` over plain HTTP/1.1 on `listener` (the metrics and health endpoints) until `stop`
+/// says so, bounded as the webhook's listener is: connections in all and per source address,
+/// headers within [`PLAIN_HEADER_TIMEOUT`], 16 KiB of them. Without the bounds, half-sent
+/// requests from any pod grew the guard by 51 MiB per 3,000 until the kubelet's probes (on this
+/// listener) failed with it.
+pub(crate) async fn serve_plain(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = SourceSlots::new(PLAIN_CONNECTIONS, PLAIN_PER_SOURCE);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(PLAIN_HEADER_TIMEOUT).max_buf_size(16 * 1024);
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    // Over a cap, dropping the stream closes it.
+                    let Some(slot) = slots.take(peer.ip()) else { continue };
+                    let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                    let conn = http.serve_connection(TokioIo::new(tcp), service);
+                    connections.spawn(async move {
+                        let _slot = slot;
+                        let _ = conn.await;
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accepting a metrics connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.shutdown().await;
 }

@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
+use axum::routing::get;
 use base64::Engine as _;
 use common::*;
 use helm_guard::recycle_bin::api::{ApiRecycleBin, BinError, BinStats, RecycleBin, sweep};
@@ -30,6 +30,8 @@ struct Stub {
     hang: Arc<std::sync::atomic::AtomicBool>,
     /// Listings served (the sweep's).
     lists: Arc<std::sync::atomic::AtomicUsize>,
+    /// The release records stored (outside the bin's namespace), by namespace and name.
+    records: Arc<Mutex<Vec<Value>>>,
 }
 
 fn status(code: StatusCode, reason: &str, message: &str) -> Response {
@@ -92,6 +94,22 @@ async fn list(State(stub): State<Stub>) -> Response {
     .into_response()
 }
 
+/// A GET of one Secret's metadata: a record's (what the bin checks before a copy), or a copy's.
+async fn read(State(stub): State<Stub>, Path((namespace, name)): Path<(String, String)>) -> Response {
+    let records = stub.records.lock().unwrap();
+    let copies = stub.secrets.lock().unwrap();
+    let found = records
+        .iter()
+        .chain(copies.iter())
+        .find(|s| s["metadata"]["name"] == name.as_str() && s["metadata"]["namespace"] == namespace.as_str());
+    match found {
+        Some(object) => axum::Json(json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": object["metadata"]}))
+        .into_response(),
+        None => status(StatusCode::NOT_FOUND, "NotFound", &format!("secrets \"{name}\" not found")),
+    }
+}
+
 async fn remove(State(stub): State<Stub>, Path((_, name)): Path<(String, String)>) -> Response {
     let mut secrets = stub.secrets.lock().unwrap();
     let Some(at) = secrets.iter().position(|s| s["metadata"]["name"] == name.as_str()) else {
@@ -105,7 +123,7 @@ async fn start() -> (kube::Client, Stub) {
     let stub = Stub::default();
     let app = Router::new()
         .route("/api/v1/namespaces/{namespace}/secrets", get(list).post(create))
-        .route("/api/v1/namespaces/{namespace}/secrets/{name}", delete(remove))
+        .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(read).delete(remove))
         .with_state(stub.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -123,11 +141,22 @@ fn bin(client: &kube::Client) -> Arc<ApiRecycleBin> {
     })
 }
 
-/// Revision `revision` of web, as a real Helm 4 record with its own uid.
-fn record(revision: u32) -> Record {
+/// Revision `revision` of web, as a real Helm 4 record with its own uid, stored.
+fn record(stub: &Stub, revision: u32) -> Record {
     let mut object = web(&[(revision, "deployed")]).remove(0);
     object["metadata"]["uid"] = json!(format!("uid-{revision}"));
-    Record::from_object(&object, None).unwrap().unwrap()
+    let record = Record::from_object(&object, None).unwrap().unwrap();
+    stub.stores(&record);
+    record
+}
+
+impl Stub {
+    /// Stores `record` as the API server holds it.
+    fn stores(&self, record: &Record) {
+        let metadata = json!({"name": record.object_name, "namespace": record.id.key.namespace,
+            "uid": record.uid, "resourceVersion": record.resource_version});
+        self.records.lock().unwrap().push(json!({"metadata": metadata}));
+    }
 }
 
 /// Keeps a copy as a decision does, within 2 s.
@@ -149,7 +178,7 @@ async fn keep_within(
 async fn a_stored_copy_reads_back_as_the_record_and_a_retry_counts_as_kept() {
     let (client, stub) = start().await;
     let bin = bin(&client);
-    let original = record(3);
+    let original = record(&stub, 3);
     keep(&bin, original.clone(), 1_800_000_000).await.unwrap();
     keep(&bin, original.clone(), 1_800_000_005)
         .await
@@ -171,7 +200,7 @@ async fn a_stored_copy_reads_back_as_the_record_and_a_retry_counts_as_kept() {
     assert_eq!(bin.stats.kept.get(), 2);
 
     stub.quota_full.store(true, std::sync::atomic::Ordering::SeqCst);
-    let refused = keep(&bin, record(4), 1_800_000_010).await.unwrap_err();
+    let refused = keep(&bin, record(&stub, 4), 1_800_000_010).await.unwrap_err();
     assert!(
         matches!(refused, BinError::Api(_)) && refused.to_string().contains("exceeded quota"),
         "{refused}"
@@ -180,7 +209,8 @@ async fn a_stored_copy_reads_back_as_the_record_and_a_retry_counts_as_kept() {
 
     stub.quota_full.store(false, std::sync::atomic::Ordering::SeqCst);
     stub.hang.store(true, std::sync::atomic::Ordering::SeqCst);
-    let late = keep_within(&bin, record(5), 1_800_000_020, Duration::from_millis(300)).await.unwrap_err();
+    let late =
+        keep_within(&bin, record(&stub, 5), 1_800_000_020, Duration::from_millis(300)).await.unwrap_err();
     assert!(matches!(late, BinError::Deadline), "{late}");
     assert_eq!(bin.stats.failed.get(), 2);
 }
@@ -191,13 +221,14 @@ async fn the_sweep_evicts_the_oldest_copies_past_the_bounds_and_counts_them() {
     let bin = bin(&client);
     let now = jiff::Timestamp::now().as_second();
     for (revision, age) in [(1, 30), (2, 20), (3, 10)] {
-        keep(&bin, record(revision), now - age).await.unwrap();
+        keep(&bin, record(&stub, revision), now - age).await.unwrap();
     }
     // A copy older than the TTL, of another release.
-    let mut old = record(1);
+    let mut old = record(&stub, 1);
     old.id.key.release = "api".into();
     old.labels.insert("name".into(), "api".into());
     (old.object_name, old.uid) = ("sh.helm.release.v1.api.v1".into(), Some("uid-api-1".into()));
+    stub.stores(&old);
     keep(&bin, old, now - 3600).await.unwrap();
     let bounds = BinBounds { release_copies: 2, ttl_secs: 600, ..BinBounds::default() };
     let stats = bin.stats.clone();
@@ -257,12 +288,34 @@ async fn only_a_new_copy_wakes_the_sweep() {
         })
     };
     assert!(listed(1).await, "the first sweep at start");
-    keep(&bin, record(1), 1_800_000_000).await.unwrap();
+    keep(&bin, record(&stub, 1), 1_800_000_000).await.unwrap();
     assert!(listed(2).await, "a new copy is swept");
-    keep(&bin, record(1), 1_800_000_001).await.unwrap();
-    keep(&bin, record(2), 1_800_000_002).await.unwrap();
+    keep(&bin, record(&stub, 1), 1_800_000_001).await.unwrap();
+    keep(&bin, record(&stub, 2), 1_800_000_002).await.unwrap();
     assert!(listed(3).await, "the next new copy is swept");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stub.lists.load(Ordering::SeqCst), 3, "the retry of revision 1 listed nothing");
     assert_eq!(bin.stats.kept.get(), 3, "each approval that kept a copy counts, the retry too");
+}
+
+/// A review the API server never sent (anyone on the pod network can POST one) names a record
+/// that is not stored, or not as it says: no copy is kept, and the deletion is refused for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_is_kept_only_of_the_object_stored_under_the_name() {
+    let (client, stub) = start().await;
+    let bin = bin(&client);
+    let mut made_up = record(&stub, 3);
+    stub.records.lock().unwrap().clear();
+    let refused = keep(&bin, made_up.clone(), 1_800_000_000).await.unwrap_err();
+    assert!(
+        matches!(refused, BinError::NotStored(..)) && refused.to_string().contains("none is"),
+        "{refused}"
+    );
+    let stored = record(&stub, 3);
+    made_up.uid = Some("uid-forged".into());
+    let refused = keep(&bin, made_up, 1_800_000_000).await.unwrap_err();
+    assert!(refused.to_string().contains("uid uid-3"), "{refused}");
+    assert!(stub.secrets.lock().unwrap().is_empty(), "nothing in the bin");
+    keep(&bin, stored, 1_800_000_000).await.unwrap();
+    assert_eq!(stub.secrets.lock().unwrap().len(), 1);
 }
