@@ -8,7 +8,9 @@
 //! that send 8 MiB - 1 of a body and never finish it, while a well-behaved client keeps asking),
 //! `sigterm` (SIGTERM during a load run on 16 keep-alive connections), `recycle` (16 concurrent
 //! break-glass DELETEs of a large record, each keeping a copy in the recycle bin: needs a cluster
-//! in KUBECONFIG). Each starts its own guard (snapshot mode but for `recycle`, loopback ports
+//! in KUBECONFIG), `floods` (300 connections that never start TLS and 3,000 half-sent requests on
+//! the metrics listener, each from a pod's address of its own, beside a steady load of reviews and
+//! health checks). Each starts its own guard (snapshot mode but for `recycle`, loopback ports
 //! 18443/19090), bounded in time; loopback only.
 
 #![allow(
@@ -459,6 +461,88 @@ async fn sigterm(binary: &str) {
     println!("  {clean} of {runs} runs lost nothing");
 }
 
+/// A connection from `source` (a loopback address standing for a pod) to `to`.
+async fn from(source: &str, to: &str) -> Option<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket.bind(format!("{source}:0").parse().unwrap()).ok()?;
+    socket.connect(to.parse().unwrap()).await.ok()
+}
+
+/// Any pod against the listeners: `RAW` (300) connections to the webhook port that never start
+/// TLS, reopened as the guard closes them, from 10 addresses; `HALF` (3,000) requests to the
+/// metrics port whose headers never end, from 20; beside them a review every 20 ms on a
+/// kept-alive connection and a health check every second, for 30 s. Counts the reviews and
+/// checks that failed, and the guard's RSS.
+async fn floods(binary: &str) {
+    let guard = Guard::start(binary, &[]).await;
+    let (idle, _) = guard.memory();
+    let count = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
+    let (raw, half) = (count("RAW", 300), count("HALF", 3000));
+    let started = Instant::now();
+    let until = started + Duration::from_secs(30);
+    let reopened = Arc::new(AtomicUsize::new(0));
+    for n in 0..raw {
+        let reopened = reopened.clone();
+        tokio::spawn(async move {
+            let source = format!("127.0.1.{}", 1 + n % 10);
+            while Instant::now() < until {
+                let Some(mut tcp) = from(&source, guard::ADDR).await else { break };
+                let mut byte = [0u8; 1];
+                // Held until the guard closes it; then again.
+                let _ = tokio::time::timeout_at(until.into(), tokio::io::AsyncReadExt::read(&mut tcp, &mut byte)).await;
+                reopened.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let mut held = Vec::new();
+    for n in 0..half {
+        if let Some(mut tcp) = from(&format!("127.0.2.{}", 1 + n % 20), "127.0.0.1:19090").await {
+            let _ = tcp.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nx-slow: ").await;
+            held.push(tcp);
+        }
+    }
+    let (mut asked, mut failed, mut probes, mut probes_failed) = (0, 0, 0, 0);
+    let mut peak = 0.0f64;
+    let mut sender = guard.connect().await;
+    let mut last_probe = Instant::now() - Duration::from_secs(1);
+    while Instant::now() < until {
+        asked += 1;
+        let answered = match sender.as_mut() {
+            Some(s) => matches!(
+                tokio::time::timeout(Duration::from_secs(10), post(s, small_review())).await,
+                Ok(Ok((200, _)))
+            ),
+            None => false,
+        };
+        if !answered {
+            failed += 1;
+            sender = guard.connect().await;
+        }
+        if last_probe.elapsed() >= Duration::from_secs(1) {
+            last_probe = Instant::now();
+            probes += 1;
+            let probe = async {
+                let mut tcp = tokio::net::TcpStream::connect("127.0.0.1:19090").await.ok()?;
+                tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.ok()?;
+                let mut answer = Vec::new();
+                tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut answer).await.ok()?;
+                answer.starts_with(b"HTTP/1.1 200").then_some(())
+            };
+            if tokio::time::timeout(Duration::from_secs(5), probe).await.ok().flatten().is_none() {
+                probes_failed += 1;
+            }
+        }
+        peak = peak.max(guard.memory().1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("{raw} connections that never start TLS (10 sources), {half} half-sent metrics requests (20 sources), 30 s:");
+    println!("  raw connections closed by the guard and opened again: {}", reopened.load(Ordering::Relaxed));
+    println!("  half-sent requests opened: {}", held.len());
+    println!("  reviews: {failed} failed of {asked}; health checks: {probes_failed} failed of {probes}");
+    println!("  RSS idle {idle:.1} MiB, whole-process peak {peak:.1} MiB");
+    guard.stop();
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -469,8 +553,9 @@ async fn main() {
         Some("slow-bodies") => slow_bodies(binary).await,
         Some("sigterm") => sigterm(binary).await,
         Some("recycle") => recycle(binary).await,
+        Some("floods") => floods(binary).await,
         _ => {
-            eprintln!("usage: abuse bomb|updates|slow-bodies|sigterm|recycle [GUARD_BINARY]");
+            eprintln!("usage: abuse bomb|updates|slow-bodies|sigterm|recycle|floods [GUARD_BINARY]");
             std::process::exit(2);
         }
     }
