@@ -476,7 +476,8 @@ async fn from(source: &str, to: &str) -> Option<tokio::net::TcpStream> {
 async fn floods(binary: &str) {
     let guard = Guard::start(binary, &[]).await;
     let (idle, _) = guard.memory();
-    let count = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
+    let count =
+        |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
     let (raw, half) = (count("RAW", 300), count("HALF", 3000));
     let started = Instant::now();
     let until = started + Duration::from_secs(30);
@@ -489,7 +490,9 @@ async fn floods(binary: &str) {
                 let Some(mut tcp) = from(&source, guard::ADDR).await else { break };
                 let mut byte = [0u8; 1];
                 // Held until the guard closes it; then again.
-                let _ = tokio::time::timeout_at(until.into(), tokio::io::AsyncReadExt::read(&mut tcp, &mut byte)).await;
+                let _ =
+                    tokio::time::timeout_at(until.into(), tokio::io::AsyncReadExt::read(&mut tcp, &mut byte))
+                        .await;
                 reopened.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -535,7 +538,9 @@ async fn floods(binary: &str) {
         peak = peak.max(guard.memory().1);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!("{raw} connections that never start TLS (10 sources), {half} half-sent metrics requests (20 sources), 30 s:");
+    println!(
+        "{raw} connections that never start TLS (10 sources), {half} half-sent metrics requests (20 sources), 30 s:"
+    );
     println!("  raw connections closed by the guard and opened again: {}", reopened.load(Ordering::Relaxed));
     println!("  half-sent requests opened: {}", held.len());
     println!("  reviews: {failed} failed of {asked}; health checks: {probes_failed} failed of {probes}");

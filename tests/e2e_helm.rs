@@ -298,7 +298,10 @@ impl Run {
         all_labels.as_object_mut().unwrap().extend(labels.as_object().unwrap().clone());
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": self.ns, "labels": all_labels},
+            // Crafted, not Helm's: created as a restore is (POLICY.md C1), which Helm does not
+            // look at.
+            "metadata": {"name": name, "namespace": self.ns, "labels": all_labels,
+                "annotations": {"helm-guard.io/restored-from": "e2e-crafted"}},
             "data": {"release": STANDARD.encode(helm_b64)},
         });
         self.secrets()
@@ -498,7 +501,10 @@ async fn checks(run: Run, url: String, ca_pem: String) {
 async fn crafted_table_against_real_helm(run: &Run) {
     let cases = common::crafted::cases();
     for case in &cases {
-        let secret: Secret = serde_json::from_value(case.secret(&run.ns)).unwrap();
+        let mut object = case.secret(&run.ns);
+        // Crafted, not Helm's: created as a restore is (POLICY.md C1).
+        object["metadata"]["annotations"] = json!({"helm-guard.io/restored-from": "e2e-crafted"});
+        let secret: Secret = serde_json::from_value(object).unwrap();
         run.secrets().create(&PostParams::default(), &secret).await.unwrap();
     }
     let mut wrong = Vec::new();

@@ -406,3 +406,37 @@ async fn audit_mode_keeps_the_would_be_denial_in_the_ledger() {
     let message = reviewed.entry.message.unwrap_or_default();
     assert!(message.contains("revision 3 is the latest, deployed revision of release demo/web"), "{message}");
 }
+
+/// A payload that decodes past `--max-decoded-bytes` is one Helm reads and the guard cannot: its
+/// deletion, its update and its creation are refused (they used to count as unreadable and
+/// pass), unless the break-glass annotation counts.
+#[test]
+fn a_record_past_the_decode_bound_is_refused_not_waved_through() {
+    use helm_guard::admission::{LiveParts, Settings, Webhook, review as admission_review};
+    use helm_guard::policy::PolicyConfig;
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let mut settings = Settings::new(PolicyConfig::default());
+    settings.limits.max_decoded_bytes = 1024;
+    let admission = common::guard::snapshot_admission_with(&records, settings, LiveParts::default());
+    let decide = |review: &Value| {
+        let request = admission_review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
+        serde_json::to_value(admission.review_now(Webhook::Validate, request).response).unwrap()
+    };
+    let old = &records[0];
+    let mut glass = old.clone();
+    glass["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "INC-7"});
+    for (what, review) in [
+        ("delete", delete_review(old)),
+        ("update", update_review(old, &rewrite(old, 2, "failed"))),
+        ("create", create_review(&web(&[(4, "pending-upgrade")]).remove(0))),
+    ] {
+        let answer = decide(&review);
+        assert_eq!(
+            (answer["allowed"].as_bool(), reason(&answer)),
+            (Some(false), "payload-too-large"),
+            "{what}"
+        );
+        assert!(answer["status"]["message"].as_str().unwrap().contains("--max-decoded-bytes"), "{what}");
+    }
+    assert_eq!(reason(&decide(&delete_review(&glass))), "break-glass");
+}

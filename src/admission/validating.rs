@@ -43,6 +43,9 @@ pub(crate) async fn validate(
         (Operation::Delete, Some((record, true)), _) => {
             let record = admission.read_record(record).await;
             let about = about_record(&record, format!("{} -> (deleted)", status_text(record.status())));
+            if let Some(refused) = past_decode_bound(admission, &request, &[&record]) {
+                return respond(&request, asked, about, refused);
+            }
             (about, super::delete::delete(admission, &request, &record, deadline).await)
         }
         // Every supported API server sends the object being deleted; without it nothing can be
@@ -51,13 +54,19 @@ pub(crate) async fn validate(
         // The new side may no longer look like a record (a label removed): still read as one.
         (Operation::Update, Some((old, true)), Some((new, new_is_record))) => {
             let (old, new) = (admission.read_record(old).await, admission.read_record(new).await);
-            update(admission, &request, old, new, new_is_record, deadline).await
+            match past_decode_bound(admission, &request, &[&old, &new]) {
+                Some(refused) => (about_record(&new, "(past the decode bound)".into()), refused),
+                None => update(admission, &request, old, new, new_is_record, deadline).await,
+            }
         }
         // An update that turns an object into a record (a label added) makes a record as a
         // creation does: judged as one.
         (Operation::Update | Operation::Create, _, Some((record, true))) => {
             let record = admission.read_record(record).await;
-            create(admission, &request, record, deadline).await
+            match past_decode_bound(admission, &request, &[&record]) {
+                Some(refused) => (about_record(&record, "(new, past the decode bound)".into()), refused),
+                None => create(admission, &request, record, deadline).await,
+            }
         }
         _ => (About::default(), not_a_record()),
     };
@@ -148,6 +157,45 @@ fn namespace(admission: &Admission, request: &AdmissionRequest<ReviewObject>) ->
     let verdict = decide_namespace(&facts, &admission.settings().policy);
     let outcome = apply_mode(&verdict, default);
     (About { transition, ..About::default() }, Decided { verdict, outcome, agree: false, recycled: None })
+}
+
+/// D3a, U4a, C2a: a payload that decodes past `--max-decoded-bytes` is one Helm reads and the
+/// guard cannot, so no write of it can be shown harmless (it used to count as unreadable, and
+/// pass). Refused, unless the break-glass annotation (on the record) or an exemption counts.
+fn past_decode_bound(
+    admission: &Admission,
+    request: &AdmissionRequest<ReviewObject>,
+    records: &[&DecodedRecord],
+) -> Option<Decided> {
+    use crate::release::DecodeError;
+    let policy = &admission.settings().policy;
+    let who = requester(request);
+    let (record, limit) = records.iter().find_map(|record| match &record.payload {
+        Err(DecodeError::TooLarge { limit }) => Some((*record, *limit)),
+        _ => None,
+    })?;
+    let glass = records.iter().any(|r| break_glass_reason(&r.record.annotations).is_some());
+    if (glass && policy.may_break_glass(who)) || policy.exemption(who).is_some() {
+        return None;
+    }
+    let verdict = Verdict::deny(
+        Reason::PayloadTooLarge,
+        format!(
+            "helm-guard: the payload of {} decodes to more than {limit} bytes (--max-decoded-bytes), so helm-guard \
+             cannot read what Helm reads and cannot show this {} harmless. Raise --max-decoded-bytes, or annotate the \
+             record with {}=<reason> to force it",
+            record.record.describe(),
+            match request.operation {
+                Operation::Delete => "deletion",
+                Operation::Update => "update",
+                _ => "creation",
+            },
+            crate::policy::BREAK_GLASS_ANNOTATION
+        ),
+    );
+    let (_, mode) = admission.namespace(&record.record.id.key.namespace);
+    let outcome = apply_mode(&verdict, mode);
+    Some(Decided { verdict, outcome, agree: false, recycled: None })
 }
 
 fn not_a_record() -> Decided {

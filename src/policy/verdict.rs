@@ -82,6 +82,9 @@ pub enum Reason {
     /// C1: a CREATE by `helm-guard restore` (its `helm-guard.io/restored-from` annotation,
     /// counting as the break-glass annotation does).
     Restore,
+    /// D3a, U4a, C2a: a record whose payload decodes past `--max-decoded-bytes`: Helm reads it,
+    /// the guard cannot, so no write of it can be shown harmless.
+    PayloadTooLarge,
     /// U8: Helm's own update.
     HelmUpdate,
     /// C2, C7: a CREATE Helm makes (or of a record Helm cannot read, with a warning).
