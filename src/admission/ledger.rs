@@ -140,7 +140,8 @@ impl LedgerEntry {
         match self.reason {
             Reason::BreakGlass => put("break-glass-reason", self.detail.clone()),
             Reason::Exempt => put("exempt-identity", self.detail.clone()),
-            Reason::ReleaseForget => put("forgetter-identity", self.detail.clone()),
+            // D10, and T6: Fleet's agent writing back the revision a failed rollback superseded.
+            Reason::ReleaseForget | Reason::HelmUpdate => put("forgetter-identity", self.detail.clone()),
             _ => {}
         }
         annotations

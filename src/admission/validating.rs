@@ -245,6 +245,17 @@ fn status_text(status: Option<Status>) -> &'static str {
     status.map_or("undecodable", Status::as_str)
 }
 
+/// What the UPDATE rules read of one side of an update.
+fn record_side(r: &DecodedRecord) -> RecordSide<'_> {
+    RecordSide {
+        labels: &r.record.labels,
+        secret_type: r.record.secret_type.as_deref(),
+        payload: r.payload.as_ref().ok().map(|p| PayloadSide { status: p.info.status, content: p.content }),
+        owner_references: &r.record.owner_references,
+        finalizers: &r.record.finalizers,
+    }
+}
+
 /// Decides `rule` on the rest of the release as the index holds it (without `object`). On a live
 /// guard a verdict that `rests` on that history is decided again once the index is shown current
 /// (a fence round or a listing, then the payloads: [`Freshness`], as for a DELETE); an approval
@@ -284,19 +295,6 @@ async fn update(
     deadline: Instant,
 ) -> (About, Decided) {
     let about = about_record(&new, format!("{} -> {}", status_text(old.status()), status_text(new.status())));
-    fn side(r: &DecodedRecord) -> RecordSide<'_> {
-        RecordSide {
-            labels: &r.record.labels,
-            secret_type: r.record.secret_type.as_deref(),
-            payload: r
-                .payload
-                .as_ref()
-                .ok()
-                .map(|p| PayloadSide { status: p.info.status, content: p.content }),
-            owner_references: &r.record.owner_references,
-            finalizers: &r.record.finalizers,
-        }
-    }
     let glass = break_glass_reason(&new.record.annotations);
     let policy = &admission.settings().policy;
     let statuses = old.status().zip(new.status());
@@ -307,8 +305,8 @@ async fn update(
             object_name: &old.record.object_name,
             revision: old.record.id.revision,
             others,
-            old: side(&old),
-            new: side(&new),
+            old: record_side(&old),
+            new: record_side(&new),
             requester: requester(request),
             break_glass: glass.as_deref(),
         };
@@ -316,7 +314,18 @@ async fn update(
     };
     let (_, mode) = admission.namespace(&old.record.id.key.namespace);
     let verdict = on_history(admission, &old, deadline, |_| rests, rule).await;
-    let outcome = apply_mode(&verdict, mode);
+    let mut outcome = apply_mode(&verdict, mode);
+    let overridden = matches!(verdict.reason, Reason::BreakGlass | Reason::Exempt) && !request.dry_run;
+    let mut recycled = None;
+    if overridden {
+        match keep_what_is_overwritten(admission, request, &old, &new, verdict.reason, deadline).await {
+            Ok((copy, note)) => {
+                recycled = copy;
+                outcome.warnings.extend(note);
+            }
+            Err(refused) => return (about, refused),
+        }
+    }
     if outcome.allowed && !request.dry_run {
         let object = new.record.object_name.clone();
         if !new_is_record || new.record.id.key != old.record.id.key {
@@ -329,7 +338,76 @@ async fn update(
             admission.index().apply(&new.record.id.key, IndexChange::Upsert { object, facts: new.facts() });
         }
     }
-    (about, Decided { verdict, outcome, agree: false, recycled: None })
+    (about, Decided { verdict, outcome, agree: false, recycled })
+}
+
+/// An UPDATE only an override (break-glass, an exemption) lets through keeps a copy of the
+/// record as it was, as such a deletion does: an emptied payload or stripped labels lose what Helm
+/// read. The copy kept and a note for the client (none when the rules without the override
+/// allow it anyway, or there is no bin); a refusal, "retry", when it cannot be stored (but with
+/// `--recycle-best-effort`: no copy, a note).
+async fn keep_what_is_overwritten(
+    admission: &Admission,
+    request: &AdmissionRequest<ReviewObject>,
+    old: &DecodedRecord,
+    new: &DecodedRecord,
+    reason: Reason,
+    deadline: Instant,
+) -> Result<(Option<String>, Option<String>), Decided> {
+    let Some(bin) = admission.live.recycle_bin.as_deref() else { return Ok((None, None)) };
+    let policy = &admission.settings().policy;
+    let plain =
+        crate::policy::PolicyConfig { exempt_users: Vec::new(), exempt_groups: Vec::new(), ..policy.clone() };
+    let unaided = admission.index().decide(&old.record.id.key, Some(&old.record.object_name), |others| {
+        let facts = UpdateFacts {
+            namespace: &old.record.id.key.namespace,
+            object_name: &old.record.object_name,
+            revision: old.record.id.revision,
+            others: &History::new(others),
+            old: record_side(old),
+            new: record_side(new),
+            requester: requester(request),
+            break_glass: None,
+        };
+        (decide_update(&facts, &plain), None)
+    });
+    if unaided.allowed {
+        return Ok((None, None));
+    }
+    let keeping = crate::recycle_bin::copy::Keeping {
+        reason: reason.as_str(),
+        requester: requester(request).username,
+        at: jiff::Timestamp::now().as_second(),
+    };
+    match bin.keep(&old.record, &keeping, deadline).await {
+        Ok(()) => {
+            let copy = format!("{}/{}", bin.namespace(), crate::recycle_bin::copy::copy_name(&old.record));
+            let note = format!(
+                "helm-guard: a copy of {} as it was is kept in the recycle bin as Secret {copy}",
+                old.record.describe()
+            );
+            Ok((Some(copy), Some(note)))
+        }
+        Err(error) if !admission.settings().recycle_best_effort => {
+            let verdict = Verdict::deny(
+                Reason::RecycleBinUnavailable,
+                format!(
+                    "helm-guard: this update of {} keeps a copy of the record as it was first, and the copy could not \
+                     be stored ({error}), so it is refused; retry in a moment",
+                    old.record.describe()
+                ),
+            );
+            let outcome = apply_mode(&verdict, crate::policy::Mode::Enforce);
+            Err(Decided { verdict, outcome, agree: false, recycled: None })
+        }
+        Err(error) => Ok((
+            None,
+            Some(format!(
+                "helm-guard: no copy of {} could be kept ({error}); updated without one (--recycle-best-effort)",
+                old.record.describe()
+            )),
+        )),
+    }
 }
 
 async fn create(

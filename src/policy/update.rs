@@ -246,8 +246,14 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
             ),
         );
     }
-    // U8
-    Verdict::allow(Reason::HelmUpdate)
+    // U8; T6 names the forgetter that made it, as D10 does.
+    match config
+        .forgetter(facts.requester)
+        .filter(|_| fleet_puts_back && !helm_transition(before.status, after.status))
+    {
+        Some(who) => Verdict::allow(Reason::HelmUpdate).with_detail(who),
+        None => Verdict::allow(Reason::HelmUpdate),
+    }
 }
 
 /// Whether U6b reads the rest of the history for a change from `from` to `to`: a live guard
@@ -605,6 +611,11 @@ mod tests {
         let back =
             |requester| decide_as(requester, side(&superseded, payload(Superseded)), side(&deployed, d));
         assert_eq!((back(agent).allowed, back(agent).reason), (true, Reason::HelmUpdate));
+        assert_eq!(
+            back(agent).detail.as_deref(),
+            Some("group:system:serviceaccounts:cattle-fleet-system"),
+            "T6 names its writer"
+        );
         assert_eq!((back(person).allowed, back(person).reason), (false, Reason::StatusTransition));
         let failed = labels("failed");
         let failed_back = decide_as(agent, side(&failed, payload(Failed)), side(&deployed, d));

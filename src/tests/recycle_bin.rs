@@ -296,3 +296,29 @@ fn restore_plans_the_newest_copy_of_each_missing_record_and_the_history_helm_wil
     assert_eq!(actions[1], ("helm-guard-recycled-older", StepAction::Older));
     assert_eq!(actions[0].1, StepAction::Restore);
 }
+
+/// An edit only the break-glass annotation lets through (a payload emptied, a status Helm never
+/// writes) keeps a copy of the record as it was; one the rules allow anyway keeps none.
+#[test]
+fn a_break_glass_update_keeps_what_it_overwrites() {
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    let g = guard(&records, PolicyConfig::default(), MemoryBin::default(), false);
+    let mut emptied = annotated(records[1].clone());
+    emptied["data"]["release"] = json!("");
+    let answer = decide(&g, &update_review(&records[1], &emptied));
+    assert_eq!(
+        (answer["allowed"].as_bool(), answer["auditAnnotations"]["reason"].as_str()),
+        (Some(true), Some("break-glass"))
+    );
+    let bodies = g.bin.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1, "a copy of what the edit overwrote");
+    let copy = stored(&bodies[0]);
+    assert_eq!((copy.entry.revision, copy.entry.reason.as_str()), (2, "break-glass"));
+    assert!(answer["warnings"][0].as_str().unwrap().contains("kept in the recycle bin"));
+
+    let g = guard(&records, PolicyConfig::default(), MemoryBin::default(), false);
+    let superseded = annotated(rewrite(&records[1], 2, "superseded"));
+    let answer = decide(&g, &update_review(&records[1], &superseded));
+    assert_eq!(answer["allowed"], true);
+    assert!(g.bin.bodies.lock().unwrap().is_empty(), "Helm's own edit: no copy");
+}
