@@ -358,7 +358,7 @@ pub(crate) enum Eviction {
 }
 
 /// The copies `bounds` evict from `entries` at `now`, oldest first: the expired, then per
-/// release, then overall.
+/// release, then overall, from the namespace that holds the most.
 pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> Vec<(String, Eviction)> {
     let mut kept: Vec<&BinEntry> = entries.iter().collect();
     kept.sort_by(|a, b| (a.kept_at, &a.name).cmp(&(b.kept_at, &b.name)));
@@ -388,8 +388,17 @@ pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> V
         evicted.push((entry.name.clone(), why));
         false
     });
+    // Over the bin's own bounds, the namespace that holds the most (copies, or bytes) gives up
+    // its oldest copy first: one namespace's deletions cannot evict another's copies while it
+    // holds more than they do (each namespace's queue is oldest first).
     let (mut copies, mut bytes) = (kept.len(), kept.iter().map(|e| e.bytes).sum::<u64>());
+    let mut by_namespace: BTreeMap<&str, (std::collections::VecDeque<&BinEntry>, u64)> = BTreeMap::new();
     for entry in kept {
+        let held = by_namespace.entry(entry.namespace.as_str()).or_default();
+        held.0.push_back(entry);
+        held.1 += entry.bytes;
+    }
+    loop {
         let why = if copies > bounds.copies {
             Eviction::Copies
         } else if bytes > bounds.bytes {
@@ -397,6 +406,17 @@ pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> V
         } else {
             break;
         };
+        let largest =
+            by_namespace.values_mut().filter(|(queue, _)| !queue.is_empty()).max_by_key(|(queue, held)| {
+                let oldest = queue.front().map_or(i64::MAX, |e| e.kept_at);
+                match why {
+                    Eviction::Copies => (queue.len() as u64, std::cmp::Reverse(oldest)),
+                    _ => (*held, std::cmp::Reverse(oldest)),
+                }
+            });
+        let Some((queue, held)) = largest else { break };
+        let Some(entry) = queue.pop_front() else { break };
+        *held = held.saturating_sub(entry.bytes);
         (copies, bytes) = (copies - 1, bytes.saturating_sub(entry.bytes));
         evicted.push((entry.name.clone(), why));
     }
@@ -738,5 +758,33 @@ mod tests {
             evictions(&big, &bounds, 50),
             vec![("old".to_owned(), Eviction::ReleaseBytes), ("new".to_owned(), Eviction::Bytes)]
         );
+    }
+
+    /// A tenant who fills the bin with its own deletions evicts its own copies, not another
+    /// namespace's older ones.
+    #[test]
+    fn over_the_bins_bounds_the_namespace_that_holds_the_most_gives_up_first() {
+        let bounds = BinBounds {
+            copies: 4,
+            bytes: 1 << 30,
+            release_copies: 10,
+            release_bytes: 1 << 30,
+            ttl_secs: 1000,
+        };
+        let in_ns = |name: &str, namespace: &str, release: &str, at: i64| BinEntry {
+            namespace: namespace.to_owned(),
+            ..entry(name, release, at, 10)
+        };
+        let entries = [
+            in_ns("theirs-1", "payments", "db", 1),
+            in_ns("theirs-2", "payments", "db", 2),
+            in_ns("flood-1", "tenant", "junk", 10),
+            in_ns("flood-2", "tenant", "junk", 11),
+            in_ns("flood-3", "tenant", "junk", 12),
+            in_ns("flood-4", "tenant", "junk", 13),
+        ];
+        let evicted: Vec<String> =
+            evictions(&entries, &bounds, 20).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(evicted, ["flood-1", "flood-2"], "payments' older copies stay");
     }
 }
