@@ -440,3 +440,25 @@ fn a_record_past_the_decode_bound_is_refused_not_waved_through() {
     }
     assert_eq!(reason(&decide(&delete_review(&glass))), "break-glass");
 }
+
+/// The 1 MiB wall (issue 58): Helm stores each revision whole in one Secret, and Kubernetes
+/// stores at most 1 MiB of data in one. A revision past 80% of it is let through with a warning
+/// that Helm prints, naming the size and the limit; a small one gets none.
+#[tokio::test]
+async fn a_record_near_the_object_limit_is_written_with_a_warning() {
+    let guard = guard_with(web(&[(2, "deployed")])).await;
+    let small = web(&[(3, "pending-upgrade")]).remove(0);
+    let answer = guard.validate(&create_review(&small)).await;
+    assert_eq!((answer["allowed"].as_bool(), answer.get("warnings")), (Some(true), None));
+    // Values that do not compress, as a chart's binary files do not: about 0.9 MiB stored.
+    let mut rng = fastrand::Rng::with_seed(58);
+    let noise: String = std::iter::repeat_with(|| rng.alphanumeric()).take(900_000).collect();
+    let mut payload = release_json(&small);
+    payload["config"] = json!({"blob": noise});
+    let large = with_release_json(small, &payload);
+    let answer = guard.validate(&create_review(&large)).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let warning = answer["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("of the 1048576 Kubernetes stores in one Secret"), "{warning}");
+    assert!(warning.contains("sh.helm.release.v1.web.v3"), "{warning}");
+}

@@ -326,6 +326,9 @@ async fn update(
             Err(refused) => return (about, refused),
         }
     }
+    if outcome.allowed {
+        outcome.warnings.extend(new.record.size_warning());
+    }
     if outcome.allowed && !request.dry_run {
         let object = new.record.object_name.clone();
         if !new_is_record || new.record.id.key != old.record.id.key {
@@ -444,7 +447,10 @@ async fn create(
     };
     let verdict = on_history(admission, &record, deadline, rests, rule).await;
     let (_, mode) = admission.namespace(&key.namespace);
-    let outcome = apply_mode(&verdict, mode);
+    let mut outcome = apply_mode(&verdict, mode);
+    if outcome.allowed {
+        outcome.warnings.extend(record.record.size_warning());
+    }
     if outcome.allowed && !request.dry_run {
         let change = IndexChange::Upsert { object: record.record.object_name.clone(), facts: record.facts() };
         admission.index().apply(&record.record.id.key, change);

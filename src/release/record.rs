@@ -283,7 +283,45 @@ pub struct Record {
     pub other_data: BTreeMap<String, String>,
 }
 
+/// The most data Kubernetes stores in one Secret or ConfigMap (its validation counts the data's
+/// bytes, a Secret's as decoded): Helm cannot store a revision past it, and will not split one.
+pub(crate) const OBJECT_DATA_LIMIT: usize = 1 << 20;
+
+/// From this share of [`OBJECT_DATA_LIMIT`] a write of a record is told it nears the limit.
+const NEAR_THE_LIMIT_PERCENT: usize = 80;
+
 impl Record {
+    /// The bytes of its data as the API server counts them against [`OBJECT_DATA_LIMIT`].
+    pub(crate) fn stored_bytes(&self) -> usize {
+        let decoded = |text: &[u8]| match self.secret_type {
+            // A Secret's data arrives as base64: 3 bytes per 4 characters, less the padding.
+            Some(_) => {
+                let padding = text.iter().rev().take_while(|&&b| b == b'=').count();
+                (text.len() / 4 * 3).saturating_sub(padding)
+            }
+            None => text.len(),
+        };
+        self.payload.as_deref().map_or(0, decoded)
+            + self.other_data.iter().map(|(key, value)| key.len() + decoded(value.as_bytes())).sum::<usize>()
+    }
+
+    /// A warning for a write of this record when it is past 80% of what Kubernetes stores in one
+    /// object: the next revisions, which Helm stores whole, will not fit (issue 58, "the 1 MiB
+    /// wall"; Helm prints admission warnings).
+    pub(crate) fn size_warning(&self) -> Option<String> {
+        let bytes = self.stored_bytes();
+        (bytes * 100 >= OBJECT_DATA_LIMIT * NEAR_THE_LIMIT_PERCENT).then(|| {
+            format!(
+                "helm-guard: {} holds {bytes} bytes, {}% of the {OBJECT_DATA_LIMIT} Kubernetes stores in one {}; Helm \
+                 stores every revision whole (the chart's files, values and manifest, gzipped) and cannot write one \
+                 past the limit: the upgrade that would fails. Trim the chart (.helmignore, large files) or its values",
+                self.describe(),
+                bytes * 100 / OBJECT_DATA_LIMIT,
+                if self.secret_type.is_some() { "Secret" } else { "ConfigMap" }
+            )
+        })
+    }
+
     /// Reads a record from a Kubernetes object. `Ok(None)`: not a record Helm would read (not a
     /// Secret or ConfigMap, or without the `owner=helm` and `name` labels).
     pub fn from_object(object: &Value, fallback_kind: Option<&str>) -> Result<Option<Record>, RecordError> {
