@@ -133,16 +133,7 @@ mod tests {
     use Status::*;
 
     fn history(records: &[(u32, Status)]) -> History {
-        let facts: Vec<RevisionFacts> = records
-            .iter()
-            .map(|&(revision, status)| RevisionFacts {
-                revision,
-                payload: PayloadStatus::Decoded(status),
-                label: Some(status),
-                stored_at: None,
-            })
-            .collect();
-        History::new(&facts)
+        History::of(records)
     }
 
     fn decide(rest: &[(u32, Status)], revision: u32, status: Status) -> Verdict {

@@ -307,16 +307,7 @@ mod tests {
     use Status::*;
 
     fn history(revisions: &[(u32, Status)]) -> History {
-        let facts: Vec<RevisionFacts> = revisions
-            .iter()
-            .map(|&(revision, status)| RevisionFacts {
-                revision,
-                payload: PayloadStatus::Decoded(status),
-                label: Some(status),
-                stored_at: None,
-            })
-            .collect();
-        History::new(&facts)
+        History::of(revisions)
     }
 
     const ADMIN: Requester<'static> = Requester { username: "admin", groups: &[] };

@@ -670,18 +670,7 @@ mod tests {
     #[test]
     fn u6b_the_history_says_where_helm_makes_each_change() {
         use Status::*;
-        let history = |records: &[(u32, Status)]| {
-            let facts: Vec<crate::release::RevisionFacts> = records
-                .iter()
-                .map(|&(revision, status)| crate::release::RevisionFacts {
-                    revision,
-                    payload: crate::release::PayloadStatus::Decoded(status),
-                    label: Some(status),
-                    stored_at: None,
-                })
-                .collect();
-            History::new(&facts)
-        };
+        let history = History::of;
         // (row, the rest of the release, this revision, from, to, allowed)
         type Row = (&'static str, &'static [(u32, Status)], u32, Status, Status, bool);
         let table: &[Row] = &[

@@ -107,6 +107,22 @@ impl History {
         self.revisions.iter().filter(move |(r, _)| *r > revision).map(|(_, s)| *s)
     }
 
+    /// A history of records whose payloads were read, each (revision, status): what the
+    /// policy's table tests write.
+    #[cfg(test)]
+    pub(crate) fn of(records: &[(u32, Status)]) -> History {
+        let facts: Vec<RevisionFacts> = records
+            .iter()
+            .map(|&(revision, status)| RevisionFacts {
+                revision,
+                payload: PayloadStatus::Decoded(status),
+                label: Some(status),
+                stored_at: None,
+            })
+            .collect();
+        History::new(&facts)
+    }
+
     /// This history with one more record.
     pub(crate) fn with(&self, revision: u32, status: Status) -> History {
         let mut revisions = self.revisions.clone();
