@@ -36,5 +36,7 @@ mod e2e_records;
 mod e2e_recycle;
 #[path = "e2e_replicas.rs"]
 mod e2e_replicas;
+#[path = "e2e_tenant.rs"]
+mod e2e_tenant;
 #[path = "e2e_writers.rs"]
 mod e2e_writers;

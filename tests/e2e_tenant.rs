@@ -1,0 +1,141 @@
+//! A tenant who means it, on a real API server with real Helm 3 and 4 (issue 57): the breaks in
+//! two steps of each write looking like Helm's are refused at some step, as a tenant with the
+//! `admin` ClusterRole in its namespace makes them with kubectl; Helm's own uninstall, upgrades
+//! over a deployed and a failed latest, and a rollback pass through the same guard; and a release
+//! whose record nears the 1 MiB Kubernetes stores in one Secret is installed with the guard's
+//! warning printed by Helm (issue 58, "the 1 MiB wall").
+//!
+//! `cargo test --test e2e_suites e2e_tenant:: -- --ignored`, with `helm`, `helm3` and `kubectl`
+//! on PATH and the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
+
+use crate::common;
+
+use std::path::Path;
+
+use common::cluster::{kubectl_apply, run, said};
+use futures::FutureExt;
+use helm_guard::policy::PolicyConfig;
+use serde_json::{Value, json};
+
+/// The record of `release` at `revision` as stored, with its payload's status set to `status`
+/// (label and payload together, as Helm writes them).
+fn with_status(ns: &str, release: &str, revision: u32, status: &str) -> Value {
+    let name = format!("sh.helm.release.v1.{release}.v{revision}");
+    let got = run(&["kubectl", "get", "secret", &name, "-n", ns, "-o", "json"]);
+    assert!(got.status.success(), "{}", said(&got));
+    let object: Value = serde_json::from_slice(&got.stdout).unwrap();
+    let mut payload = common::release_json(&object);
+    payload["info"]["status"] = json!(status);
+    let mut object = common::with_release_json(object, &payload);
+    object["metadata"]["labels"]["status"] = json!(status);
+    object
+}
+
+/// The tenant's `kubectl replace` of a record with `status`; whether it went through, and what was said.
+fn tenant_sets(dir: &Path, ns: &str, release: &str, revision: u32, status: &str) -> (bool, String) {
+    let object = with_status(ns, release, revision, status);
+    let file = dir.join(format!("{release}-{revision}-{status}.json"));
+    std::fs::write(&file, serde_json::to_vec(&object).unwrap()).unwrap();
+    let done = run(&["kubectl", "replace", "-f", file.to_str().unwrap(), "--as", "tenant"]);
+    (done.status.success(), said(&done))
+}
+
+fn tenant_deletes(ns: &str, release: &str, revision: u32) -> (bool, String) {
+    let name = format!("sh.helm.release.v1.{release}.v{revision}");
+    let done = run(&["kubectl", "delete", "secret", &name, "-n", ns, "--as", "tenant"]);
+    (done.status.success(), said(&done))
+}
+
+fn helm_ok(helm: &str, args: &[&str]) -> String {
+    let mut all = vec![helm];
+    all.extend_from_slice(args);
+    let done = run(&all);
+    assert!(done.status.success(), "{helm} {args:?}: {}", said(&done));
+    said(&done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server, helm and kubectl: cargo test --test e2e_suites e2e_tenant:: -- --ignored"]
+async fn a_tenants_breaks_in_two_steps_are_refused_and_helm_passes() {
+    let guard = common::cluster::start_guard_with("helm-guard-e2e-tenant", 44, PolicyConfig::default()).await;
+    let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, dir, .. } = guard;
+    let ns = namespace.clone();
+    let checks = std::panic::AssertUnwindSafe(async {
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}));
+        common::cluster::register_webhooks(&client, &ns, &url, &ca_pem).await;
+        kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "tenant-admin", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}]}));
+        let chart = dir.path().join("demo");
+        assert!(run(&["helm", "create", chart.to_str().unwrap()]).status.success());
+        let chart = chart.to_str().unwrap().to_owned();
+        let chart = chart.as_str();
+        let helm = |bin: &str, extra: &[&str]| {
+            let mut all = extra.to_vec();
+            all.extend(["-n", ns.as_str()]);
+            helm_ok(bin, &all)
+        };
+
+        // Chain 1: the deployed latest marked uninstalling, then deleted while older records stay.
+        for (bin, verb) in [("helm", "install"), ("helm3", "upgrade"), ("helm", "upgrade")] {
+            helm(bin, &[verb, "one", chart]);
+        }
+        let (marked, said_) = tenant_sets(dir.path(), &ns, "one", 3, "uninstalling");
+        assert!(marked, "marking the latest is Helm's uninstall: {said_}");
+        let (deleted, said_) = tenant_deletes(&ns, "one", 3);
+        assert!(!deleted && said_.contains("deletes the `uninstalling` latest last"), "{said_}");
+        // Helm's own uninstall finishes it, the latest last.
+        helm("helm", &["uninstall", "one"]);
+
+        // Chain 2: the only deployed revision under a failed latest superseded.
+        helm("helm", &["install", "two", chart]);
+        let failed = run(&["helm", "upgrade", "two", chart, "--set", "image.tag=does-not-exist", "--wait", "--timeout", "2s", "-n", &ns]);
+        assert!(!failed.status.success(), "the upgrade fails: {}", said(&failed));
+        let (superseded, said_) = tenant_sets(dir.path(), &ns, "two", 1, "superseded");
+        assert!(!superseded && said_.contains("no operation above it"), "{said_}");
+        // A forged deployed revision over the failed latest.
+        let mut forged = with_status(&ns, "two", 2, "deployed");
+        let object = forged.as_object_mut().unwrap();
+        object["metadata"] = json!({"name": "sh.helm.release.v1.two.v3", "namespace": ns,
+            "labels": {"owner": "helm", "name": "two", "version": "3", "status": "deployed"}});
+        let mut payload = common::release_json(&forged);
+        payload["version"] = json!(3);
+        let forged = common::with_release_json(forged, &payload);
+        let file = dir.path().join("forged.json");
+        std::fs::write(&file, serde_json::to_vec(&forged).unwrap()).unwrap();
+        let created = run(&["kubectl", "create", "-f", file.to_str().unwrap(), "--as", "tenant"]);
+        assert!(!created.status.success() && said(&created).contains("is not one Helm makes"), "{}", said(&created));
+        // Helm upgrades over the failed latest, and rolls back, through the same guard.
+        helm("helm3", &["upgrade", "two", chart]);
+        helm("helm", &["rollback", "two", "1"]);
+
+        // Chain 3: a single deployed revision superseded, failed, then deleted.
+        helm("helm", &["install", "three", chart]);
+        assert!(tenant_sets(dir.path(), &ns, "three", 1, "superseded").0, "helm-mapkubeapis' first step");
+        assert!(tenant_sets(dir.path(), &ns, "three", 1, "failed").0, "klipper-helm's reset");
+        let (deleted, said_) = tenant_deletes(&ns, "three", 1);
+        assert!(!deleted && said_.contains("no revision would be left"), "{said_}");
+        helm("helm", &["upgrade", "three", chart]);
+
+        // The 1 MiB wall: a chart file that does not compress, near the limit once stored.
+        let big = dir.path().join("big");
+        assert!(run(&["helm", "create", big.to_str().unwrap()]).status.success());
+        let mut rng = fastrand::Rng::with_seed(58);
+        let noise: String = std::iter::repeat_with(|| rng.alphanumeric()).take(720_000).collect();
+        std::fs::write(big.join("noise.txt"), noise).unwrap();
+        for bin in ["helm", "helm3"] {
+            let release = format!("big-{bin}");
+            let done = run(&[bin, "install", &release, big.to_str().unwrap(), "-n", &ns]);
+            assert!(done.status.success(), "{}", said(&done));
+            assert!(said(&done).contains("Kubernetes stores in one Secret"), "{bin} prints the warning: {}", said(&done));
+        }
+    })
+    .catch_unwind()
+    .await;
+    common::cluster::cleanup(&client, &namespace, false).await;
+    running.shutdown().await;
+    if let Err(panic) = checks {
+        std::panic::resume_unwind(panic);
+    }
+}
