@@ -22,7 +22,7 @@ use super::Admission;
 use super::validating::{Decided, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
-use crate::cluster::{DeleteCoordinator, IndexChange};
+use crate::cluster::{DeleteCoordinator, Fetched, IndexChange};
 use crate::object::ReviewObject;
 use crate::policy::delete::{DeleteFacts, copy_is_best_effort, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
@@ -269,6 +269,12 @@ impl<'a> Deletion<'a> {
         let Some(coordinator) = self.coordinator.filter(|_| decided.agree) else { return decided };
         let (key, record, index) = (self.key(), &self.claimed, self.admission.index());
         let object = record.object;
+        // A claim makes every replica decide the release without this record: written only for
+        // the object stored under the name, so that a review the API server never sent (anyone
+        // on the pod network can POST one) claims nothing.
+        if let Some(refused) = self.not_stored(deadline).await {
+            return refused;
+        }
         let error = loop {
             let claims = match coordinator.claims(key, deadline).await {
                 Ok(claims) => claims,
@@ -302,6 +308,30 @@ impl<'a> Deletion<'a> {
             ),
         );
         self.refused(verdict, self.mode)
+    }
+
+    /// A refusal when the object stored under the record's name is not the one the review is
+    /// about (its uid and resourceVersion, read back from the API server).
+    async fn not_stored(&self, deadline: Instant) -> Option<Decided> {
+        let fetcher = self.admission.live.fetcher.as_deref()?;
+        let (key, record) = (self.key(), self.record);
+        let read = fetcher.fetch(key, std::slice::from_ref(&record.object_name), deadline).await;
+        let stored = read.iter().any(|(_, fetched)| {
+            matches!(fetched, Fetched::Read(read)
+                if read.uid.is_some() && read.uid == record.uid && read.resource_version == record.resource_version)
+        });
+        if stored {
+            return None;
+        }
+        let verdict = Verdict::deny(
+            Reason::UnreadHistory,
+            format!(
+                "helm-guard: the object stored as {} is not the one this review of its deletion is about (or could \
+                 not be read within the decision deadline); retry in a moment",
+                record.describe()
+            ),
+        );
+        Some(self.refused(verdict, self.mode))
     }
 
     /// A refusal by a step past the first, in `mode`.

@@ -216,6 +216,10 @@ pub(crate) async fn write_events(
                 match &write {
                     Write::Create { event } => {
                         let Some(notice) = &notice else { return Ok(()) };
+                        if !is_stored(&client, notice).await {
+                            tracing::info!(object = %notice.name, namespace = %notice.namespace, "no Event: the object it is about is not stored as the review said");
+                            return Ok(());
+                        }
                         let api = Api::<Event>::namespaced(client.clone(), &notice.namespace);
                         api.create(&PostParams::default(), &new_event(notice, event, &instance))
                             .await
@@ -244,6 +248,35 @@ pub(crate) async fn write_events(
             }
         }
     }
+}
+
+/// Whether the object an Event would be about is stored, with the uid the review gave it: an
+/// Event is written about what the cluster holds only, so that a review the API server never
+/// sent (anyone on the pod network can POST one) about an object it names writes none. A
+/// HelmChart is one the watch brought; a creation's object is not stored yet, and is let be.
+async fn is_stored(client: &kube::Client, notice: &Notice) -> bool {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+    // A creation's object is not stored yet when it is judged.
+    if notice.action == "Create" {
+        return true;
+    }
+    let Some(uid) = notice.uid.as_deref() else { return notice.kind == "HelmChart" };
+    let (namespace, name) = (notice.namespace.as_str(), notice.name.as_str());
+    let stored = match notice.kind.as_str() {
+        "Secret" => Api::<Secret>::namespaced(client.clone(), namespace)
+            .get_metadata_opt(name)
+            .await
+            .map(|m| m.map(|m| m.metadata)),
+        "ConfigMap" => Api::<ConfigMap>::namespaced(client.clone(), namespace)
+            .get_metadata_opt(name)
+            .await
+            .map(|m| m.map(|m| m.metadata)),
+        "Namespace" => {
+            Api::<Namespace>::all(client.clone()).get_metadata_opt(name).await.map(|m| m.map(|m| m.metadata))
+        }
+        _ => return true,
+    };
+    matches!(stored, Ok(Some(meta)) if meta.uid.as_deref() == Some(uid))
 }
 
 fn new_event(notice: &Notice, name: &str, instance: &str) -> Event {

@@ -137,3 +137,72 @@ fn a_rewritten_helm_install_pod_is_a_notice_on_its_chart_and_an_annotated_one_is
     admission.review_now(Webhook::Mutate, request);
     assert!(notices.try_recv().is_err(), "a pod only annotated is no Event");
 }
+
+/// An Event is written only about an object stored with the uid the review gave it: a review the
+/// API server never sent, naming a record that is not there (or another object of its name),
+/// writes none. Against a stub API server that stores one record and counts the Events created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_is_written_only_about_an_object_stored_as_the_review_said() {
+    use axum::extract::{Path, State};
+    use axum::routing::{get, post};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let created = Arc::new(AtomicUsize::new(0));
+    let read = |Path((_, name)): Path<(String, String)>| async move {
+        if name == "sh.helm.release.v1.web.v2" {
+            axum::Json(serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": name, "namespace": "demo", "uid": "stored-uid"}}))
+            .into_response()
+        } else {
+            (
+                axum::http::StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "NotFound", "code": 404})),
+            )
+                .into_response()
+        }
+    };
+    let create = |State(created): State<Arc<AtomicUsize>>, body: axum::body::Bytes| async move {
+        created.fetch_add(1, Ordering::SeqCst);
+        (axum::http::StatusCode::CREATED, body).into_response()
+    };
+    use axum::response::IntoResponse;
+    let app = axum::Router::new()
+        .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(read))
+        .route("/apis/events.k8s.io/v1/namespaces/{namespace}/events", post(create))
+        .with_state(created.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client =
+        kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+    let (queue, notices) = EventQueue::new(16, Default::default());
+    let writer = tokio::spawn(helm_guard::cluster::events::write_events(
+        client,
+        notices,
+        "test".into(),
+        Default::default(),
+    ));
+    let notice = |name: &str, uid: &str| Notice {
+        namespace: "demo".into(),
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        name: name.into(),
+        uid: Some(uid.into()),
+        action: "Delete".into(),
+        reason: "LatestDeployedRevision".into(),
+        note: "denied".into(),
+        type_: "Warning",
+    };
+    queue.offer(notice("sh.helm.release.v1.web.v9", "made-up"));
+    queue.offer(notice("sh.helm.release.v1.web.v2", "another-uid"));
+    queue.offer(notice("sh.helm.release.v1.web.v2", "stored-uid"));
+    let written = common::eventually(std::time::Duration::from_secs(5), || {
+        std::future::ready(created.load(Ordering::SeqCst) >= 1)
+    })
+    .await;
+    assert!(written, "the Event about the stored object is written");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(created.load(Ordering::SeqCst), 1, "and only that one");
+    writer.abort();
+}

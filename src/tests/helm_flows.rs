@@ -275,7 +275,7 @@ impl World {
     }
 
     /// Sends a review to a random replica; its verdict (allowed, reason, message).
-    fn review(&mut self, review: &Value) -> (bool, String, String) {
+    pub(super) fn review(&mut self, review: &Value) -> (bool, String, String) {
         if self.rng.bool() {
             self.deliver_some();
         }

@@ -225,3 +225,22 @@ fn the_chains_that_broke_releases_in_two_steps_are_refused() {
         assert!(!allowed, "seed {seed}: the release forgotten ({reason})");
     }
 }
+
+/// A review the API server never sent (anyone on the pod network can POST one): a deletion the
+/// rules approve only once agreed (a stuck revision above a deployed one) is refused when the
+/// object stored under the name is not the one it is about, so it claims nothing.
+#[test]
+fn a_forged_review_claims_nothing() {
+    let mut world = World::new(7);
+    world.step(&HelmOp::Install { release: 0, replace: false, fail: false });
+    world.step(&HelmOp::KilledUpgrade { release: 0 });
+    let stuck = world.stored("sh.helm.release.v1.app.v2");
+    let mut forged = stuck.clone();
+    forged["metadata"]["uid"] = serde_json::json!("made-up");
+    let (allowed, reason, message) = world.review(&crate::common::delete_review(&forged));
+    assert!(!allowed && reason == "unread-history", "{reason}: {message}");
+    assert!(message.contains("is not the one this review of its deletion is about"), "{message}");
+    // The real deletion, as the API server sends it, goes through.
+    let (allowed, reason, _) = world.delete("sh.helm.release.v1.app.v2");
+    assert!(allowed, "{reason}");
+}
