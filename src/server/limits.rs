@@ -23,7 +23,7 @@ use tokio::time::{Instant, Sleep};
 /// A TLS handshake must be done within this (a real client's takes milliseconds).
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// TLS handshakes under way at once, in all.
-const HANDSHAKES: usize = 512;
+const HANDSHAKES: usize = 2048;
 /// TLS handshakes under way at once from one source address.
 const HANDSHAKES_PER_SOURCE: usize = 16;
 

@@ -221,7 +221,7 @@ async fn connection(tcp: TcpStream, shared: Arc<Shared>, mut phase: watch::Recei
 }
 
 /// Connections to the metrics and health listener at once, in all and from one source address.
-const PLAIN_CONNECTIONS: usize = 256;
+const PLAIN_CONNECTIONS: usize = 2048;
 const PLAIN_PER_SOURCE: usize = 16;
 /// A request's headers there must arrive within this; it is also how long a kept-alive
 /// connection may wait for its next request (Prometheus and the kubelet reconnect).
