@@ -258,7 +258,7 @@ fn record_side(r: &DecodedRecord) -> RecordSide<'_> {
 
 /// Decides `rule` on the rest of the release as the index holds it (without `object`). On a live
 /// guard a verdict that `rests` on that history is decided again once the index is shown current
-/// (a fence round or a listing, then the payloads: [`Freshness`], as for a DELETE); an approval
+/// (a fence round or a listing, then the payloads: [`Freshness`](crate::cluster::freshness::Freshness), as for a DELETE); an approval
 /// that cannot be shown current is refused, "retry", and a refusal stands.
 async fn on_history(
     admission: &Admission,
