@@ -462,3 +462,39 @@ async fn a_record_near_the_object_limit_is_written_with_a_warning() {
     assert!(warning.contains("of the 1048576 Kubernetes stores in one Secret"), "{warning}");
     assert!(warning.contains("sh.helm.release.v1.web.v3"), "{warning}");
 }
+
+/// C8 (issue 58): a namespace labelled `helm-guard.io/max-revisions-per-hour=N` lets a release get
+/// no more than N revisions an hour, counted from its records' own creation times; the next is
+/// refused with the count and the writer, and the release's uninstall still passes.
+#[tokio::test]
+async fn a_writer_in_a_loop_is_stopped_at_the_namespaces_cap() {
+    let now = jiff::Timestamp::now();
+    let looping = |label: Option<&str>| {
+        let mut records = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
+        for (i, record) in records.iter_mut().enumerate() {
+            let created = now - jiff::SignedDuration::from_secs(60 - 10 * i as i64);
+            record["metadata"]["creationTimestamp"] = json!(created.to_string());
+        }
+        let mut labels = json!({"kubernetes.io/metadata.name": "demo"});
+        if let Some(max) = label {
+            labels["helm-guard.io/max-revisions-per-hour"] = json!(max);
+        }
+        records.push(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo", "labels": labels}}),
+        );
+        records
+    };
+    let next = create_review(&web(&[(4, "pending-upgrade")]).remove(0));
+    let guard = guard_with(looping(Some("3"))).await;
+    let answer = guard.validate(&next).await;
+    assert_eq!((answer["allowed"].as_bool(), reason(&answer)), (Some(false), "revision-rate"), "{answer}");
+    let message = answer["status"]["message"].as_str().unwrap();
+    assert!(message.contains("3 revisions created in the last hour"), "{message}");
+    let records = looping(Some("3"));
+    let marked = guard.validate(&update_review(&records[2], &rewrite(&records[2], 3, "uninstalling"))).await;
+    assert_eq!(marked["allowed"], true, "helm uninstall is never held by the cap");
+    for (label, allowed) in [(Some("4"), true), (None, true)] {
+        let guard = guard_with(looping(label)).await;
+        assert_eq!(guard.validate(&next).await["allowed"], allowed, "{label:?}");
+    }
+}

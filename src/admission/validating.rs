@@ -17,8 +17,9 @@ use crate::policy::create::{CreateFacts, RESTORED_FROM_ANNOTATION, decide_create
 use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::release::history::revisions_within;
 use crate::release::record::{DecodedRecord, LABEL_VERSION};
-use crate::release::{Driver, History, ReleasePayload, Status};
+use crate::release::{Driver, History, ReleasePayload, RevisionFacts, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
 /// their payloads move into the records rather than being copied.
@@ -265,10 +266,10 @@ async fn on_history(
     record: &DecodedRecord,
     deadline: Instant,
     rests: impl Fn(&Verdict) -> bool,
-    rule: impl Fn(&History) -> Verdict,
+    rule: impl Fn(&[RevisionFacts]) -> Verdict,
 ) -> Verdict {
     let (key, object) = (&record.record.id.key, record.record.object_name.as_str());
-    let decide = || admission.index().decide(key, Some(object), |others| (rule(&History::new(others)), None));
+    let decide = || admission.index().decide(key, Some(object), |others| (rule(others), None));
     let first = decide();
     let Some(freshness) = admission.freshness.as_ref().filter(|_| rests(&first)) else { return first };
     let confirmed = freshness.confirm(key, Some(object), deadline).await;
@@ -299,7 +300,8 @@ async fn update(
     let policy = &admission.settings().policy;
     let statuses = old.status().zip(new.status());
     let rests = statuses.is_some_and(|(from, to)| rests_on_history(from, to));
-    let rule = |others: &History| {
+    let rule = |others: &[RevisionFacts]| {
+        let others = &History::new(others);
         let facts = UpdateFacts {
             namespace: &old.record.id.key.namespace,
             object_name: &old.record.object_name,
@@ -429,7 +431,11 @@ async fn create(
         });
     let restored_from = record.record.annotations.get(RESTORED_FROM_ANNOTATION).filter(|v| !v.is_empty());
     let key = &record.record.id.key;
-    let rule = |others: &History| {
+    let (namespace, _) = admission.namespace(&key.namespace);
+    let now = jiff::Timestamp::now().as_second();
+    let rule = |stored: &[RevisionFacts]| {
+        let others = &History::new(stored);
+        let next = payload.map(|(revision, _)| revision);
         let facts = CreateFacts {
             namespace: &key.namespace,
             release: &key.release,
@@ -439,6 +445,8 @@ async fn create(
             others,
             requester: requester(request),
             restored_from: restored_from.map(String::as_str),
+            revisions_last_hour: revisions_within(stored, now, 3600, next),
+            max_per_hour: namespace.max_revisions_per_hour,
         };
         decide_create(&facts, &admission.settings().policy)
     };

@@ -53,6 +53,9 @@ pub struct NamespaceInfo {
     pub ignored: bool,
     /// When the opt-out labels were last set, in Unix seconds.
     pub labels_set_at: Option<i64>,
+    /// The `helm-guard.io/max-revisions-per-hour` label: a release here gets no more revisions
+    /// an hour (POLICY.md C8).
+    pub max_revisions_per_hour: Option<u32>,
 }
 
 impl NamespaceInfo {
@@ -80,6 +83,11 @@ impl NamespaceInfo {
                 .map(String::as_str)
                 == Some("true"),
             labels_set_at: crate::policy::namespace::labels_set_at(meta),
+            max_revisions_per_hour: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::policy::create::MAX_REVISIONS_LABEL))
+                .and_then(|n| n.parse().ok()),
         }
     }
 }
@@ -702,6 +710,35 @@ mod tests {
 
     fn delete(revision: u32) -> Option<IndexChange> {
         Some(IndexChange::Delete { object: object(revision), uid: Some(format!("uid-{revision}")) })
+    }
+
+    /// The release's last good revision is the newest record the guard saw deployed, whatever it
+    /// was moved to since; a newer record that was never deployed does not take its place, one
+    /// deployed later does, and a new object under the name starts afresh.
+    #[test]
+    fn the_record_last_seen_deployed_is_remembered_through_its_downgrades() {
+        let index = index(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) });
+        let last = |revision: u32| {
+            index.is_last_deployed(&key(), &object(revision), Some(&format!("uid-{revision}")))
+        };
+        assert_eq!((last(1), last(2)), (Some(false), Some(true)));
+        // v2 superseded, then failed, under a forged v3 that never ran.
+        index.upsert(record(2, Status::Superseded, "2"));
+        index.upsert(record(3, Status::PendingUpgrade, "3"));
+        index.upsert(record(2, Status::Failed, "4"));
+        assert_eq!((last(2), last(3)), (Some(true), Some(false)));
+        // v3 deployed: it is the last good one now.
+        index.upsert(record(3, Status::Deployed, "5"));
+        assert_eq!((last(2), last(3)), (Some(false), Some(true)));
+        // Another object under v3's name (a reinstall) was never seen deployed.
+        index.upsert(IndexedRecord {
+            uid: Some("uid-other".into()),
+            ..record(3, Status::PendingInstall, "6")
+        });
+        assert_eq!(index.is_last_deployed(&key(), &object(2), Some("uid-2")), Some(true));
+        let fresh = ReleaseIndex::new(SourceKind::Snapshot);
+        fresh.upsert(record(1, Status::Superseded, "1"));
+        assert_eq!(fresh.is_last_deployed(&key(), &object(1), Some("uid-1")), None, "never seen deployed");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! CREATE of a record: rules C1–C6 of POLICY.md, first match wins. A record created is the
+//! CREATE of a record: rules C1–C8 of POLICY.md, first match wins. A record created is the
 //! release Helm reads next (its manifest is what the next upgrade or uninstall deletes from, with
 //! the privileges of whoever runs Helm), so a CREATE is allowed only as Helm makes one: the next
 //! revision above the rest, named as Helm names it, in a status Helm stores a new revision in, over a latest
@@ -12,6 +12,9 @@ use crate::release::{History, Status};
 /// It counts as the break-glass annotation does (for `--break-glass-group` members, when that
 /// names any), and for a CREATE only.
 pub(crate) const RESTORED_FROM_ANNOTATION: &str = "helm-guard.io/restored-from";
+
+/// The namespace label that caps the revisions a release may get in an hour (C8).
+pub(crate) const MAX_REVISIONS_LABEL: &str = "helm-guard.io/max-revisions-per-hour";
 
 /// What the CREATE rules read of a request.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +37,10 @@ pub(crate) struct CreateFacts<'a> {
     pub requester: Requester<'a>,
     /// The `helm-guard.io/restored-from` annotation.
     pub restored_from: Option<&'a str>,
+    /// Revisions of the release created in the last hour (before this one).
+    pub revisions_last_hour: u32,
+    /// The namespace's `helm-guard.io/max-revisions-per-hour`.
+    pub max_per_hour: Option<u32>,
 }
 
 /// Decides a CREATE of a release record (POLICY.md, rules C1–C6).
@@ -123,6 +130,20 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
              latest it has just superseded), not {status} over {over}"
         ));
     }
+    // C8: a writer in a loop (a controller upgrading forever fills etcd) stopped at the cap its
+    // namespace sets; deletions (Helm's pruning, an uninstall, a forget) are never held by it.
+    if let Some(max) = facts.max_per_hour.filter(|max| facts.revisions_last_hour >= *max) {
+        return Verdict::deny(
+            Reason::RevisionRate,
+            format!(
+                "helm-guard: release {namespace}/{release} has had {} revisions created in the last hour, and \
+                 namespace {namespace} allows {max} ({MAX_REVISIONS_LABEL}={max}); revision {revision} by {} is \
+                 refused. A writer upgrading in a loop fills etcd: see why with `helm history {release} -n {namespace}`. \
+                 To lift it: `kubectl label namespace {namespace} {MAX_REVISIONS_LABEL}-`, or a higher number",
+                facts.revisions_last_hour, facts.requester.username
+            ),
+        );
+    }
     Verdict::allow(Reason::HelmCreate)
 }
 
@@ -147,6 +168,8 @@ mod tests {
             others: &others,
             requester: Requester { username: "tenant", groups: &[] },
             restored_from: None,
+            revisions_last_hour: 0,
+            max_per_hour: None,
         };
         decide_create(&facts, &PolicyConfig::default())
     }
@@ -239,6 +262,8 @@ mod tests {
             others: &others,
             requester: Requester { username: "alice", groups: &[] },
             restored_from: None,
+            revisions_last_hour: 0,
+            max_per_hour: None,
         };
         assert_eq!(decide_create(&base, &config).reason, Reason::ImplausibleRecord);
         let restore = CreateFacts { restored_from: Some("helm-guard/copy-1"), ..base };
@@ -269,5 +294,44 @@ mod tests {
         }]);
         let next = CreateFacts { payload: Some((4, PendingUpgrade)), others: &unread, ..base };
         assert_eq!(decide_create(&next, &config).reason, Reason::UnreadHistory);
+    }
+}
+
+#[cfg(test)]
+mod rate {
+    use super::*;
+    use Status::*;
+
+    /// C8: at the namespace's cap, the next revision is refused, naming the count, the writer
+    /// and how to lift it; under it, or without the label, it passes.
+    #[test]
+    fn c8_a_writer_in_a_loop_is_stopped_at_the_namespaces_cap() {
+        let others = History::of(&[(40, Superseded), (41, Deployed)]);
+        let facts = |revisions_last_hour, max_per_hour| CreateFacts {
+            namespace: "kube-system",
+            release: "traefik",
+            object_name: "sh.helm.release.v1.traefik.v42",
+            payload: Some((42, PendingUpgrade)),
+            as_helm_writes_it: true,
+            others: &others,
+            requester: Requester { username: "system:serviceaccount:kube-system:helm-traefik", groups: &[] },
+            restored_from: None,
+            revisions_last_hour,
+            max_per_hour,
+        };
+        let config = PolicyConfig::default();
+        let refused = decide_create(&facts(20, Some(20)), &config);
+        assert_eq!((refused.allowed, refused.reason), (false, Reason::RevisionRate));
+        let message = refused.message.unwrap();
+        for needle in [
+            "20 revisions created in the last hour",
+            "allows 20",
+            "helm-traefik",
+            "helm-guard.io/max-revisions-per-hour-",
+        ] {
+            assert!(message.contains(needle), "{needle}: {message}");
+        }
+        assert!(decide_create(&facts(19, Some(20)), &config).allowed);
+        assert!(decide_create(&facts(500, None), &config).allowed);
     }
 }

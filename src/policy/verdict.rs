@@ -79,6 +79,8 @@ pub enum Reason {
     /// revision not above the rest, or a status Helm never stores a new revision in over that
     /// latest).
     ImplausibleRecord,
+    /// C8: a CREATE past the namespace's `helm-guard.io/max-revisions-per-hour`.
+    RevisionRate,
     /// C1: a CREATE by `helm-guard restore` (its `helm-guard.io/restored-from` annotation,
     /// counting as the break-glass annotation does).
     Restore,

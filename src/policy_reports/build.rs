@@ -90,8 +90,9 @@ pub(crate) fn finding(release: &ReleaseReport) -> Finding {
         if has(Anomaly::UndecodableRecord) {
             return of(Anomaly::UndecodableRecord.as_str(), Outcome::Error, Severity::High);
         }
-        if let Some(anomaly) =
-            [Anomaly::MultipleDeployed, Anomaly::StatusLabelMismatch].into_iter().find(|a| has(*a))
+        if let Some(anomaly) = [Anomaly::MultipleDeployed, Anomaly::StatusLabelMismatch, Anomaly::Churn]
+            .into_iter()
+            .find(|a| has(*a))
         {
             return of(anomaly.as_str(), Outcome::Warn, Severity::Medium);
         }
@@ -419,6 +420,7 @@ mod tests {
                 Warn,
                 Medium,
             ),
+            (release(S::Healthy, 3, &[3], false, &[Anomaly::Churn]), "churn", Warn, Medium),
             (
                 release(S::Healthy, 3, &[3], false, &[Anomaly::StatusLabelMismatch]),
                 "status-label-mismatch",

@@ -210,6 +210,33 @@ pub enum Anomaly {
     StatusLabelMismatch,
     /// A record Helm cannot read (it skips it, or fails on it).
     UndecodableRecord,
+    /// More than [`CHURN_PER_HOUR`] revisions created in the last hour: a writer upgrading in a
+    /// loop (K3s's helm-controller has taken releases past 100,000 revisions), which fills etcd.
+    Churn,
+}
+
+/// Revisions created in an hour past which a release is named `churn`: far more than any
+/// person or pipeline upgrades one release, far fewer than a controller in a loop (a revision a
+/// few seconds) makes in an hour.
+pub(crate) const CHURN_PER_HOUR: u32 = 30;
+
+/// How many revisions of a release were created within `window_secs` before `now`, counted
+/// from its records' own revisions and creation times: Helm numbers revisions in the order it
+/// creates them, so with a record older than the window kept (revision `r`), every revision
+/// above it was created within it; without one, the records within it span at least their own
+/// revisions (Helm's pruning may have taken more). `next`: the revision about to be created, if
+/// any (it is not counted).
+pub fn revisions_within(facts: &[RevisionFacts], now: i64, window_secs: i64, next: Option<u32>) -> u32 {
+    let since = now.saturating_sub(window_secs);
+    let top = next.map(|n| n.saturating_sub(1)).or_else(|| facts.iter().map(|f| f.revision).max());
+    let Some(top) = top else { return 0 };
+    let before = facts.iter().filter(|f| f.stored_at.is_some_and(|at| at < since)).map(|f| f.revision).max();
+    let within = facts.iter().filter(|f| f.stored_at.is_some_and(|at| at >= since)).map(|f| f.revision).min();
+    match (before, within) {
+        (Some(old), _) => top.saturating_sub(old),
+        (None, Some(first)) => top.saturating_sub(first).saturating_add(1),
+        (None, None) => 0,
+    }
 }
 
 impl Anomaly {
@@ -290,6 +317,11 @@ impl Classification {
         if self.anomalies.contains(&Anomaly::UndecodableRecord) {
             hint.push_str("; a record does not decode (Helm skips it)");
         }
+        if self.anomalies.contains(&Anomaly::Churn) {
+            hint.push_str(&format!(
+                "; more than {CHURN_PER_HOUR} revisions in the last hour: a writer upgrading in a loop (`helm history {release} -n {namespace}`; cap it with the namespace label helm-guard.io/max-revisions-per-hour)"
+            ));
+        }
         hint
     }
 }
@@ -307,6 +339,9 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
     }
     if facts.iter().any(|f| f.payload == PayloadStatus::Undecodable) {
         anomalies.insert(Anomaly::UndecodableRecord);
+    }
+    if revisions_within(facts, now, 3600, None) > CHURN_PER_HOUR {
+        anomalies.insert(Anomaly::Churn);
     }
     let latest = history.latest();
     let state = match latest.map(|(_, status)| status) {
@@ -340,6 +375,34 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Revisions created within the window, from the records alone: exact when a record older
+    /// than the window is kept, at least what the records within it span when pruning took the
+    /// rest; 41 revisions in a minute are `churn`, a person's day of upgrades is not.
+    #[test]
+    fn revisions_created_within_an_hour_are_counted_from_the_records() {
+        let at = |revision: u32, stored_at: i64| RevisionFacts {
+            revision,
+            payload: PayloadStatus::Decoded(Status::Superseded),
+            label: Some(Status::Superseded),
+            stored_at: Some(stored_at),
+        };
+        let now = 100_000;
+        // v10 kept from two hours ago (the last deployed one Helm's pruning keeps), v48..v50
+        // within the hour: v11..v50 were all created in it.
+        let pruned = [at(10, now - 7200), at(48, now - 30), at(49, now - 20), at(50, now - 10)];
+        assert_eq!(revisions_within(&pruned, now, 3600, None), 40);
+        assert_eq!(revisions_within(&pruned, now, 3600, Some(51)), 40, "the next is not counted");
+        // Nothing older kept: at least v48..v50.
+        assert_eq!(revisions_within(&pruned[1..], now, 3600, None), 3);
+        let loop_: Vec<RevisionFacts> = (1..=41).map(|r| at(r, now - 60 + i64::from(r))).collect();
+        assert_eq!(revisions_within(&loop_, now, 3600, None), 41);
+        assert!(classify(&loop_, now, 900).anomalies.contains(&Anomaly::Churn));
+        let day: Vec<RevisionFacts> =
+            (1..=12).map(|r| at(r, now - 3600 * 12 + 3600 * i64::from(r))).collect();
+        assert!(!classify(&day, now, 900).anomalies.contains(&Anomaly::Churn));
+        assert_eq!(revisions_within(&[], now, 3600, Some(1)), 0);
+    }
 
     fn rev(revision: u32, status: Status) -> RevisionFacts {
         RevisionFacts {
