@@ -318,7 +318,7 @@ impl<'a> Deletion<'a> {
         let read = fetcher.fetch(key, std::slice::from_ref(&record.object_name), deadline).await;
         let stored = read.iter().any(|(_, fetched)| {
             matches!(fetched, Fetched::Read(read)
-                if read.uid.is_some() && read.uid == record.uid && read.resource_version == record.resource_version)
+                if read.uid == record.uid && read.resource_version == record.resource_version)
         });
         if stored {
             return None;
