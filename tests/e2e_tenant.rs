@@ -3,7 +3,8 @@
 //! `admin` ClusterRole in its namespace makes them with kubectl; Helm's own uninstall, upgrades
 //! over a deployed and a failed latest, and a rollback pass through the same guard; and a release
 //! whose record nears the 1 MiB Kubernetes stores in one Secret is installed with the guard's
-//! warning printed by Helm (issue 58, "the 1 MiB wall").
+//! warning printed by Helm (issue 58, "the 1 MiB wall"); and a release upgraded in a loop is
+//! stopped at its namespace's `helm-guard.io/max-revisions-per-hour` while its uninstall passes.
 //!
 //! `cargo test --test e2e_suites e2e_tenant:: -- --ignored`, with `helm`, `helm3` and `kubectl`
 //! on PATH and the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
@@ -130,6 +131,17 @@ async fn a_tenants_breaks_in_two_steps_are_refused_and_helm_passes() {
             assert!(done.status.success(), "{}", said(&done));
             assert!(said(&done).contains("Kubernetes stores in one Secret"), "{bin} prints the warning: {}", said(&done));
         }
+
+        // A writer in a loop, stopped at the namespace's cap (C8); its uninstall still passes.
+        assert!(run(&["kubectl", "label", "ns", &ns, "helm-guard.io/max-revisions-per-hour=4"]).status.success());
+        helm("helm", &["install", "loop", chart]);
+        for _ in 0..3 {
+            helm("helm", &["upgrade", "loop", chart]);
+        }
+        let refused = run(&["helm", "upgrade", "loop", chart, "-n", &ns]);
+        assert!(!refused.status.success(), "the fifth revision in an hour: {}", said(&refused));
+        assert!(said(&refused).contains("4 revisions created in the last hour"), "{}", said(&refused));
+        helm("helm", &["uninstall", "loop"]);
     })
     .catch_unwind()
     .await;
