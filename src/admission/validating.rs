@@ -258,9 +258,14 @@ fn record_side(r: &DecodedRecord) -> RecordSide<'_> {
 }
 
 /// Decides `rule` on the rest of the release as the index holds it (without `object`). On a live
-/// guard a verdict that `rests` on that history is decided again once the index is shown current
-/// (a fence round or a listing, then the payloads: [`Freshness`](crate::cluster::freshness::Freshness), as for a DELETE); an approval
-/// that cannot be shown current is refused, "retry", and a refusal stands.
+/// guard a refusal that `rests` on that history is decided again once the index is shown current
+/// (a fence round or a listing, then the payloads:
+/// [`Freshness`](crate::cluster::freshness::Freshness), as for a DELETE), so that a watch that
+/// lags Helm's last write never refuses its next one. An approval stands on the index: a record
+/// the watch has not brought yet is one above the rest, whose name the API server refuses to
+/// create twice, and what a lagging view lets through is caught by the copy a deletion of the
+/// last good revision keeps. So Helm's writes wait on no API call, as before CREATEs were judged
+/// (a first one on a guard just started, waiting on a fence round, was refused on the real node).
 async fn on_history(
     admission: &Admission,
     record: &DecodedRecord,
@@ -271,20 +276,10 @@ async fn on_history(
     let (key, object) = (&record.record.id.key, record.record.object_name.as_str());
     let decide = || admission.index().decide(key, Some(object), |others| (rule(others), None));
     let first = decide();
-    let Some(freshness) = admission.freshness.as_ref().filter(|_| rests(&first)) else { return first };
-    let confirmed = freshness.confirm(key, Some(object), deadline).await;
-    let verdict = decide();
-    if confirmed || !verdict.allowed {
-        return verdict;
-    }
-    Verdict::deny(
-        Reason::UnreadHistory,
-        format!(
-            "helm-guard: could not list the records of release {}/{} within the decision deadline, so it cannot \
-             show that this write of {object} is one of Helm's; retry in a moment",
-            key.namespace, key.release
-        ),
-    )
+    let refusal = !first.allowed && rests(&first);
+    let Some(freshness) = admission.freshness.as_ref().filter(|_| refusal) else { return first };
+    freshness.confirm(key, Some(object), deadline).await;
+    decide()
 }
 
 async fn update(

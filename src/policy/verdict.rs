@@ -130,9 +130,9 @@ impl Reason {
         )
     }
 
-    /// A verdict read off the rest of the release's history (D4–D9; U6b; a CREATE's C4–C6, and
-    /// the approval they give): one record the guard has not seen yet, or one gone that it has
-    /// not seen go, can turn it. The teardown, break-glass, exempt and undecodable verdicts hold
+    /// A verdict read off the rest of the release's history (D4–D9; U6b; a CREATE's C4–C8): one
+    /// record the guard has not seen yet, or one gone that it has not seen go, can turn it (a
+    /// live guard confirms a DELETE's, and the refusals of the others). The teardown, break-glass, exempt and undecodable verdicts hold
     /// whatever else is stored.
     pub(crate) fn rests_on_history(self) -> bool {
         matches!(
@@ -147,7 +147,7 @@ impl Reason {
                 | Reason::UninstallOrder
                 | Reason::HistoryTransition
                 | Reason::ImplausibleRecord
-                | Reason::HelmCreate
+                | Reason::RevisionRate
         )
     }
 }

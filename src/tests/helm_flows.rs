@@ -265,6 +265,16 @@ impl World {
         }
     }
 
+    /// Delivers every pending watch event to every replica: the watches caught up, as they are
+    /// by the time a person's next command arrives.
+    pub(super) fn deliver_all(&mut self) {
+        for guard in &mut self.guards {
+            while let Some(pending) = guard.watch.pop_front() {
+                guard.feed.apply(guard.admission.index(), pending.event);
+            }
+        }
+    }
+
     fn broadcast(&mut self, object: &Value, deleted: bool) {
         let uid = object["metadata"]["uid"].as_str().unwrap().to_owned();
         for guard in &mut self.guards {
