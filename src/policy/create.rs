@@ -113,10 +113,11 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
                 && (others.deployed().next().is_some()
                     || matches!(over, Some(Status::Failed | Status::Superseded)))
         }
-        // `rollback` takes the latest whatever it is (`prepareRollback`: `Last()`), an
-        // uninstalled one too (`helm rollback` after `uninstall --keep-history`); not one whose
-        // uninstall is under way.
-        Status::PendingRollback => over.is_some_and(|s| s != Status::Uninstalling),
+        // `rollback` takes the latest whatever it is (`prepareRollback`: `Last()`, no status
+        // check: an uninstalled one after `uninstall --keep-history`, an uninstalling one whose
+        // uninstall failed), and with `--history-max 1` its pruning may have deleted every record
+        // before it stores the new one.
+        Status::PendingRollback => true,
         // helm-mapkubeapis: the latest superseded, then the mapped revision stored deployed.
         Status::Deployed => over == Some(Status::Superseded),
         _ => false,
@@ -125,8 +126,7 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
         let over = over.map_or_else(|| "a release with no revision".to_owned(), |s| format!("a {s} latest"));
         return refuse(format!(
             "Helm stores a new revision as pending-install (a new release, or over a failed or uninstalled one), \
-             pending-upgrade (over a revision it can upgrade from), pending-rollback (over any but one being \
-             uninstalled), or deployed (helm-mapkubeapis, over the \
+             pending-upgrade (over a revision it can upgrade from), pending-rollback, or deployed (helm-mapkubeapis, over the \
              latest it has just superseded), not {status} over {over}"
         ));
     }
@@ -240,7 +240,8 @@ mod tests {
                 PendingRollback,
                 true,
             ),
-            ("rollback while the uninstall is under way", &[(2, Uninstalling)], 3, PendingRollback, false),
+            ("rollback of a release whose uninstall failed", &[(2, Uninstalling)], 3, PendingRollback, true),
+            ("rollback --history-max 1, its pruning took every record", &[], 4, PendingRollback, true),
         ];
         for &(row, rest, revision, status, allowed) in table {
             let verdict = decide(rest, revision, status);

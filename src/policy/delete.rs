@@ -60,8 +60,8 @@ pub(crate) fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &Pol
 }
 
 /// Whether an approval of Helm's own flows (history pruning, an uninstall's purge) takes the
-/// release's last good revision while no other record is deployed: the record deleted is
-/// deployed, or it is the one the guard last saw deployed. Helm makes these deletions (its
+/// release's last good revision: the record deleted is deployed, or, while no other record is
+/// deployed, it is the one the guard last saw deployed. Helm makes these deletions (its
 /// pruning with nothing deployed takes the oldest first; its uninstall purges everything below
 /// the marked latest, which is normally itself the last one deployed), and so does the second
 /// step of a break in two (a downgrade or a forged latest, then the deletion): they keep a copy
@@ -72,13 +72,16 @@ pub(crate) fn keeps_copy(facts: &DeleteFacts<'_>, others: &History, config: &Pol
 /// (`superseded`, `uninstalling`, `uninstalled`; not an uninstall-marked latest, which may be a
 /// revision that never ran, marked).
 pub(crate) fn takes_last_good(facts: &DeleteFacts<'_>, others: &History, reason: Reason) -> bool {
-    if !matches!(reason, Reason::HistoryPruning | Reason::UninstallPurge)
-        || others.deployed().next().is_some()
-    {
+    if !matches!(reason, Reason::HistoryPruning | Reason::UninstallPurge) {
         return false;
     }
+    // A deployed record is kept whatever else is deployed: Helm prunes one only beside another
+    // (an anomaly), and a revision forged and marked deployed above it makes the same picture.
     if facts.status == Some(Status::Deployed) {
         return true;
+    }
+    if others.deployed().next().is_some() {
+        return false;
     }
     if let Some(last) = facts.last_deployed {
         return last;

@@ -231,6 +231,25 @@ fn the_chains_that_broke_releases_in_two_steps_are_refused() {
     }
 }
 
+/// A revision forged in Helm's shape (the next one, pending, then marked deployed) passes the
+/// rules: who may write a release is the owner lock's business. But the real deployed revision
+/// it pushes down is not pruned without a copy.
+#[test]
+fn a_forged_revision_marked_deployed_does_not_take_the_real_one_without_a_copy() {
+    use Status::*;
+    let mut world = World::new(3);
+    world.step(&HelmOp::Install { release: 0, replace: false, fail: false });
+    world.deliver_all();
+    let real = uid(&world.stored("sh.helm.release.v1.app.v1"));
+    world.writer = Some(TENANT);
+    assert!(world.create(0, 2, PendingUpgrade).is_ok(), "an upgrade's shape");
+    assert!(world.update("sh.helm.release.v1.app.v2", Deployed).is_ok(), "its completion's");
+    world.deliver_all();
+    let (allowed, reason, _) = world.delete("sh.helm.release.v1.app.v1");
+    assert!(allowed, "{reason}");
+    assert!(world.bin.holds(&real), "the real deployed revision is kept in the bin");
+}
+
 /// A review the API server never sent (anyone on the pod network can POST one): a deletion the
 /// rules approve only once agreed (a stuck revision above a deployed one) is refused when the
 /// object stored under the name is not the one it is about, so it claims nothing.
