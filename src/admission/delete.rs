@@ -208,13 +208,16 @@ impl<'a> Deletion<'a> {
             at: jiff::Timestamp::now().as_second(),
         };
         let kept = bin.keep(record, &keeping, deadline).await;
-        let policy = &self.admission.settings().policy;
-        let best_effort = self.admission.settings().recycle_best_effort
-            || self.admission.index().decide(key, Some(&record.object_name), |others| {
-                (copy_is_best_effort(&self.facts, &History::new(others), policy), None)
-            });
+        // Read off the rules again only when the copy failed: the usual path decides nothing twice.
+        let best_effort = || {
+            let policy = &self.admission.settings().policy;
+            self.admission.settings().recycle_best_effort
+                || self.admission.index().decide(key, Some(&record.object_name), |others| {
+                    (copy_is_best_effort(&self.facts, &History::new(others), policy), None)
+                })
+        };
         if let Err(error) = &kept
-            && !best_effort
+            && !best_effort()
         {
             let verdict = Verdict::deny(
                 Reason::RecycleBinUnavailable,

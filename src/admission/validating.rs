@@ -426,7 +426,7 @@ async fn create(
         });
     let restored_from = record.record.annotations.get(RESTORED_FROM_ANNOTATION).filter(|v| !v.is_empty());
     let key = &record.record.id.key;
-    let (namespace, _) = admission.namespace(&key.namespace);
+    let (namespace, mode) = admission.namespace(&key.namespace);
     let now = jiff::Timestamp::now().as_second();
     let rule = |stored: &[RevisionFacts]| {
         let others = &History::new(stored);
@@ -449,7 +449,6 @@ async fn create(
         payload.is_some() && (verdict.reason.rests_on_history() || verdict.reason == Reason::UnreadHistory)
     };
     let verdict = on_history(admission, &record, deadline, rests, rule).await;
-    let (_, mode) = admission.namespace(&key.namespace);
     let mut outcome = apply_mode(&verdict, mode);
     if outcome.allowed {
         outcome.warnings.extend(record.record.size_warning());

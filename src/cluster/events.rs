@@ -255,28 +255,16 @@ pub(crate) async fn write_events(
 /// sent (anyone on the pod network can POST one) about an object it names writes none. A
 /// HelmChart is one the watch brought; a creation's object is not stored yet, and is let be.
 async fn is_stored(client: &kube::Client, notice: &Notice) -> bool {
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
     // A creation's object is not stored yet when it is judged.
     if notice.action == "Create" {
         return true;
     }
     let Some(uid) = notice.uid.as_deref() else { return notice.kind == "HelmChart" };
-    let (namespace, name) = (notice.namespace.as_str(), notice.name.as_str());
-    let stored = match notice.kind.as_str() {
-        "Secret" => Api::<Secret>::namespaced(client.clone(), namespace)
-            .get_metadata_opt(name)
-            .await
-            .map(|m| m.map(|m| m.metadata)),
-        "ConfigMap" => Api::<ConfigMap>::namespaced(client.clone(), namespace)
-            .get_metadata_opt(name)
-            .await
-            .map(|m| m.map(|m| m.metadata)),
-        "Namespace" => {
-            Api::<Namespace>::all(client.clone()).get_metadata_opt(name).await.map(|m| m.map(|m| m.metadata))
-        }
-        _ => return true,
-    };
-    matches!(stored, Ok(Some(meta)) if meta.uid.as_deref() == Some(uid))
+    if !matches!(notice.kind.as_str(), "Secret" | "ConfigMap" | "Namespace") {
+        return true;
+    }
+    let stored = super::stored_identity(client, &notice.kind, &notice.namespace, &notice.name).await;
+    matches!(stored, Ok(Some((Some(stored), _))) if stored == uid)
 }
 
 fn new_event(notice: &Notice, name: &str, instance: &str) -> Event {

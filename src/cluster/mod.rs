@@ -96,3 +96,29 @@ pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
         Box::pin(std::future::ready(false))
     }
 }
+
+/// The uid and resourceVersion of the object stored as `kind` `namespace/name` (`Secret`, `ConfigMap`, or a
+/// cluster-scoped `Namespace`), read with a metadata-only GET: `Ok(None)` when there is none (or
+/// the kind is none of those). What tells an object the API server holds from one a review only
+/// names: the recycle bin and the Event writer act on the first alone.
+pub(crate) async fn stored_identity(
+    client: &kube::Client,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<(Option<String>, Option<String>)>, kube::Error> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+    use kube::Api;
+    let client = client.clone();
+    let meta = match kind {
+        "Secret" => {
+            Api::<Secret>::namespaced(client, namespace).get_metadata_opt(name).await?.map(|m| m.metadata)
+        }
+        "ConfigMap" => {
+            Api::<ConfigMap>::namespaced(client, namespace).get_metadata_opt(name).await?.map(|m| m.metadata)
+        }
+        "Namespace" => Api::<Namespace>::all(client).get_metadata_opt(name).await?.map(|m| m.metadata),
+        _ => None,
+    };
+    Ok(meta.map(|meta| (meta.uid, meta.resource_version)))
+}

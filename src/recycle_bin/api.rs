@@ -137,23 +137,15 @@ impl ApiRecycleBin {
     /// server never sent (anyone on the pod network can POST one) leaves nothing in the bin, and
     /// the digest the guard writes is of what the cluster held.
     async fn is_stored(&self, record: &Record) -> Result<(), BinError> {
-        use k8s_openapi::api::core::v1::ConfigMap;
         let (namespace, name) = (&record.id.key.namespace, &record.object_name);
-        let client = self.client.clone();
-        let stored = match record.id.key.driver {
-            crate::release::Driver::Secret => Api::<Secret>::namespaced(client, namespace)
-                .get_metadata_opt(name)
+        let stored =
+            crate::cluster::stored_identity(&self.client, record.id.key.driver.kind(), namespace, name)
                 .await
-                .map(|m| m.map(|m| m.metadata)),
-            crate::release::Driver::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
-                .get_metadata_opt(name)
-                .await
-                .map(|m| m.map(|m| m.metadata)),
-        }
-        .map_err(|e| BinError::Api(e.to_string()))?;
+                .map_err(|e| BinError::Api(e.to_string()))?;
         let describe = || record.describe();
-        let Some(stored) = stored else { return Err(BinError::NotStored(describe(), "none is".into())) };
-        let (uid, version) = (stored.uid, stored.resource_version);
+        let Some((uid, version)) = stored else {
+            return Err(BinError::NotStored(describe(), "none is".into()));
+        };
         if uid.is_none() || uid != record.uid || version != record.resource_version {
             let found = format!(
                 "uid {} at resourceVersion {}, the review's {} at {}",
