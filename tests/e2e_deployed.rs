@@ -5,7 +5,8 @@
 //! rolled, the CA is rotated in the Secret (the kubelet swaps the mounted files), the chart is
 //! upgraded from the previous version of helm-guard and with the K3s example's values;
 //! `helm-guard check` says the guard works, and says why not with its webhooks deleted or its CA
-//! wrong; `helm uninstall` leaves no webhook.
+//! wrong, and passes after README's install word for word (audit, then enforce); `helm uninstall`
+//! leaves no webhook.
 //!
 //! Needs the real API server with a node (`kube-local up`, `kube-local node`), the images loaded
 //! into it (`image/build.sh && kube-local load helm-guard:0.1.0`; for the upgrade, the previous
@@ -502,4 +503,80 @@ fn three_replicas_on_one_node_guard_helm_and_a_pod_that_never_runs_refuses_nothi
     }
     deployed.uninstall();
     delete_namespaces(&namespaces);
+}
+
+/// README's install, word for word (issue 63): the chart as release `helm-guard` in namespace
+/// `helm-guard` in audit mode, then `helm-guard check` with no flag passes, showing the guard's
+/// warning (the API server cuts it and ends it in `…`, which `check` once dropped); then enforce,
+/// and `check` passes, showing the refusal.
+#[test]
+#[ignore = "needs a real API server with a node and the image: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
+fn readmes_install_word_for_word_is_checked_in_audit_mode_then_in_enforce() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (namespaces, _dir, chart) = twins("readme");
+    assert!(run(&["helm", "install", "tried", &chart, "-n", &namespaces[0]]).status.success());
+    // 1. Audit mode.
+    let step1 = [
+        "install",
+        "helm-guard",
+        CHART,
+        "-n",
+        "helm-guard",
+        "--create-namespace",
+        "--set",
+        "mode=audit",
+        "--wait",
+    ];
+    let installed = run(&[&["helm"][..], &step1[..]].concat());
+    assert!(installed.status.success(), "{}", said(&installed));
+    let deployed = Deployed {
+        helm: "helm",
+        release: "helm-guard".into(),
+        name: "helm-guard".into(),
+        namespace: "helm-guard".into(),
+    };
+    // 2. `helm-guard check`, as README gives it (it passes once the guard has registered).
+    let audited = until_checked_as_readme();
+    assert!(audited.contains("every check passed"), "{audited}");
+    assert!(audited.contains("allowed with the guard's warning"), "{audited}");
+    assert!(audited.contains("helm-guard (audit mode"), "{audited}");
+    // 4. Enforce.
+    let step4 =
+        ["upgrade", "helm-guard", CHART, "-n", "helm-guard", "--reuse-values", "--set", "mode=enforce"];
+    let enforced = run(&[&["helm"][..], &step4[..], &["--wait"][..]].concat());
+    assert!(enforced.status.success(), "{}", said(&enforced));
+    let started = Instant::now();
+    let refused = loop {
+        let checked = until_checked_as_readme();
+        // The rollout replaces the audit-mode pods one by one: until it is done a pod may warn.
+        if checked.contains(": refused: ") || started.elapsed() > Duration::from_secs(90) {
+            break checked;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert!(refused.contains("every check passed") && refused.contains(": refused: "), "{refused}");
+    assert!(
+        refused.contains(&format!("deleting Secret {}/sh.helm.release.v1.tried.v1", namespaces[0])),
+        "{refused}"
+    );
+    assert!(run(&["helm", "uninstall", "tried", "-n", &namespaces[0]]).status.success());
+    deployed.uninstall();
+    delete_namespaces(&namespaces);
+}
+
+/// `helm-guard check` with no flag, until it passes (at most 90 s).
+fn until_checked_as_readme() -> String {
+    let started = Instant::now();
+    loop {
+        let done = run(&[env!("CARGO_BIN_EXE_helm-guard"), "check"]);
+        if done.status.success() {
+            return said(&done);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "helm-guard check never passed: {}",
+            said(&done)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }

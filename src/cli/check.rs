@@ -377,11 +377,10 @@ impl Target {
         let status = response.status();
         let warnings: Vec<String> = response
             .headers()
-            .get_all("warning")
+            .get_all(http::header::WARNING)
             .iter()
-            .filter_map(|w| w.to_str().ok())
-            .filter(|w| w.contains("helm-guard"))
-            .map(str::to_owned)
+            .flat_map(|value| warning_texts(value.as_bytes()))
+            .filter(|text| text.contains("helm-guard"))
             .collect();
         let text =
             response.into_body().collect_bytes().await.map(|b| String::from_utf8_lossy(&b).into_owned());
@@ -624,4 +623,85 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     Ok(api.list_metadata(&params).await?.items.into_iter().map(|o| o.metadata).collect())
+}
+
+/// The warn-texts of one `Warning` header value as the API server writes it (RFC 7234: `299 -
+/// "text"`, several joined by commas, `"` and `\` escaped). The text is any UTF-8, and a long
+/// admission warning arrives cut with `…`: a header value that is not visible ASCII, which
+/// `HeaderValue::to_str` refuses. A value that does not parse is kept whole.
+fn warning_texts(value: &[u8]) -> Vec<String> {
+    let value = String::from_utf8_lossy(value);
+    let mut texts = Vec::new();
+    let mut rest = value.trim_start();
+    while !rest.is_empty() {
+        // warn-code SP warn-agent SP
+        let mut fields = rest.splitn(3, ' ');
+        let (Some(code), Some(_agent), Some(after)) = (fields.next(), fields.next(), fields.next()) else {
+            break;
+        };
+        if code.len() != 3 || !code.bytes().all(|b| b.is_ascii_digit()) || !after.starts_with('"') {
+            break;
+        }
+        let mut text = String::new();
+        let mut chars = after[1..].char_indices();
+        let mut end = None;
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '\\' => text.extend(chars.next().map(|(_, escaped)| escaped)),
+                '"' => {
+                    end = Some(1 + at + 1);
+                    break;
+                }
+                c => text.push(c),
+            }
+        }
+        let Some(end) = end else { break };
+        texts.push(text);
+        // An optional quoted warn-date, then a comma before the next warning.
+        rest = after[end..].trim_start();
+        if let Some(date) = rest.strip_prefix('"') {
+            rest = date.split_once('"').map_or("", |(_, after_date)| after_date).trim_start();
+        }
+        match rest.strip_prefix(',') {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    if texts.is_empty() {
+        texts.push(value.into_owned());
+    }
+    texts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warning_texts;
+
+    #[test]
+    fn a_cut_warning_is_read_whole_though_it_is_not_visible_ascii() {
+        // As the API server sent it after README's audit-mode install (issue 63): cut, ending in
+        // `…`, with an escaped quote.
+        let value = "299 - \"helm-guard (audit mode, said to dry runs only) would deny [latest-deployed-revision]: revision 2 is the \\\"latest\\\" one; the K3s…\"";
+        let header = http::HeaderValue::from_bytes(value.as_bytes()).unwrap();
+        assert!(header.to_str().is_err(), "the case this reads: to_str refuses it");
+        assert_eq!(
+            warning_texts(header.as_bytes()),
+            [
+                "helm-guard (audit mode, said to dry runs only) would deny [latest-deployed-revision]: revision 2 is the \"latest\" one; the K3s…"
+            ]
+        );
+    }
+
+    #[test]
+    fn warnings_joined_by_commas_and_dated_are_each_read() {
+        let value = br#"299 - "first, with a comma", 299 kube-apiserver "second \\ one" "Sat, 05 Dec 2026 02:00:00 GMT",299 - "third""#;
+        assert_eq!(warning_texts(value), ["first, with a comma", "second \\ one", "third"]);
+    }
+
+    #[test]
+    fn a_value_that_is_not_a_warning_is_kept_whole() {
+        assert_eq!(warning_texts(b"helm-guard said something"), ["helm-guard said something"]);
+        assert_eq!(warning_texts(b"299 - \"never closed"), ["299 - \"never closed"]);
+        assert_eq!(warning_texts(b"299 - \"bad \xff byte\""), ["bad \u{fffd} byte"]);
+    }
 }
