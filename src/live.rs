@@ -135,6 +135,12 @@ pub fn admission(
         );
         tokio::spawn(writer);
     }
-    let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
+    // Writers are kept beside the claim books, in the guard's namespace.
+    let writers = options.claims_namespace.as_deref().map(|namespace| {
+        let writers = Arc::new(crate::cluster::writers::Writers::new(client.clone(), namespace));
+        tokio::spawn(crate::cluster::writers::run(writers.clone(), index.clone()));
+        writers
+    });
+    let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin, writers };
     Admission::new(index, settings, live, metrics.decision_counts.clone())
 }

@@ -93,6 +93,8 @@ pub struct LiveParts {
     pub events: Option<crate::cluster::events::EventQueue>,
     /// A deletion let go keeps a copy here first (`recycle_bin`).
     pub recycle_bin: Option<Arc<dyn crate::recycle_bin::api::RecycleBin>>,
+    /// The writers of releases: who created each revision, offered here as CREATEs are allowed.
+    pub(crate) writers: Option<Arc<crate::cluster::writers::Writers>>,
 }
 
 /// The counts decisions keep, shared with the metrics.

@@ -19,6 +19,7 @@ use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update,
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
 use crate::release::history::revisions_within;
 use crate::release::record::{DecodedRecord, LABEL_VERSION};
+use crate::release::writer::Writer;
 use crate::release::{Driver, History, ReleasePayload, RevisionFacts, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
@@ -44,7 +45,9 @@ pub(crate) async fn validate(
         (Operation::Delete, Some((record, true)), _) => {
             let record = admission.read_record(record).await;
             let about = about_record(&record, format!("{} -> (deleted)", status_text(record.status())));
-            if let Some(refused) = past_decode_bound(admission, &request, &[&record]) {
+            let refused = past_decode_bound(admission, &request, &[&record])
+                .or_else(|| owner_locked(admission, &request, &record));
+            if let Some(refused) = refused {
                 return respond(&request, asked, about, refused);
             }
             (about, super::delete::delete(admission, &request, &record, deadline).await)
@@ -57,6 +60,9 @@ pub(crate) async fn validate(
             let (old, new) = (admission.read_record(old).await, admission.read_record(new).await);
             match past_decode_bound(admission, &request, &[&old, &new]) {
                 Some(refused) => (about_record(&new, "(past the decode bound)".into()), refused),
+                None if let Some(refused) = owner_locked(admission, &request, &new) => {
+                    (about_record(&new, format!("{} -> {}", status_text(old.status()), status_text(new.status()))), refused)
+                }
                 None => update(admission, &request, old, new, new_is_record, deadline).await,
             }
         }
@@ -66,6 +72,9 @@ pub(crate) async fn validate(
             let record = admission.read_record(record).await;
             match past_decode_bound(admission, &request, &[&record]) {
                 Some(refused) => (about_record(&record, "(new, past the decode bound)".into()), refused),
+                None if let Some(refused) = owner_locked(admission, &request, &record) => {
+                    (about_record(&record, format!("(new) -> {}", status_text(record.status()))), refused)
+                }
                 None => create(admission, &request, record, deadline).await,
             }
         }
@@ -195,6 +204,33 @@ fn past_decode_bound(
         ),
     );
     let (_, mode) = admission.namespace(&record.record.id.key.namespace);
+    let outcome = apply_mode(&verdict, mode);
+    Some(Decided { verdict, outcome, agree: false, recycled: None })
+}
+
+/// O1: a write of a release locked to its owner by another identity is refused before any other
+/// rule reads it (POLICY.md, "The owner lock").
+fn owner_locked(
+    admission: &Admission,
+    request: &AdmissionRequest<ReviewObject>,
+    record: &DecodedRecord,
+) -> Option<Decided> {
+    use crate::policy::owner::{OwnerFacts, decide_owner};
+    let key = &record.record.id.key;
+    let (namespace, mode) = admission.namespace(&key.namespace);
+    let writers = admission.live.writers.as_ref().filter(|_| namespace.owner_lock)?;
+    let owner = writers.owner(&key.namespace, &key.release);
+    let facts = OwnerFacts {
+        namespace: &key.namespace,
+        release: &key.release,
+        locked: namespace.owner_lock,
+        owner: owner.as_ref(),
+        requester: requester(request),
+        break_glass: break_glass_reason(&record.record.annotations).is_some(),
+        namespace_terminating: namespace.terminating && request.operation == Operation::Delete,
+        guard_namespace: writers.namespace(),
+    };
+    let verdict = decide_owner(&facts, &admission.settings().policy)?;
     let outcome = apply_mode(&verdict, mode);
     Some(Decided { verdict, outcome, agree: false, recycled: None })
 }
@@ -456,6 +492,11 @@ async fn create(
     if outcome.allowed && !request.dry_run {
         let change = IndexChange::Upsert { object: record.record.object_name.clone(), facts: record.facts() };
         admission.index().apply(&record.record.id.key, change);
+        // Who creates this revision: remembered once the watch shows it stored (`cluster::writers`).
+        if let (Some(writers), Some((revision, _))) = (admission.live.writers.as_ref(), payload) {
+            let writer = Writer::of_request(requester(request).username, request.user_info.extra.as_ref());
+            writers.offer(key, &record.record.object_name, revision, writer);
+        }
     }
     (about, Decided { verdict, outcome, agree: false, recycled: None })
 }

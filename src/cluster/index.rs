@@ -56,6 +56,9 @@ pub struct NamespaceInfo {
     /// The `helm-guard.io/max-revisions-per-hour` label: a release here gets no more revisions
     /// an hour (POLICY.md C8).
     pub max_revisions_per_hour: Option<u32>,
+    /// The `helm-guard.io/owner-lock=true` label: a release here is written by its owner alone
+    /// (POLICY.md O1).
+    pub owner_lock: bool,
 }
 
 impl NamespaceInfo {
@@ -88,6 +91,12 @@ impl NamespaceInfo {
                 .as_ref()
                 .and_then(|l| l.get(crate::policy::create::MAX_REVISIONS_LABEL))
                 .and_then(|n| n.parse().ok()),
+            owner_lock: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::policy::owner::OWNER_LOCK_LABEL))
+                .map(String::as_str)
+                == Some("true"),
         }
     }
 }

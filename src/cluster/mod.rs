@@ -22,6 +22,7 @@ pub(crate) mod listing;
 pub(crate) mod registration;
 pub mod snapshot;
 pub(crate) mod watch;
+pub(crate) mod writers;
 
 pub(crate) use coordination::DeleteCoordinator;
 

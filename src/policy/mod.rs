@@ -12,6 +12,7 @@ pub(crate) mod delete;
 pub mod klipper;
 pub(crate) mod mode;
 pub(crate) mod namespace;
+pub(crate) mod owner;
 pub(crate) mod pod;
 pub(crate) mod update;
 pub(crate) mod verdict;

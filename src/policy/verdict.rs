@@ -87,6 +87,9 @@ pub enum Reason {
     /// D3a, U4a, C2a: a record whose payload decodes past `--max-decoded-bytes`: Helm reads it,
     /// the guard cannot, so no write of it can be shown harmless.
     PayloadTooLarge,
+    /// O1: a write of a release locked to its owner (`helm-guard.io/owner-lock`) by another
+    /// identity.
+    OwnerLock,
     /// U8: Helm's own update.
     HelmUpdate,
     /// C2, C7: a CREATE Helm makes (or of a record Helm cannot read, with a warning).

@@ -260,8 +260,11 @@ pub struct Classification {
     pub status: Option<Status>,
     /// Revisions whose status is `deployed`.
     pub deployed: Vec<u32>,
-    /// A `pending-*` latest revision unchanged for longer than the threshold.
+    /// A `pending-*` latest revision no one will finish: its writer's pod is gone, or, its writer
+    /// not known to run in a pod, unchanged for longer than the threshold.
     pub stuck: bool,
+    /// Why `stuck`.
+    pub stuck_because: Option<super::writer::StuckBecause>,
     /// Seconds since the latest revision was last written, when known.
     pub age_secs: Option<i64>,
     /// What is odd about the records, whatever the state.
@@ -269,6 +272,26 @@ pub struct Classification {
 }
 
 impl Classification {
+    /// The stuck rule once the latest revision's writer is known to run or not
+    /// ([`super::writer`]): a pending latest whose writer's pod is gone is stuck whatever its
+    /// age, one whose pod runs is not whatever its age; otherwise the age rule stands.
+    pub fn with_writer(mut self, liveness: super::writer::Liveness) -> Classification {
+        use super::writer::{Liveness, StuckBecause};
+        let pending = self.status.is_some_and(Status::is_pending);
+        match liveness {
+            Liveness::Gone if pending => {
+                self.stuck = true;
+                self.stuck_because = Some(StuckBecause::WriterGone);
+            }
+            Liveness::Alive => {
+                self.stuck = false;
+                self.stuck_because = None;
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Broken means an operator should look: any state but healthy/absent/uninstalled, or an anomaly.
     pub(crate) fn is_broken(&self) -> bool {
         !self.state.is_ok() || !self.anomalies.is_empty()
@@ -292,14 +315,16 @@ impl Classification {
             },
             ReleaseState::PendingInstall | ReleaseState::PendingUpgrade | ReleaseState::PendingRollback => {
                 if self.stuck {
+                    let gone = self.stuck_because == Some(super::writer::StuckBecause::WriterGone);
+                    let stuck = if gone { "stuck (its writer's pod is gone)" } else { "stuck" };
                     match earlier_deployed {
                         Some(rev) => {
                             format!(
-                                "stuck: `helm rollback {release} {rev} -n {namespace}`, or delete the pending revision"
+                                "{stuck}: `helm rollback {release} {rev} -n {namespace}`, or delete the pending revision"
                             )
                         }
                         None => format!(
-                            "stuck: `helm uninstall {release} -n {namespace}`, or delete the pending revision"
+                            "{stuck}: `helm uninstall {release} -n {namespace}`, or delete the pending revision"
                         ),
                     }
                 } else {
@@ -367,6 +392,7 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
         status: latest.map(|(_, s)| s),
         deployed,
         stuck,
+        stuck_because: stuck.then_some(super::writer::StuckBecause::Age),
         age_secs,
         anomalies,
     }
@@ -475,6 +501,32 @@ mod tests {
         let c = classify(&[facts], 0, DEFAULT_STUCK_AFTER_SECS);
         assert_eq!(c.state, ReleaseState::Healthy);
         assert!(c.anomalies.is_empty());
+    }
+
+    #[test]
+    fn a_pending_revision_is_stuck_when_its_writer_is_gone_and_never_while_it_runs() {
+        use crate::release::writer::{Liveness, StuckBecause};
+        let pending = [rev(1, Status::Deployed), rev(2, Status::PendingUpgrade)];
+        // Young, its writer's pod gone: stuck at once.
+        let young = classify(&pending, 1_010, 900);
+        assert!(!young.stuck);
+        let gone = young.clone().with_writer(Liveness::Gone);
+        assert_eq!((gone.stuck, gone.stuck_because), (true, Some(StuckBecause::WriterGone)));
+        assert!(
+            gone.hint("web", "demo")
+                .starts_with("stuck (its writer's pod is gone): `helm rollback web 1 -n demo`")
+        );
+        // Old, its writer's pod still there (a long --wait): not stuck.
+        let old = classify(&pending, 1_000_000, 900);
+        assert_eq!(old.stuck_because, Some(StuckBecause::Age));
+        let alive = old.clone().with_writer(Liveness::Alive);
+        assert_eq!((alive.stuck, alive.stuck_because), (false, None));
+        // No pod, or not known: the age rule.
+        assert_eq!(old.clone().with_writer(Liveness::NoPod), old);
+        assert_eq!(young.clone().with_writer(Liveness::Unknown), young);
+        // Nothing pending: nothing stuck, whatever the writer.
+        let healthy = classify(&pending[..1], 1_000_000, 900).with_writer(Liveness::Gone);
+        assert!(!healthy.stuck);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod record;
 pub mod repair;
 pub(crate) mod status;
 pub(crate) mod summary;
+pub mod writer;
 
 pub(crate) use decode::helm_release::ReleasePayload;
 pub use decode::{DecodeError, DecodeLimits};
