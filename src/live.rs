@@ -40,6 +40,8 @@ pub struct LiveOptions {
     pub emit_events: bool,
     /// The recycle bin; `None`: no copies kept.
     pub recycle_bin: Option<RecycleOptions>,
+    /// Mark a pending revision failed once its writer's pod is gone (`cluster::unlock`).
+    pub unlock_abandoned: bool,
     /// The PolicyReport writer; `None`: no reports written.
     pub policy_reports: Option<crate::policy_reports::writer::WriterOptions>,
 }
@@ -139,8 +141,21 @@ pub fn admission(
     let writers = options.claims_namespace.as_deref().map(|namespace| {
         let writers = Arc::new(crate::cluster::writers::Writers::new(client.clone(), namespace));
         tokio::spawn(crate::cluster::writers::run(writers.clone(), index.clone()));
+        if options.unlock_abandoned {
+            tracing::info!(
+                "pending revisions whose writer's pod is gone are marked failed (--unlock-abandoned)"
+            );
+            let unlock = crate::cluster::unlock::run(
+                client.clone(),
+                writers.clone(),
+                index.clone(),
+                settings.limits,
+                events.clone(),
+            );
+            tokio::spawn(unlock);
+        }
         writers
     });
-    let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin, writers };
-    Admission::new(index, settings, live, metrics.decision_counts.clone())
+    let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
+    Admission::new(index, settings, live, metrics.decision_counts.clone()).with_writers(writers)
 }

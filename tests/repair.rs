@@ -8,6 +8,7 @@ use common::*;
 use helm_guard::admission::{Webhook, review as admission_review};
 use helm_guard::release::record::{DecodedRecord, Record};
 use helm_guard::release::repair::{RepairPlan, edited_object, plan};
+use helm_guard::release::writer::{Liveness, Writer};
 use helm_guard::release::{DecodeLimits, ReleaseState, Status};
 use serde_json::{Value, json};
 
@@ -34,9 +35,52 @@ fn decoded(records: &[Value]) -> Vec<DecodedRecord> {
 }
 
 fn plan_of(records: &[Value]) -> RepairPlan {
+    plan_with_writer(records, None)
+}
+
+fn plan_with_writer(records: &[Value], writer: Option<&(Writer, Liveness)>) -> RepairPlan {
     let decoded = decoded(records);
     let refs: Vec<&DecodedRecord> = decoded.iter().collect();
-    plan(&decoded[0].record.id.key, &refs, NOW, STUCK_AFTER)
+    plan(&decoded[0].record.id.key, &refs, NOW, STUCK_AFTER, writer)
+}
+
+/// A controller's writer: a service account whose token was bound to pod `flux-0`.
+fn controller() -> Writer {
+    let extra = [
+        ("authentication.kubernetes.io/pod-name".to_owned(), vec!["flux-0".to_owned()]),
+        ("authentication.kubernetes.io/pod-uid".to_owned(), vec!["uid-0".to_owned()]),
+    ]
+    .into();
+    Writer::of_request("system:serviceaccount:flux-system:helm-controller", Some(&extra))
+}
+
+#[test]
+fn a_pending_revision_is_repaired_young_once_its_writer_is_gone_and_never_while_it_runs() {
+    let young = records(&[(1, "deployed"), (2, "pending-upgrade")], 60);
+    let gone = plan_with_writer(&young, Some(&(controller(), Liveness::Gone)));
+    assert_eq!(changes(&gone), vec![(2, Status::PendingUpgrade, Status::Failed, false)]);
+    assert!(
+        gone.steps[0].why.contains(
+            "its writer system:serviceaccount:flux-system:helm-controller (pod flux-system/flux-0) is gone"
+        ),
+        "{gone:?}"
+    );
+
+    let old = records(&[(1, "deployed"), (2, "pending-upgrade")], 86_400);
+    let running = plan_with_writer(&old, Some(&(controller(), Liveness::Alive)));
+    assert!(running.steps.is_empty(), "a day-long --wait whose pod runs is not stuck: {running:?}");
+    let refused = running.refused.unwrap();
+    assert!(
+        refused.contains("still runs")
+            && refused.contains("pod flux-system/flux-0")
+            && refused.contains("--force"),
+        "{refused}"
+    );
+
+    // A writer with no pod: the age rule.
+    let laptop = Writer::of_request("alice", None);
+    assert_eq!(changes(&plan_with_writer(&old, Some(&(laptop.clone(), Liveness::NoPod)))).len(), 1);
+    assert!(plan_with_writer(&young, Some(&(laptop, Liveness::NoPod))).steps.is_empty());
 }
 
 fn changes(plan: &RepairPlan) -> Vec<(u32, Status, Status, bool)> {

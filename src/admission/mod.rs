@@ -54,6 +54,9 @@ pub struct Admission {
     /// A live guard's way to show the index current before a verdict rests on it; `None` for a
     /// snapshot, whose index is all there is.
     freshness: Option<Freshness>,
+    /// The writers of releases: who created each revision, offered here as CREATEs are allowed
+    /// (`cluster::writers`); `None` for a snapshot or without a guard namespace.
+    writers: Option<Arc<crate::cluster::writers::Writers>>,
 }
 
 /// How decisions are made: the policy and the bounds on each decision.
@@ -93,8 +96,6 @@ pub struct LiveParts {
     pub events: Option<crate::cluster::events::EventQueue>,
     /// A deletion let go keeps a copy here first (`recycle_bin`).
     pub recycle_bin: Option<Arc<dyn crate::recycle_bin::api::RecycleBin>>,
-    /// The writers of releases: who created each revision, offered here as CREATEs are allowed.
-    pub(crate) writers: Option<Arc<crate::cluster::writers::Writers>>,
 }
 
 /// The counts decisions keep, shared with the metrics.
@@ -121,7 +122,13 @@ impl Admission {
             let (exceeded, listed) = (counts.deadline_exceeded.clone(), counts.confirmed_by_listing.clone());
             Freshness::new(fetcher, index.clone(), exceeded, listed)
         });
-        Admission { index, settings, live, counts, memo: Default::default(), freshness }
+        Admission { index, settings, live, counts, memo: Default::default(), freshness, writers: None }
+    }
+
+    /// Remembers who writes releases in `writers`, and locks releases to their owners where a
+    /// namespace says so.
+    pub(crate) fn with_writers(self, writers: Option<Arc<crate::cluster::writers::Writers>>) -> Admission {
+        Admission { writers, ..self }
     }
 
     /// Decisions on a snapshot's `index` under `policy`, with the default limits and deadline.

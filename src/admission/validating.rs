@@ -60,9 +60,13 @@ pub(crate) async fn validate(
             let (old, new) = (admission.read_record(old).await, admission.read_record(new).await);
             match past_decode_bound(admission, &request, &[&old, &new]) {
                 Some(refused) => (about_record(&new, "(past the decode bound)".into()), refused),
-                None if let Some(refused) = owner_locked(admission, &request, &new) => {
-                    (about_record(&new, format!("{} -> {}", status_text(old.status()), status_text(new.status()))), refused)
-                }
+                None if let Some(refused) = owner_locked(admission, &request, &new) => (
+                    about_record(
+                        &new,
+                        format!("{} -> {}", status_text(old.status()), status_text(new.status())),
+                    ),
+                    refused,
+                ),
                 None => update(admission, &request, old, new, new_is_record, deadline).await,
             }
         }
@@ -218,7 +222,7 @@ fn owner_locked(
     use crate::policy::owner::{OwnerFacts, decide_owner};
     let key = &record.record.id.key;
     let (namespace, mode) = admission.namespace(&key.namespace);
-    let writers = admission.live.writers.as_ref().filter(|_| namespace.owner_lock)?;
+    let writers = admission.writers.as_ref().filter(|_| namespace.owner_lock)?;
     let owner = writers.owner(&key.namespace, &key.release);
     let facts = OwnerFacts {
         namespace: &key.namespace,
@@ -493,7 +497,7 @@ async fn create(
         let change = IndexChange::Upsert { object: record.record.object_name.clone(), facts: record.facts() };
         admission.index().apply(&record.record.id.key, change);
         // Who creates this revision: remembered once the watch shows it stored (`cluster::writers`).
-        if let (Some(writers), Some((revision, _))) = (admission.live.writers.as_ref(), payload) {
+        if let (Some(writers), Some((revision, _))) = (admission.writers.as_ref(), payload) {
             let writer = Writer::of_request(requester(request).username, request.user_info.extra.as_ref());
             writers.offer(key, &record.record.object_name, revision, writer);
         }

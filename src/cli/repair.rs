@@ -15,14 +15,15 @@ use super::{
     now_secs, print_data,
 };
 use crate::cluster::listing::list_records;
+use crate::cluster::writers::pending_writers;
 use crate::release::Driver;
 use crate::release::record::DecodedRecord;
 use crate::release::repair::{RepairPlan, RepairStep, edited_object, plan};
-use crate::release::scan::{by_release, collect_records};
+use crate::release::scan::{LatestWriters, by_release, collect_records};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "What it changes, only as Helm itself does (payload status and status label together):\n  - a pending-install/upgrade/rollback revision older than --stuck-after: marked failed (as `helm set-status`), so the next upgrade or rollback runs;\n  - a status label that disagrees with the payload: the label set from the payload;\n  - several deployed revisions: all but the newest marked superseded, as Helm does on upgrade.\nAn orphaned-superseded release needs its chart: repair prints the `helm upgrade`/`helm rollback` that fixes it and changes nothing.\n\nExamples:\n  helm-guard repair web -n shop              what it would change (changes nothing)\n  helm-guard repair web -n shop --apply      make the edits\n  helm-guard scan --repair-plan              the repair command for every release that needs one\n\nExit status: 0 nothing was broken or every edit was made, 1 a release still needs someone (a plan not yet applied with --apply, a refusal: Helm may still be running, or a state only an operator can fix), 2 bad input or the release not found."
+    after_help = "What it changes, only as Helm itself does (payload status and status label together):\n  - a pending-install/upgrade/rollback revision no one will finish: marked failed (as `helm set-status`), so the next upgrade or rollback runs. No one will: its writer's pod is gone (at any age), or, its writer not known to run in a pod, it is older than --stuck-after; one whose writer's pod still runs is left alone unless --force;\n  - a status label that disagrees with the payload: the label set from the payload;\n  - several deployed revisions: all but the newest marked superseded, as Helm does on upgrade.\nAn orphaned-superseded release needs its chart: repair prints the `helm upgrade`/`helm rollback` that fixes it and changes nothing.\n\nExamples:\n  helm-guard repair web -n shop              what it would change (changes nothing)\n  helm-guard repair web -n shop --apply      make the edits\n  helm-guard scan --repair-plan              the repair command for every release that needs one\n\nExit status: 0 nothing was broken or every edit was made, 1 a release still needs someone (a plan not yet applied with --apply, a refusal: Helm may still be running, or a state only an operator can fix), 2 bad input or the release not found."
 )]
 pub(crate) struct RepairArgs {
     /// The release to repair.
@@ -34,8 +35,17 @@ pub(crate) struct RepairArgs {
     #[arg(long)]
     pub apply: bool,
     /// A pending revision unchanged for longer than this is stuck; a younger one is left alone.
+    /// Where the guard knows the revision's writer ran in a pod, that pod decides instead: gone,
+    /// the revision is stuck at any age; still running, it is not.
     #[arg(long, env = "HELM_GUARD_STUCK_AFTER", default_value = "15m", value_parser = humantime::parse_duration)]
     pub stuck_after: Duration,
+    /// Mark a pending revision failed whatever its age and whether its writer runs (you know
+    /// Helm is no longer working on it).
+    #[arg(long)]
+    pub force: bool,
+    /// The guard's namespace, where it remembers who wrote each revision.
+    #[arg(long, env = "HELM_GUARD_NAMESPACE", default_value = crate::recycle_bin::DEFAULT_NAMESPACE)]
+    pub guard_namespace: String,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Output format: the plan for people, or as JSON or YAML.
@@ -69,8 +79,17 @@ async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
     }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let now = now_secs(None);
-    let plans: Vec<RepairPlan> =
-        by_release(&records).iter().map(|(key, records)| plan(key, records, now, stuck_after)).collect();
+    // --force: whatever its age and its writer, a pending revision is marked failed.
+    let (stuck_after, writers) = match args.force {
+        true => (0, LatestWriters::new()),
+        false => (stuck_after, pending_writers(&client, &args.guard_namespace, &objects).await),
+    };
+    let plans: Vec<RepairPlan> = by_release(&records)
+        .iter()
+        .map(|(key, records)| {
+            plan(key, records, now, stuck_after, writers.get(&(key.namespace.clone(), key.release.clone())))
+        })
+        .collect();
     let refused = plans.iter().any(|p| p.refused.is_some());
     let mut applied = false;
     if args.apply && !refused && plans.iter().any(|p| !p.steps.is_empty()) {

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::cluster::connect::connect;
 use crate::cluster::listing::{list_namespaces, list_records};
+use crate::cluster::writers::pending_writers;
 use crate::policy::namespace::OptedOut;
 use crate::policy_reports::build::{ReportApi, cluster_results};
 use crate::recycle_bin::api::list_bin;
@@ -20,7 +21,7 @@ use crate::release::DecodedRecord;
 use crate::release::objects::parse_objects;
 use crate::release::record::describe;
 use crate::release::repair::{RepairPlan, plan};
-use crate::release::scan::{ReleaseReport, by_release, collect_records, report};
+use crate::release::scan::{LatestWriters, ReleaseReport, by_release, collect_records, report_with_writers};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 #[derive(Debug, clap::Args)]
@@ -138,7 +139,7 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         Some(path) => (input_name(path), read_dump(path, args)),
         None => ("the cluster".to_owned(), list_cluster(args)),
     };
-    let Listed { records: objects, namespaces, bin } = match objects {
+    let Listed { records: objects, namespaces, bin, writers } = match objects {
         Ok(listed) => listed,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -161,7 +162,7 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         eprintln!("warning: {}: {} (Helm skips this record)", problem.object, problem.error);
     }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
-    let mut releases = report(&records, now_secs(args.now.as_ref()), stuck_after);
+    let mut releases = report_with_writers(&records, now_secs(args.now.as_ref()), stuck_after, &writers);
     if args.broken || args.repair_plan {
         releases.retain(|r| r.broken);
     }
@@ -171,6 +172,7 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
             &releases,
             now_secs(args.now.as_ref()),
             stuck_after,
+            &writers,
             args.output.common(),
         )?;
         return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
@@ -229,6 +231,7 @@ fn print_repair_plans(
     releases: &[ReleaseReport],
     now: i64,
     stuck_after: i64,
+    writers: &LatestWriters,
     output: Output,
 ) -> anyhow::Result<()> {
     let plans: Vec<RepairPlan> = by_release(records)
@@ -238,7 +241,9 @@ fn print_repair_plans(
                 .iter()
                 .any(|r| r.namespace == key.namespace && r.release == key.release && r.driver == key.driver)
         })
-        .map(|(key, records)| plan(key, records, now, stuck_after))
+        .map(|(key, records)| {
+            plan(key, records, now, stuck_after, writers.get(&(key.namespace.clone(), key.release.clone())))
+        })
         .collect();
     if super::print_data(&plans, output)? {
         return Ok(());
@@ -321,7 +326,7 @@ fn read_objects(bytes: &[u8], args: &ScanArgs) -> anyhow::Result<Listed> {
             args.release.as_ref().is_none_or(|r| text(o, "/metadata/labels/name").as_ref() == Some(r))
         })
         .collect();
-    Ok(Listed { records, namespaces, bin: Vec::new() })
+    Ok(Listed { records, namespaces, bin: Vec::new(), writers: LatestWriters::new() })
 }
 
 /// What a scan reads: the records, the namespaces, the recycle bin's copies.
@@ -329,6 +334,8 @@ struct Listed {
     records: Vec<Value>,
     namespaces: Vec<ObjectMeta>,
     bin: Vec<crate::recycle_bin::copy::BinEntry>,
+    /// The writers of pending latest revisions, and whether they run (none from a dump).
+    writers: LatestWriters,
 }
 
 /// Lists the records of the cluster (or one namespace, or one release), its namespaces (none,
@@ -345,7 +352,8 @@ fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
             Vec::new()
         });
         let bin = list_bin(&client, args.bin.namespace(), namespace, release).await.unwrap_or_default();
-        anyhow::Ok(Listed { records, namespaces, bin })
+        let writers = pending_writers(&client, &args.bin.guard_namespace, &records).await;
+        anyhow::Ok(Listed { records, namespaces, bin, writers })
     });
     listed.map_err(|error| ClusterUnavailable(error.context("reading the cluster")).into())
 }

@@ -152,6 +152,11 @@ pub(crate) struct ServeArgs {
     /// `--read-ahead=false` reads only what a verdict needs, when it needs it.
     #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub read_ahead: bool,
+    /// Mark a pending revision failed (as `helm set-status` does) once the pod its writer's
+    /// token was bound to is gone, so the next `helm upgrade` runs: never while that pod runs,
+    /// never a revision whose writer the guard does not know (`docs/operate/stuck.md`).
+    #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_UNLOCK_ABANDONED", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub unlock_abandoned: bool,
     /// Keep a copy of each record whose deletion only an override lets through (the break-glass
     /// annotation, an exemption, warn or audit mode, a record Helm cannot read) as a Secret in
     /// --recycle-bin-namespace before approving it (`docs/operate/restore.md`);
@@ -499,6 +504,7 @@ async fn watch_cluster(
         identity,
         emit_events: args.emit_events,
         recycle_bin,
+        unlock_abandoned: args.unlock_abandoned,
         policy_reports,
     };
     Ok((crate::live::admission(client.clone(), decide, options, metrics), client))

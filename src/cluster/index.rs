@@ -680,6 +680,27 @@ impl ReleaseIndex {
     pub(crate) fn revision_count(&self) -> usize {
         self.lock().releases.values().map(BTreeMap::len).sum()
     }
+
+    /// The releases whose latest revision is pending, with that revision: the operations under
+    /// way, or abandoned.
+    pub(crate) fn pending_latest(&self) -> Vec<(ReleaseKey, u32)> {
+        let now = Instant::now();
+        let state = self.lock();
+        let mut pending = Vec::new();
+        for (key, records) in &state.releases {
+            let latest = records
+                .values()
+                .filter(|entry| entry.visible(now))
+                .map(|entry| entry.facts)
+                .max_by_key(|facts| facts.revision);
+            if let Some(facts) =
+                latest.filter(|facts| facts.status().is_some_and(crate::release::Status::is_pending))
+            {
+                pending.push((key.clone(), facts.revision));
+            }
+        }
+        pending
+    }
 }
 
 #[cfg(test)]

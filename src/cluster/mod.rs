@@ -21,6 +21,7 @@ pub(crate) mod index;
 pub(crate) mod listing;
 pub(crate) mod registration;
 pub mod snapshot;
+pub(crate) mod unlock;
 pub(crate) mod watch;
 pub(crate) mod writers;
 

@@ -100,7 +100,14 @@ impl Writers {
             offers.remove(0);
         }
         let at = jiff::Timestamp::now().as_second();
-        offers.push(Offer { key: key.clone(), object: object.to_owned(), revision, writer, at, since: Instant::now() });
+        offers.push(Offer {
+            key: key.clone(),
+            object: object.to_owned(),
+            revision,
+            writer,
+            at,
+            since: Instant::now(),
+        });
     }
 
     /// The owner of a release: the writer of its earliest revision attributed.
@@ -237,13 +244,18 @@ impl Writers {
 /// The release a writers' Lease is about and the writers it holds.
 fn read_lease(lease: &Lease) -> Option<(Release, ReleaseWriters)> {
     let annotations = lease.metadata.annotations.as_ref()?;
-    let release = (annotations.get(NAMESPACE_ANNOTATION)?.clone(), annotations.get(RELEASE_ANNOTATION)?.clone());
+    let release =
+        (annotations.get(NAMESPACE_ANNOTATION)?.clone(), annotations.get(RELEASE_ANNOTATION)?.clone());
     let writers = annotations.get(WRITERS_ANNOTATION).and_then(|json| serde_json::from_str(json).ok());
     Some((release, writers.unwrap_or_default()))
 }
 
 /// The uid of the pod under `name`, `None` when there is none.
-pub(crate) async fn pod_uid(client: &kube::Client, namespace: &str, name: &str) -> Result<Option<String>, kube::Error> {
+pub(crate) async fn pod_uid(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, kube::Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     Ok(pods.get_metadata_opt(name).await?.and_then(|pod| pod.metadata.uid))
 }
@@ -256,6 +268,55 @@ pub(crate) async fn list_writers(
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let listed = leases.list(&ListParams::default().labels(&format!("{WRITERS_LABEL}=true"))).await?;
     Ok(listed.items.iter().filter_map(read_lease).collect())
+}
+
+/// The writers of the releases among `objects` (records as listed) whose latest revision is
+/// pending by its labels, and whether their pods run: what `scan` and `repair` judge a pending
+/// revision by. Read from the guard's Leases in `guard_namespace`; none, with a warning, for a
+/// user who may not read them.
+pub(crate) async fn pending_writers(
+    client: &kube::Client,
+    guard_namespace: &str,
+    objects: &[serde_json::Value],
+) -> crate::release::scan::LatestWriters {
+    let mut latest: HashMap<Release, (u32, bool)> = HashMap::new();
+    for record in objects.iter().filter_map(|o| crate::release::Record::from_object(o, None).ok().flatten()) {
+        let release = (record.id.key.namespace.clone(), record.id.key.release.clone());
+        let pending = record.status_label().is_some_and(crate::release::Status::is_pending);
+        let entry = latest.entry(release).or_insert((record.id.revision, pending));
+        if record.id.revision > entry.0 {
+            *entry = (record.id.revision, pending);
+        }
+    }
+    latest.retain(|_, (_, pending)| *pending);
+    let mut found = crate::release::scan::LatestWriters::new();
+    if latest.is_empty() {
+        return found;
+    }
+    let known = match list_writers(client, guard_namespace).await {
+        Ok(known) => known,
+        Err(error) => {
+            eprintln!(
+                "warning: could not read the writers helm-guard remembers in namespace {guard_namespace} ({error}): pending revisions are judged by age alone"
+            );
+            return found;
+        }
+    };
+    for (release, (revision, _)) in latest {
+        let Some(writer) = known.get(&release).and_then(|w| w.of(revision)).cloned() else { continue };
+        let liveness = match &writer.pod {
+            None => Liveness::NoPod,
+            Some(pod) => match pod_uid(client, &pod.namespace, &pod.name).await {
+                Ok(uid) => Liveness::of_pod(&writer, uid.as_deref()),
+                Err(error) => {
+                    eprintln!("warning: could not ask about pod {}/{} ({error})", pod.namespace, pod.name);
+                    Liveness::Unknown
+                }
+            },
+        };
+        found.insert(release, (writer, liveness));
+    }
+    found
 }
 
 /// Keeps `writers` current from a watch of the Leases and attributes offers as the `index`

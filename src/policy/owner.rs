@@ -93,10 +93,29 @@ mod tests {
             ("not locked", OwnerFacts { locked: false, ..facts(&flux, "alice", none) }, true),
             ("owner unknown", OwnerFacts { owner: None, ..facts(&flux, "alice", none) }, true),
             ("exempt", facts(&flux, "velero", none), true),
-            ("a forgetter (Fleet)", facts(&flux, "system:serviceaccount:cattle-fleet-system:fleet-agent", &fleet), true),
-            ("break-glass, allowed to", OwnerFacts { break_glass: true, ..facts(&flux, "bob", &platform) }, true),
-            ("break-glass, not allowed to", OwnerFacts { break_glass: true, ..facts(&flux, "alice", none) }, false),
-            ("the namespace being deleted", OwnerFacts { namespace_terminating: true, ..facts(&flux, "system:serviceaccount:kube-system:namespace-controller", none) }, true),
+            (
+                "a forgetter (Fleet)",
+                facts(&flux, "system:serviceaccount:cattle-fleet-system:fleet-agent", &fleet),
+                true,
+            ),
+            (
+                "break-glass, allowed to",
+                OwnerFacts { break_glass: true, ..facts(&flux, "bob", &platform) },
+                true,
+            ),
+            (
+                "break-glass, not allowed to",
+                OwnerFacts { break_glass: true, ..facts(&flux, "alice", none) },
+                false,
+            ),
+            (
+                "the namespace being deleted",
+                OwnerFacts {
+                    namespace_terminating: true,
+                    ..facts(&flux, "system:serviceaccount:kube-system:namespace-controller", none)
+                },
+                true,
+            ),
         ];
         for (row, facts, allowed) in rows {
             let verdict = decide_owner(facts, &config);

@@ -376,6 +376,8 @@ mod tests {
             revision: Some(revision),
             status: None,
             stuck,
+            stuck_because: None,
+            writer: None,
             deployed_revisions: deployed.to_vec(),
             chart: None,
             app_version: None,

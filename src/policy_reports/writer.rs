@@ -271,7 +271,7 @@ impl Writer {
                 if facts.is_empty() {
                     continue;
                 }
-                let report = from_facts(key, facts, now, self.options.stuck_after_secs);
+                let report = from_facts(key, facts, now, self.options.stuck_after_secs, None);
                 // Only a pending status can become stuck (the classifier's rule).
                 if report.status.is_some_and(Status::is_pending) && !report.stuck {
                     self.pending.insert(namespace.clone());

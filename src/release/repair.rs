@@ -9,6 +9,7 @@ use super::DecodeLimits;
 use super::decode::codec::{encode_helm_payload, encode_secret_payload};
 use super::history::{Anomaly, Classification, classify};
 use super::record::{DecodedRecord, LABEL_STATUS};
+use super::writer::{Liveness, Writer};
 use super::{Driver, ReleaseKey, ReleaseState, Status};
 
 /// One edit of one record.
@@ -46,10 +47,20 @@ pub struct RepairPlan {
 }
 
 /// Plans the repair of one release from its records. `now` and `stuck_after_secs` as for
-/// [`classify`].
-pub fn plan(key: &ReleaseKey, records: &[&DecodedRecord], now: i64, stuck_after_secs: i64) -> RepairPlan {
+/// [`classify`]; `writer`, the latest revision's writer and whether it runs, when known
+/// ([`Classification::with_writer`]).
+pub fn plan(
+    key: &ReleaseKey,
+    records: &[&DecodedRecord],
+    now: i64,
+    stuck_after_secs: i64,
+    writer: Option<&(Writer, Liveness)>,
+) -> RepairPlan {
     let facts: Vec<_> = records.iter().map(|r| r.facts()).collect();
-    let c = classify(&facts, now, stuck_after_secs);
+    let mut c = classify(&facts, now, stuck_after_secs);
+    if let Some((_, liveness)) = writer {
+        c = c.with_writer(*liveness);
+    }
     let (release, namespace) = (key.release.as_str(), key.namespace.as_str());
     let mut plan = RepairPlan {
         namespace: key.namespace.clone(),
@@ -65,6 +76,14 @@ pub fn plan(key: &ReleaseKey, records: &[&DecodedRecord], now: i64, stuck_after_
     readable.sort_by_key(|(r, _)| std::cmp::Reverse(r.record.id.revision));
 
     if let (Some(status), Some(latest)) = (c.status.filter(|s| s.is_pending()), c.revision) {
+        let running = writer.filter(|(_, liveness)| *liveness == Liveness::Alive);
+        if let Some((running, _)) = running {
+            plan.refused = Some(format!(
+                "revision {latest} is {status} and its writer, {}, still runs: Helm is still working on it; wait, or pass --force if you know it is not",
+                running.describe()
+            ));
+            return plan;
+        }
         if !c.stuck {
             plan.refused = Some(match c.age_secs {
                 Some(age) => format!(
@@ -85,10 +104,16 @@ pub fn plan(key: &ReleaseKey, records: &[&DecodedRecord], now: i64, stuck_after_
                 from: status,
                 to: Status::Failed,
                 label_only: false,
-                why: format!(
-                    "{status} for {}, past --stuck-after: mark it failed (as `helm set-status` does) so that the next `helm upgrade` or `helm rollback` runs",
-                    span(c.age_secs.unwrap_or_default())
-                ),
+                why: match writer.filter(|(_, liveness)| *liveness == Liveness::Gone) {
+                    Some((gone, _)) => format!(
+                        "{status}, and its writer {} is gone: mark it failed (as `helm set-status` does) so that the next `helm upgrade` or `helm rollback` runs",
+                        gone.describe()
+                    ),
+                    None => format!(
+                        "{status} for {}, past --stuck-after: mark it failed (as `helm set-status` does) so that the next `helm upgrade` or `helm rollback` runs",
+                        span(c.age_secs.unwrap_or_default())
+                    ),
+                },
             });
         }
     }

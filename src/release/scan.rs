@@ -9,6 +9,7 @@ use super::DecodeLimits;
 use super::history::{Classification, ReleaseState, RevisionFacts, classify};
 use super::record::{DecodedRecord, Driver, Record, ReleaseKey};
 use super::summary::Summary;
+use super::writer::{Liveness, Writer};
 
 /// What could not be read while collecting records; none of it stops the scan.
 #[derive(Debug, Clone, Serialize)]
@@ -65,8 +66,15 @@ pub struct ReleaseReport {
     pub revision: Option<u32>,
     /// Its status.
     pub status: Option<super::status::Status>,
-    /// A `pending-*` latest revision older than the threshold.
+    /// A `pending-*` latest revision no one will finish (see `stuck_because`).
     pub stuck: bool,
+    /// Why it is stuck: `writer-gone` (its writer's pod is gone) or `age` (older than the
+    /// threshold, its writer not known to run in a pod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck_because: Option<super::writer::StuckBecause>,
+    /// Who wrote the latest revision, when the guard remembers it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writer: Option<WriterReport>,
     /// Revisions whose status is `deployed`.
     pub deployed_revisions: Vec<u32>,
     /// The latest revision's chart, `name-version`.
@@ -86,6 +94,39 @@ pub struct ReleaseReport {
     pub records: usize,
 }
 
+/// Who wrote a release's latest revision and whether it still runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriterReport {
+    /// The writer's user name.
+    pub user: String,
+    /// Its pod, `namespace/name`, when its token was bound to one.
+    pub pod: Option<String>,
+    /// That pod's uid.
+    pub pod_uid: Option<String>,
+    /// Whether that pod still runs: `null` for a writer with no pod, or one not asked about.
+    pub alive: Option<bool>,
+}
+
+impl WriterReport {
+    fn of(writer: &Writer, liveness: Liveness) -> WriterReport {
+        WriterReport {
+            user: writer.user.clone(),
+            pod: writer.pod.as_ref().map(|pod| format!("{}/{}", pod.namespace, pod.name)),
+            pod_uid: writer.pod.as_ref().map(|pod| pod.uid.clone()),
+            alive: match liveness {
+                Liveness::Alive => Some(true),
+                Liveness::Gone => Some(false),
+                Liveness::NoPod | Liveness::Unknown => None,
+            },
+        }
+    }
+}
+
+/// The writer of each release's latest revision and whether it runs, as far as known:
+/// (namespace, release) to them.
+pub type LatestWriters = BTreeMap<(String, String), (Writer, Liveness)>;
+
 /// One line of `helm history`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RevisionReport {
@@ -97,11 +138,23 @@ pub struct RevisionReport {
 
 /// Groups records by release and classifies each release. `now` is Unix seconds.
 pub fn report(records: &[DecodedRecord], now: i64, stuck_after_secs: i64) -> Vec<ReleaseReport> {
+    report_with_writers(records, now, stuck_after_secs, &LatestWriters::new())
+}
+
+/// [`report`], each release's stuck rule judged by its latest revision's writer where `writers`
+/// knows it ([`Classification::with_writer`]).
+pub fn report_with_writers(
+    records: &[DecodedRecord],
+    now: i64,
+    stuck_after_secs: i64,
+    writers: &LatestWriters,
+) -> Vec<ReleaseReport> {
     by_release(records)
         .into_iter()
         .map(|(key, records)| {
             let facts: Vec<RevisionFacts> = records.iter().map(|r| r.facts()).collect();
-            let mut report = from_facts(key, &facts, now, stuck_after_secs);
+            let writer = writers.get(&(key.namespace.clone(), key.release.clone()));
+            let mut report = from_facts(key, &facts, now, stuck_after_secs, writer);
             let latest = records
                 .iter()
                 .filter(|r| r.payload.is_ok())
@@ -121,8 +174,12 @@ pub(crate) fn from_facts(
     facts: &[RevisionFacts],
     now: i64,
     stuck_after_secs: i64,
+    writer: Option<&(Writer, Liveness)>,
 ) -> ReleaseReport {
-    let c: Classification = classify(facts, now, stuck_after_secs);
+    let mut c: Classification = classify(facts, now, stuck_after_secs);
+    if let Some((_, liveness)) = writer {
+        c = c.with_writer(*liveness);
+    }
     let history = super::history::History::new(facts)
         .revisions()
         .iter()
@@ -136,6 +193,8 @@ pub(crate) fn from_facts(
         revision: c.revision,
         status: c.status,
         stuck: c.stuck,
+        stuck_because: c.stuck_because,
+        writer: writer.map(|(writer, liveness)| WriterReport::of(writer, *liveness)),
         deployed_revisions: c.deployed.clone(),
         chart: None,
         app_version: None,

@@ -301,6 +301,7 @@ impl Fenced {
             fence_namespace: Some("helm-guard".into()),
             read_ahead,
             recycle_bin: None,
+            unlock_abandoned: false,
             policy_reports: None,
             ..common::cluster::live_options(None, Default::default())
         };

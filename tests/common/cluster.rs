@@ -55,6 +55,7 @@ pub fn live_options(
         emit_events: true,
         recycle_bin: guard_namespace
             .map(|namespace| helm_guard::live::RecycleOptions { namespace: namespace.to_owned(), bounds }),
+        unlock_abandoned: false,
         policy_reports: None,
     }
 }
