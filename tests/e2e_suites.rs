@@ -36,6 +36,8 @@ mod e2e_records;
 mod e2e_recycle;
 #[path = "e2e_replicas.rs"]
 mod e2e_replicas;
+#[path = "e2e_stuck.rs"]
+mod e2e_stuck;
 #[path = "e2e_tenant.rs"]
 mod e2e_tenant;
 #[path = "e2e_writers.rs"]

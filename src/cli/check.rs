@@ -479,7 +479,7 @@ impl Target {
         let ns = Some(self.namespace.as_str());
         let bin = Some(in_force.recycle_bin_namespace.as_deref().unwrap_or(&self.namespace));
         // (API group, resource, verb, namespace, name)
-        let needed: [Permission; 11] = [
+        let needed: [Permission; 12] = [
             ("", "secrets", "watch", None, None),
             ("", "configmaps", "watch", None, None),
             ("", "secrets", "get", None, None),
@@ -503,6 +503,7 @@ impl Target {
             ("coordination.k8s.io", "leases", "watch", ns, None),
             ("", "secrets", "create", bin, None),
             ("events.k8s.io", "events", "create", None, None),
+            ("", "pods", "get", None, None),
         ];
         let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let mut missing = Vec::new();

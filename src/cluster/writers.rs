@@ -47,6 +47,8 @@ pub(crate) fn lease_name(namespace: &str, release: &str) -> String {
 
 /// (namespace, release)
 type Release = (String, String);
+/// When the API server was asked about a pod, and the uid it said is under the pod's name.
+type PodAnswer = (Instant, Option<String>);
 
 #[derive(Debug)]
 struct Offer {
@@ -66,7 +68,7 @@ pub(crate) struct Writers {
     client: kube::Client,
     offers: Mutex<Vec<Offer>>,
     known: Mutex<HashMap<Release, ReleaseWriters>>,
-    pods: Mutex<HashMap<(String, String), (Instant, Option<String>)>>,
+    pods: Mutex<HashMap<(String, String), PodAnswer>>,
 }
 
 impl std::fmt::Debug for Writers {
