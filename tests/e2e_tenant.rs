@@ -131,6 +131,9 @@ async fn a_tenants_breaks_in_two_steps_are_refused_and_helm_passes() {
             assert!(done.status.success(), "{}", said(&done));
             assert!(said(&done).contains("Kubernetes stores in one Secret"), "{bin} prints the warning: {}", said(&done));
         }
+        // scan names it.
+        let scan = run(&[env!("CARGO_BIN_EXE_helm-guard"), "scan", "-n", &ns, "--release", "big-helm", "-o", "json"]);
+        assert!(said(&scan).contains("near-size-limit"), "{}", said(&scan));
 
         // A writer in a loop, stopped at the namespace's cap (C8); its uninstall still passes.
         assert!(run(&["kubectl", "label", "ns", &ns, "helm-guard.io/max-revisions-per-hour=4"]).status.success());
@@ -141,6 +144,16 @@ async fn a_tenants_breaks_in_two_steps_are_refused_and_helm_passes() {
         let refused = run(&["helm", "upgrade", "loop", chart, "-n", &ns]);
         assert!(!refused.status.success(), "the fifth revision in an hour: {}", said(&refused));
         assert!(said(&refused).contains("4 revisions created in the last hour"), "{}", said(&refused));
+        // scan names the loop; prune cuts its history through the guard, the latest kept.
+        let prune = [env!("CARGO_BIN_EXE_helm-guard"), "prune", "loop", "-n", &ns, "--keep", "2"];
+        let planned = run(&prune);
+        assert!(!planned.status.success() && said(&planned).contains("delete sh.helm.release.v1.loop.v1"), "{}", said(&planned));
+        let pruned = run(&[&prune[..], &["--apply"]].concat());
+        assert!(pruned.status.success() && said(&pruned).contains("Deleted 2 records"), "{}", said(&pruned));
+        let history = run(&["helm", "history", "loop", "-n", &ns, "-o", "json"]);
+        let history: Value = serde_json::from_slice(&history.stdout).unwrap();
+        let revisions: Vec<u64> = history.as_array().unwrap().iter().map(|r| r["revision"].as_u64().unwrap()).collect();
+        assert_eq!(revisions, vec![3, 4], "helm history after prune --keep 2");
         helm("helm", &["uninstall", "loop"]);
     })
     .catch_unwind()

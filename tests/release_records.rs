@@ -188,3 +188,22 @@ fn anomalies_from_real_records() {
     assert_eq!(undecodable.anomalies, vec![Anomaly::UndecodableRecord.as_str()]);
     assert_eq!((undecodable.state, undecodable.revision), (ReleaseState::OrphanedSuperseded, Some(1)));
 }
+
+/// The 1 MiB wall (issue 58): a release whose latest record is past 80% of what one object holds
+/// is named by scan (`near-size-limit`), a smaller one is not.
+#[test]
+fn scan_names_a_release_whose_latest_record_nears_the_size_limit() {
+    let scanned = |padding: usize| {
+        let mut records = web(&[(1, "superseded"), (2, "deployed")]);
+        records[1]["data"]["padding"] = serde_json::json!(base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            vec![b'x'; padding]
+        ));
+        report(&records_of(&records), NOW, STUCK_AFTER).remove(0)
+    };
+    let near = scanned(900 * 1024);
+    assert!(near.anomalies.iter().any(|a| a.contains("size")), "{near:?}");
+    assert!(near.broken && near.hint.contains("sh.helm.release.v1.web.v2 holds"), "{}", near.hint);
+    let small = scanned(10 * 1024);
+    assert!(small.anomalies.is_empty() && !small.broken, "{small:?}");
+}

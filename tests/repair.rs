@@ -170,3 +170,48 @@ fn every_edit_is_one_the_guard_lets_through_and_helm_reads_as_planned() {
         }
     }
 }
+
+fn prune_of(records: &[Value], keep: usize) -> helm_guard::release::prune::PrunePlan {
+    let decoded = decoded(records);
+    let refs: Vec<&DecodedRecord> = decoded.iter().collect();
+    helm_guard::release::prune::plan_prune(&decoded[0].record.id.key, &refs, keep)
+}
+
+fn deleted(plan: &helm_guard::release::prune::PrunePlan) -> Vec<u32> {
+    plan.steps.iter().map(|s| s.revision).collect()
+}
+
+#[test]
+fn prune_deletes_the_oldest_first_and_keeps_the_newest() {
+    let mut history: Vec<(u32, &str)> = (1..12).map(|r| (r, "superseded")).collect();
+    history.push((12, "deployed"));
+    let plan = prune_of(&records(&history, 60), 3);
+    assert_eq!(deleted(&plan), (1..=9).collect::<Vec<_>>(), "the oldest first, as Helm's removeLeastRecent");
+    assert_eq!(plan.kept, vec![10, 11, 12]);
+    assert!(prune_of(&records(&history, 60), 100).steps.is_empty());
+}
+
+#[test]
+fn prune_never_takes_the_latest_or_the_last_deployed_revision() {
+    // A loop of failed upgrades above the last good revision.
+    let mut history: Vec<(u32, &str)> = vec![(1, "superseded"), (2, "deployed")];
+    history.extend((3..=8).map(|r| (r, "failed")));
+    let plan = prune_of(&records(&history, 60), 1);
+    assert_eq!(plan.kept, vec![2, 8], "the last deployed and the latest, beyond --keep 1");
+    assert_eq!(deleted(&plan), vec![1, 3, 4, 5, 6, 7]);
+    // Each deletion is one the guard lets Helm's pruning make.
+    let mut remaining = records(&history, 60);
+    for revision in deleted(&plan) {
+        let at = remaining
+            .iter()
+            .position(|r| r["metadata"]["labels"]["version"].as_str() == Some(revision.to_string().as_str()))
+            .unwrap();
+        let record = remaining.remove(at);
+        let mut others = remaining.clone();
+        others.push(record.clone());
+        let admission = common::guard::snapshot_admission(&others);
+        let body = serde_json::to_vec(&delete_review(&record)).unwrap();
+        let reviewed = admission.review_now(Webhook::Validate, admission_review::parse(&body).unwrap());
+        assert!(reviewed.response.allowed, "revision {revision}: {:?}", reviewed.response.result.message);
+    }
+}

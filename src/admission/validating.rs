@@ -222,12 +222,13 @@ fn owner_locked(
     use crate::policy::owner::{OwnerFacts, decide_owner};
     let key = &record.record.id.key;
     let (namespace, mode) = admission.namespace(&key.namespace);
-    let writers = admission.writers.as_ref().filter(|_| namespace.owner_lock)?;
+    let locked = namespace.owner_lock.unwrap_or(admission.settings().policy.owner_lock);
+    let writers = admission.writers.as_ref().filter(|_| locked)?;
     let owner = writers.owner(&key.namespace, &key.release);
     let facts = OwnerFacts {
         namespace: &key.namespace,
         release: &key.release,
-        locked: namespace.owner_lock,
+        locked,
         owner: owner.as_ref(),
         requester: requester(request),
         break_glass: break_glass_reason(&record.record.annotations).is_some(),
@@ -481,7 +482,9 @@ async fn create(
             requester: requester(request),
             restored_from: restored_from.map(String::as_str),
             revisions_last_hour: revisions_within(stored, now, 3600, next),
-            max_per_hour: namespace.max_revisions_per_hour,
+            max_per_hour: namespace
+                .max_revisions_per_hour
+                .or(admission.settings().policy.max_revisions_per_hour),
         };
         decide_create(&facts, &admission.settings().policy)
     };

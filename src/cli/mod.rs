@@ -14,6 +14,7 @@ mod certs;
 mod check;
 mod forget;
 mod inspect;
+mod prune;
 mod repair;
 mod restore;
 mod scan;
@@ -53,6 +54,8 @@ pub(crate) enum Command {
     Scan(scan::ScanArgs),
     /// Put a broken release back into a state Helm can work with, by the edits Helm itself makes.
     Repair(repair::RepairArgs),
+    /// Cut a release's history to its newest revisions, as Helm's --history-max does.
+    Prune(prune::PruneArgs),
     /// Bring back records of a release from the guard's recycle bin.
     Restore(restore::RestoreArgs),
     /// Delete a release's whole history and keep its resources, every record kept in the recycle bin.
@@ -299,6 +302,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit(args) => audit::run(&args),
         Command::Repair(args) => repair::run(&args),
         Command::Restore(args) => restore::run(&args),
+        Command::Prune(args) => prune::run(&args),
         Command::Forget(args) => forget::run(&args),
         Command::Completion { shell } => completion(shell),
         Command::Man { dir } => man(&dir),

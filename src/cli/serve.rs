@@ -152,6 +152,14 @@ pub(crate) struct ServeArgs {
     /// `--read-ahead=false` reads only what a verdict needs, when it needs it.
     #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub read_ahead: bool,
+    /// At most this many revisions of a release created an hour where its namespace has no
+    /// `helm-guard.io/max-revisions-per-hour` label (POLICY.md C8); 0 or unset: no cap.
+    #[arg(long, env = "HELM_GUARD_MAX_REVISIONS_PER_HOUR", value_name = "N")]
+    pub max_revisions_per_hour: Option<u32>,
+    /// Lock every release to its owner where its namespace has no `helm-guard.io/owner-lock`
+    /// label (POLICY.md O1).
+    #[arg(long, env = "HELM_GUARD_OWNER_LOCK", default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub owner_lock: bool,
     /// Mark a pending revision failed (as `helm set-status` does) once the pod its writer's
     /// token was bound to is gone, so the next `helm upgrade` runs: never while that pod runs,
     /// never a revision whose writer the guard does not know (`docs/operate/stuck.md`).
@@ -394,6 +402,8 @@ async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow:
         break_glass_groups: args.break_glass_group.clone(),
         forgetter_users: args.forgetter_user.iter().filter(|u| !u.is_empty()).cloned().collect(),
         forgetter_groups: args.forgetter_group.iter().filter(|g| !g.is_empty()).cloned().collect(),
+        max_revisions_per_hour: args.max_revisions_per_hour.filter(|max| *max > 0),
+        owner_lock: args.owner_lock,
     };
     let decide = Settings {
         policy: config,

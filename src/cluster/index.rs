@@ -56,9 +56,9 @@ pub struct NamespaceInfo {
     /// The `helm-guard.io/max-revisions-per-hour` label: a release here gets no more revisions
     /// an hour (POLICY.md C8).
     pub max_revisions_per_hour: Option<u32>,
-    /// The `helm-guard.io/owner-lock=true` label: a release here is written by its owner alone
-    /// (POLICY.md O1).
-    pub owner_lock: bool,
+    /// The `helm-guard.io/owner-lock` label, `true` or `false`: a release here is written by its
+    /// owner alone (POLICY.md O1); without it, `--owner-lock` decides.
+    pub owner_lock: Option<bool>,
 }
 
 impl NamespaceInfo {
@@ -95,8 +95,7 @@ impl NamespaceInfo {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(crate::policy::owner::OWNER_LOCK_LABEL))
-                .map(String::as_str)
-                == Some("true"),
+                .and_then(|v| v.parse().ok()),
         }
     }
 }

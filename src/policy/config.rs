@@ -45,6 +45,10 @@ pub struct PolicyConfig {
     pub forgetter_users: Vec<String>,
     /// Groups whose members forget releases (D10). Default: `DEFAULT_FORGETTER_GROUPS`.
     pub forgetter_groups: Vec<String>,
+    /// C8 where a namespace has no `helm-guard.io/max-revisions-per-hour` label; `None`: no cap.
+    pub max_revisions_per_hour: Option<u32>,
+    /// O1 where a namespace has no `helm-guard.io/owner-lock` label.
+    pub owner_lock: bool,
 }
 
 /// The default of `--forgetter-group`: the service accounts of Rancher Fleet's agent namespaces,
@@ -73,6 +77,8 @@ impl Default for PolicyConfig {
             break_glass_groups: Vec::new(),
             forgetter_users: Vec::new(),
             forgetter_groups: DEFAULT_FORGETTER_GROUPS.iter().map(|g| (*g).to_owned()).collect(),
+            max_revisions_per_hour: None,
+            owner_lock: false,
         }
     }
 }

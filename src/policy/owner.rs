@@ -46,10 +46,10 @@ pub(crate) fn decide_owner(facts: &OwnerFacts<'_>, config: &PolicyConfig) -> Opt
     Some(Verdict::deny(
         Reason::OwnerLock,
         format!(
-            "helm-guard: release {namespace}/{release} is written only by its owner, {} (namespace label \
-             {OWNER_LOCK_LABEL}=true); {} may not write its records. Let its owner do it, or hand the release \
-             over: `kubectl -n {} delete lease {}` (the next writer of a revision owns it), or \
-             `kubectl label namespace {namespace} {OWNER_LOCK_LABEL}-`",
+            "helm-guard: release {namespace}/{release} is written only by its owner, {} ({OWNER_LOCK_LABEL}); \
+             {} may not write its records. Let its owner do it, or hand the release over: `kubectl -n {} delete \
+             lease {}` (the next writer of a revision owns it), or unlock the namespace: `kubectl label namespace \
+             {namespace} {OWNER_LOCK_LABEL}=false --overwrite`",
             owner.user,
             super::echoed(who.username),
             facts.guard_namespace,
@@ -127,7 +127,7 @@ mod tests {
                     "shop/web",
                     "system:serviceaccount:flux-system:helm-controller",
                     "kubectl -n helm-guard delete lease helm-guard-writers.shop.web",
-                    "helm-guard.io/owner-lock-",
+                    "kubectl label namespace shop helm-guard.io/owner-lock=false --overwrite",
                 ] {
                     assert!(message.contains(needle), "{row}: {needle} in {message}");
                 }

@@ -5,6 +5,7 @@ pub mod decode;
 pub(crate) mod forget;
 pub mod history;
 pub mod objects;
+pub mod prune;
 pub mod record;
 pub mod repair;
 pub(crate) mod status;

@@ -94,6 +94,10 @@ pub struct ReleaseReport {
     pub records: usize,
 }
 
+/// `scan`'s anomaly for a release whose latest record is past 80% of what Kubernetes stores in
+/// one object.
+pub(crate) const NEAR_SIZE_LIMIT: &str = "near-size-limit";
+
 /// Who wrote a release's latest revision and whether it still runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -160,6 +164,17 @@ pub fn report_with_writers(
                 .filter(|r| r.payload.is_ok())
                 .find(|r| Some(r.record.id.revision) == report.revision)
                 .and_then(|r| Summary::of(r));
+            // The 1 MiB wall: the latest record near it, the next upgrade may not fit.
+            let newest = records.iter().max_by_key(|r| r.record.id.revision);
+            if let Some(near) = newest.filter(|r| r.record.size_warning().is_some()) {
+                report.anomalies.push(NEAR_SIZE_LIMIT.to_owned());
+                report.broken = true;
+                report.hint.push_str(&format!(
+                    "; {} holds {} bytes, near the 1 MiB a record can be: the next upgrade may not fit (trim the chart or its values)",
+                    near.record.object_name,
+                    near.record.stored_bytes()
+                ));
+            }
             report.chart = latest.as_ref().and_then(Summary::chart_ref);
             report.app_version = latest.and_then(|s| s.app_version);
             report
