@@ -6,7 +6,7 @@ set -eu
 
 usage() {
   cat <<'USAGE'
-Scan, inspect, repair and restore Helm releases with helm-guard.
+Scan, inspect, repair, restore, forget and prune Helm releases with helm-guard.
 
 Usage:
   helm guard scan [-A] [--release NAME] [--broken] [-o text|json|yaml]
@@ -14,6 +14,7 @@ Usage:
   helm guard repair RELEASE [--apply] [--stuck-after 15m]
   helm guard restore RELEASE [--revision N] [--apply] [--guard-namespace helm-guard]
   helm guard forget RELEASE [--apply] [--guard-namespace helm-guard]
+  helm guard prune RELEASE --keep N [--apply]
 
 Helm's -n/--namespace and --kube-context apply (-A: every namespace, for scan).
 `helm-guard COMMAND --help` tells more.
@@ -22,13 +23,13 @@ USAGE
 
 command=${1:-}
 case "$command" in
-  scan | inspect | repair | restore | forget) shift ;;
+  scan | inspect | repair | restore | forget | prune) shift ;;
   "" | -h | --help | help)
     usage
     exit 0
     ;;
   *)
-    echo "Error: unknown command \"$command\" for \"helm guard\" (scan, inspect, repair, restore, forget)" >&2
+    echo "Error: unknown command \"$command\" for \"helm guard\" (scan, inspect, repair, restore, forget, prune)" >&2
     exit 1
     ;;
 esac
