@@ -74,9 +74,9 @@ async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     let target = Target { client, namespace: args.guard_namespace.clone(), name: args.name.clone() };
-    let (configurations, bundles) = target.configurations().await;
     let deployment = target.deployment().await;
     let in_force = target.in_force(deployment.as_ref()).await;
+    let (configurations, bundles) = target.configurations(&in_force).await;
     let checks = vec![
         configurations,
         target.ca(&bundles, deployment.as_ref()).await,
@@ -129,14 +129,16 @@ fn said(error: &kube::Error) -> String {
 
 impl Target {
     /// The two configurations as the guard registers them: present, every shipped webhook,
-    /// calling this guard, failing as shipped. Returns the CA bundles they carry.
-    async fn configurations(&self) -> (Check, Vec<Vec<u8>>) {
+    /// calling this guard, failing as shipped (every one `Ignore` outside enforce mode). Returns
+    /// the CA bundles they carry.
+    async fn configurations(&self, in_force: &InForce) -> (Check, Vec<Vec<u8>>) {
         const CHECK: &str = "webhook configurations";
         let registration = Registration {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             ca_file: Default::default(),
             timeout_seconds: 10,
+            fail_closed: in_force.mode == "enforce",
         };
         let shipped = match registration::desired(&registration) {
             Ok(shipped) => shipped,

@@ -455,6 +455,7 @@ async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow:
             namespace: guard_namespace(args, &client),
             ca_file: ca_file.clone(),
             timeout_seconds: args.webhook_timeout,
+            fail_closed: args.mode == crate::policy::Mode::Enforce,
         };
         tokio::spawn(registration::keep_registered(client, registration, move || state.is_ready()));
     }

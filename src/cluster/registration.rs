@@ -45,6 +45,10 @@ pub(crate) struct Registration {
     pub(crate) ca_file: PathBuf,
     /// How long the API server waits for an answer.
     pub(crate) timeout_seconds: u8,
+    /// Register the shipped failure policies (`Fail` for records and pods): enforce mode only.
+    /// In warn and audit mode the guard refuses nothing, so it may not block anything either
+    /// when the API server cannot reach it: every webhook `Ignore`.
+    pub(crate) fail_closed: bool,
 }
 
 /// One configuration as the guard would write it: its kind and its `webhooks`.
@@ -72,6 +76,9 @@ pub(crate) fn desired(registration: &Registration) -> anyhow::Result<Vec<Desired
             });
             webhook.insert("clientConfig".into(), json!({"service": service}));
             webhook.insert("timeoutSeconds".into(), json!(registration.timeout_seconds));
+            if !registration.fail_closed {
+                webhook.insert("failurePolicy".into(), json!("Ignore"));
+            }
             let expressions = webhook
                 .get_mut("namespaceSelector")
                 .and_then(|selector| selector.get_mut("matchExpressions"))
@@ -270,7 +277,20 @@ mod tests {
             namespace: "platform".into(),
             ca_file: PathBuf::from("/unused"),
             timeout_seconds: 7,
+            fail_closed: true,
         }
+    }
+
+    /// Issue 60: audit mode registered `Fail` and blocked every Helm write of a cluster whose
+    /// API server could not reach the guard; outside enforce mode every webhook is `Ignore`.
+    #[test]
+    fn outside_enforce_mode_no_webhook_fails_closed() {
+        let open = desired(&Registration { fail_closed: false, ..registration() }).unwrap();
+        let policies: Vec<&Value> =
+            open.iter().flat_map(|c| c.webhooks.as_array().unwrap()).map(|w| &w["failurePolicy"]).collect();
+        assert!(!policies.is_empty() && policies.iter().all(|p| *p == "Ignore"), "{policies:?}");
+        let closed = desired(&registration()).unwrap();
+        assert_eq!(closed[0].webhooks[0]["failurePolicy"], "Fail");
     }
 
     #[test]
