@@ -498,3 +498,45 @@ async fn a_writer_in_a_loop_is_stopped_at_the_namespaces_cap() {
         assert_eq!(guard.validate(&next).await["allowed"], allowed, "{label:?}");
     }
 }
+
+/// Helm's next storage (issue 59): release v2 records (Charts v3, helm/helm#32667, on main only)
+/// are stored under the same names and labels as v1 records, as Secrets of type
+/// `helm.sh/release.v2` or ConfigMaps labelled `helm.sh/release-version: v2`, their payload the same
+/// gzipped JSON (`internal/release/v2` keeps v1's field names; its chart's `apiVersion` is `v3`).
+/// Built here from a real Helm 4 record as that source writes them (no Helm release ships them
+/// yet). The guard reads them as Helm's main does and protects them as v1 records; the label a
+/// v2-aware Helm reads them by cannot be edited away.
+#[tokio::test]
+async fn release_v2_records_are_protected_as_v1_records_are() {
+    let as_v2 = |record: &Value| {
+        let mut payload = release_json(record);
+        payload["chart"]["metadata"]["apiVersion"] = json!("v3");
+        payload["apply_method"] = json!("ssa");
+        let mut record = with_release_json(record.clone(), &payload);
+        record["type"] = json!("helm.sh/release.v2");
+        record
+    };
+    let records: Vec<Value> = web(&[(1, "superseded"), (2, "deployed")]).iter().map(as_v2).collect();
+    let guard = guard_with(records.clone()).await;
+    let response = guard.validate(&delete_review(&records[1])).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(reason(&response), "latest-deployed-revision");
+    let response = guard.validate(&delete_review(&records[0])).await;
+    assert_eq!(response["allowed"], true, "the superseded revision goes, as Helm's pruning: {response}");
+
+    // A v2 record above v1 ones (a release upgraded to a Charts v3 chart): one history.
+    let mut mixed = web(&[(1, "superseded")]);
+    mixed.push(as_v2(&web(&[(2, "deployed")])[0]));
+    let guard = guard_with(mixed.clone()).await;
+    let response = guard.validate(&delete_review(&mixed[1])).await;
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "latest-deployed-revision"));
+
+    // The ConfigMap's release-version label is an identity label (U2).
+    let mut labelled = records[1].clone();
+    labelled["metadata"]["labels"]["helm.sh/release-version"] = json!("v2");
+    let mut unlabelled = labelled.clone();
+    unlabelled["metadata"]["labels"].as_object_mut().unwrap().remove("helm.sh/release-version");
+    let guard = guard_with(vec![records[0].clone(), labelled.clone()]).await;
+    let response = guard.validate(&update_review(&labelled, &unlabelled)).await;
+    assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(false), "identity-label-change"));
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::config::{PolicyConfig, Requester};
 use super::verdict::{Reason, Verdict};
-use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_STATUS, LABEL_VERSION};
+use crate::release::record::{LABEL_NAME, LABEL_OWNER, LABEL_RELEASE_VERSION, LABEL_STATUS, LABEL_VERSION};
 use crate::release::{History, Status};
 
 /// The label every Helm update of a record sets to the time (`secrets.go`/`cfgmaps.go` `Update`).
@@ -99,7 +99,7 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
         return Verdict::allow(Reason::Exempt).with_detail(who);
     }
     // U2
-    for key in [LABEL_OWNER, LABEL_NAME, LABEL_VERSION] {
+    for key in [LABEL_OWNER, LABEL_NAME, LABEL_VERSION, LABEL_RELEASE_VERSION] {
         let (before, after) = (old.labels.get(key), new.labels.get(key));
         if before != after {
             let change = match after {

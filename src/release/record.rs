@@ -21,6 +21,9 @@ pub(crate) const NAME_PREFIX: &str = "sh.helm.release.v1.";
 pub(crate) const SECRET_TYPE: &str = "helm.sh/release.v1";
 /// The labels Helm reserves on its records.
 pub(crate) const LABEL_OWNER: &str = "owner";
+/// The label Helm's next storage sets on a ConfigMap holding a release v2 record (`v2`; helm/helm
+/// #32667, main only): what a v2-aware Helm may read the record by, so an identity label (U2).
+pub(crate) const LABEL_RELEASE_VERSION: &str = "helm.sh/release-version";
 /// The label with the release's name.
 pub(crate) const LABEL_NAME: &str = "name";
 /// The label with the revision.
