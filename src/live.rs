@@ -128,34 +128,36 @@ pub fn admission(
         );
         Arc::new(books) as Arc<dyn DeleteCoordinator>
     });
+    // Writers are kept beside the claim books, in the guard's namespace.
+    let writers = options.claims_namespace.as_deref().map(|namespace| {
+        let writers = Arc::new(crate::cluster::writers::Writers::new(client.clone(), namespace));
+        tokio::spawn(crate::cluster::writers::run(writers.clone(), index.clone(), events.clone()));
+        if options.unlock_abandoned {
+            tracing::info!(
+                "pending revisions whose writer's pod is gone are marked failed (--unlock-abandoned)"
+            );
+        }
+        let judge = crate::cluster::unlock::run(
+            client.clone(),
+            writers.clone(),
+            index.clone(),
+            settings.limits,
+            events.clone(),
+            options.unlock_abandoned,
+        );
+        tokio::spawn(judge);
+        writers
+    });
     if let Some(reports) = options.policy_reports {
         let writer = crate::policy_reports::writer::run(
             client.clone(),
             index.clone(),
+            writers.clone(),
             reports,
             metrics.policy_reports.clone(),
         );
         tokio::spawn(writer);
     }
-    // Writers are kept beside the claim books, in the guard's namespace.
-    let writers = options.claims_namespace.as_deref().map(|namespace| {
-        let writers = Arc::new(crate::cluster::writers::Writers::new(client.clone(), namespace));
-        tokio::spawn(crate::cluster::writers::run(writers.clone(), index.clone()));
-        if options.unlock_abandoned {
-            tracing::info!(
-                "pending revisions whose writer's pod is gone are marked failed (--unlock-abandoned)"
-            );
-            let unlock = crate::cluster::unlock::run(
-                client.clone(),
-                writers.clone(),
-                index.clone(),
-                settings.limits,
-                events.clone(),
-            );
-            tokio::spawn(unlock);
-        }
-        writers
-    });
     let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
     Admission::new(index, settings, live, metrics.decision_counts.clone()).with_writers(writers)
 }

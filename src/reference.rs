@@ -58,7 +58,13 @@ fn metrics_page() -> String {
     );
     let ignored = crate::cluster::index::NamespaceInfo { ignored: true, ..Default::default() };
     index.set_namespace("ignored", ignored);
-    let text = metrics.render(&index, 900, crate::policy::Mode::Enforce, 0.0);
+    let text = metrics.render(
+        &index,
+        &|_, _| crate::release::writer::Liveness::Unknown,
+        900,
+        crate::policy::Mode::Enforce,
+        0.0,
+    );
     let mut rows: Vec<(String, String, String)> = Vec::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {

@@ -314,6 +314,27 @@ async fn unlock_abandoned_marks_failed_only_once_the_writers_pod_is_gone_and_the
         let owner = bound_kubeconfig(&dir, &ns, "writer-2", &uid);
         let upgraded = helm_as(&owner, &["upgrade", "web", &chart, "-n", &ns]);
         assert!(upgraded.status.success(), "the owner's upgrade: {}", said(&upgraded));
+
+        // A loop: 41 revisions within a minute are named churn, by scan and by an Event that
+        // names the writer.
+        for _ in 0..38 {
+            let upgraded = helm_as(&owner, &["upgrade", "web", &chart, "-n", &ns, "--history-max", "0"]);
+            assert!(upgraded.status.success(), "{}", said(&upgraded));
+        }
+        let report = scanned(&ns, "web");
+        assert_eq!(report["revision"], 41, "{report}");
+        assert!(
+            report["anomalies"].as_array().unwrap().iter().any(|a| a.as_str().unwrap().contains("churn")),
+            "{report}"
+        );
+        eventually(Duration::from_secs(15), "an Event names the loop and its writer", || {
+            let events =
+                kubectl_json(&["get", "events", "-n", &ns, "--field-selector", "reason=RevisionChurn"]);
+            events["items"].as_array().unwrap().iter().any(|e| {
+                let note = e["message"].as_str().or(e["note"].as_str()).unwrap_or_default();
+                note.contains(&format!("system:serviceaccount:{ns}:deployer (pod {ns}/writer-2)"))
+            })
+        });
     });
     let outcome = checks.catch_unwind().await;
     common::cluster::cleanup(&guard.client, &guard.namespace, false).await;

@@ -125,6 +125,16 @@ impl Admission {
         Admission { index, settings, live, counts, memo: Default::default(), freshness, writers: None }
     }
 
+    /// Whether the writer of `revision`, the pending latest of `key`, runs, as last judged
+    /// (`cluster::unlock`); `Unknown` without writers.
+    pub(crate) fn writer_liveness(
+        &self,
+        key: &crate::release::ReleaseKey,
+        revision: u32,
+    ) -> crate::release::writer::Liveness {
+        self.writers.as_ref().map_or(crate::release::writer::Liveness::Unknown, |w| w.judged(key, revision))
+    }
+
     /// Remembers who writes releases in `writers`, and locks releases to their owners where a
     /// namespace says so.
     pub(crate) fn with_writers(self, writers: Option<Arc<crate::cluster::writers::Writers>>) -> Admission {

@@ -186,8 +186,8 @@ impl Entry {
 pub struct Census {
     /// Releases by state.
     pub states: BTreeMap<crate::release::ReleaseState, usize>,
-    /// Releases whose latest revision is stuck pending.
-    pub stuck: usize,
+    /// Releases whose latest revision is stuck pending, by why.
+    pub stuck: BTreeMap<crate::release::writer::StuckBecause, usize>,
     /// Releases by anomaly.
     pub anomalies: BTreeMap<crate::release::history::Anomaly, usize>,
     /// Records held.
@@ -620,18 +620,33 @@ impl ReleaseIndex {
     /// one release at a time in a reused buffer: no history is copied and nothing is allocated
     /// per release but what classifying takes, so a scrape holds verdicts up only briefly
     /// (BENCHMARKS.md: 5.3 ms for 10,000 releases of 100,000 revisions, where copying the histories out took 8.4 ms).
-    pub fn census(&self, now_unix: i64, stuck_after_secs: i64) -> Census {
+    /// A pending latest revision is judged by its writer as `writer` says
+    /// ([`crate::release::Classification::with_writer`]).
+    pub fn census(
+        &self,
+        now_unix: i64,
+        stuck_after_secs: i64,
+        writer: &dyn Fn(&ReleaseKey, u32) -> crate::release::writer::Liveness,
+    ) -> Census {
         let now = Instant::now();
         let mut census = Census::default();
         let mut history = Vec::new();
         let state = self.lock();
-        for records in state.releases.values() {
+        for (key, records) in &state.releases {
             history.clear();
             history.extend(records.values().filter(|entry| entry.visible(now)).map(|entry| entry.facts));
             census.revisions += records.len();
-            let classification = classify(&history, now_unix, stuck_after_secs);
+            let mut classification = classify(&history, now_unix, stuck_after_secs);
+            if let (Some(revision), true) = (
+                classification.revision,
+                classification.status.is_some_and(crate::release::Status::is_pending),
+            ) {
+                classification = classification.with_writer(writer(key, revision));
+            }
             *census.states.entry(classification.state).or_default() += 1;
-            census.stuck += usize::from(classification.stuck);
+            if let Some(because) = classification.stuck_because {
+                *census.stuck.entry(because).or_default() += 1;
+            }
             for anomaly in classification.anomalies {
                 *census.anomalies.entry(anomaly).or_default() += 1;
             }

@@ -1,5 +1,7 @@
-//! `serve --unlock-abandoned`: a pending revision whose writer's pod is gone is one no one will
-//! finish, and it blocks every later `helm upgrade` and `rollback` ("another operation is in
+//! The pending revisions judged by their writers, every [`EVERY`]: whether each pending latest
+//! revision's writer still runs, kept in [`Writers`] for the metrics, the pod mutation and the
+//! reports. And `serve --unlock-abandoned`: a pending revision whose writer's pod is gone is one
+//! no one will finish, and it blocks every later `helm upgrade` and `rollback` ("another operation is in
 //! progress"). The guard marks it failed as `helm set-status` and Flux's unlock do (payload and
 //! `status` label together, `repair`'s edit), never while the writer's pod runs and never a
 //! revision whose writer it does not know. Each replica asks the API server about the pod itself;
@@ -21,23 +23,28 @@ use crate::release::{DecodeLimits, Driver, ReleaseKey, Status};
 /// How often pending revisions are looked at.
 const EVERY: Duration = Duration::from_secs(5);
 
-/// Marks abandoned pending revisions failed, every [`EVERY`], until the process ends.
+/// Judges the pending revisions by their writers and, with `unlock`, marks the abandoned ones
+/// failed, every [`EVERY`], until the process ends.
 pub(crate) async fn run(
     client: kube::Client,
     writers: Arc<Writers>,
     index: Arc<ReleaseIndex>,
     limits: DecodeLimits,
     events: Option<EventQueue>,
+    unlock_abandoned: bool,
 ) {
     let mut every = tokio::time::interval(EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
+        let mut judged = std::collections::HashMap::new();
         for (key, revision) in index.pending_latest() {
-            let Some(writer) = writers.writer_of(&key.namespace, &key.release, revision) else { continue };
-            if writers.liveness(Some(&writer)).await != Liveness::Gone {
+            let writer = writers.writer_of(&key.namespace, &key.release, revision);
+            let liveness = writers.liveness(writer.as_ref()).await;
+            judged.insert(key.clone(), (revision, liveness));
+            let Some(writer) = writer.filter(|_| unlock_abandoned && liveness == Liveness::Gone) else {
                 continue;
-            }
+            };
             match unlock(&client, &key, revision, &writer, limits).await {
                 Ok(Some(notice)) => {
                     tracing::warn!(
@@ -55,6 +62,7 @@ pub(crate) async fn run(
                 }
             }
         }
+        writers.set_judged(judged);
     }
 }
 

@@ -22,8 +22,10 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 
+use super::events::{EventQueue, Notice};
 use super::index::ReleaseIndex;
 use crate::release::ReleaseKey;
+use crate::release::history::{CHURN_PER_HOUR, revisions_within};
 use crate::release::writer::{Liveness, ReleaseWriters, Writer};
 
 /// The label of the writers' Leases.
@@ -69,6 +71,9 @@ pub(crate) struct Writers {
     offers: Mutex<Vec<Offer>>,
     known: Mutex<HashMap<Release, ReleaseWriters>>,
     pods: Mutex<HashMap<(String, String), PodAnswer>>,
+    /// The pending latest revisions and whether their writers run, as last judged
+    /// (`cluster::unlock`): what the metrics, the pod mutation and the reports read, without a call.
+    judged: Mutex<HashMap<ReleaseKey, (u32, Liveness)>>,
 }
 
 impl std::fmt::Debug for Writers {
@@ -87,6 +92,7 @@ impl Writers {
             offers: Mutex::default(),
             known: Mutex::default(),
             pods: Mutex::default(),
+            judged: Mutex::default(),
         }
     }
 
@@ -124,6 +130,18 @@ impl Writers {
         known.get(&(namespace.to_owned(), release.to_owned())).and_then(|w| w.of(revision).cloned())
     }
 
+    /// Whether the writer of `revision`, the pending latest of `key`, runs, as last judged;
+    /// `Unknown` when it was not (yet).
+    pub(crate) fn judged(&self, key: &ReleaseKey, revision: u32) -> Liveness {
+        let judged = self.judged.lock().unwrap_or_else(PoisonError::into_inner);
+        judged.get(key).filter(|(judged, _)| *judged == revision).map_or(Liveness::Unknown, |(_, l)| *l)
+    }
+
+    /// Keeps the judgement of the pending latest revisions in `pending`, and only them.
+    pub(crate) fn set_judged(&self, pending: HashMap<ReleaseKey, (u32, Liveness)>) {
+        *self.judged.lock().unwrap_or_else(PoisonError::into_inner) = pending;
+    }
+
     /// Whether `writer` still runs: its pod asked of the API server (answers reused briefly).
     pub(crate) async fn liveness(&self, writer: Option<&Writer>) -> Liveness {
         let Some(writer) = writer else { return Liveness::Unknown };
@@ -149,8 +167,9 @@ impl Writers {
     }
 
     /// Attributes the offers whose records the watch shows stored; drops the expired and the
-    /// ambiguous ones.
-    async fn attribute(&self, index: &ReleaseIndex) {
+    /// ambiguous ones. A revision that takes its release past the churn threshold is told as an
+    /// Event on the record and its HelmChart, naming its writer.
+    async fn attribute(&self, index: &ReleaseIndex, events: Option<&EventQueue>) {
         let ready: Vec<Offer> = {
             let mut offers = self.offers.lock().unwrap_or_else(PoisonError::into_inner);
             offers.retain(|offer| offer.since.elapsed() < OFFER_TTL);
@@ -185,6 +204,9 @@ impl Writers {
             }
             if let Err(error) = self.remember(&first.key, first.revision, first.writer.clone()).await {
                 tracing::warn!(%error, release = %first.key, "the writer of a revision could not be remembered");
+            }
+            if let Some(events) = events {
+                churn(index, events, first, &object);
             }
         }
     }
@@ -241,6 +263,37 @@ impl Writers {
             self.known.lock().unwrap_or_else(PoisonError::into_inner).remove(&release);
         }
     }
+}
+
+/// Tells of a revision created in a loop: more than [`CHURN_PER_HOUR`] in the last hour.
+fn churn(index: &ReleaseIndex, events: &EventQueue, offer: &Offer, object: &str) {
+    let history = index.history(&offer.key);
+    let created = revisions_within(&history, jiff::Timestamp::now().as_second(), 3600, None);
+    if created <= CHURN_PER_HOUR {
+        return;
+    }
+    let (namespace, release) = (&offer.key.namespace, &offer.key.release);
+    let notice = Notice {
+        namespace: namespace.clone(),
+        api_version: "v1".to_owned(),
+        kind: offer.key.driver.kind().to_owned(),
+        name: object.to_owned(),
+        uid: None,
+        action: "Create".to_owned(),
+        reason: "RevisionChurn".to_owned(),
+        note: format!(
+            "release {namespace}/{release} has had {created} revisions created in the last hour, revision {} by {}: a writer \
+             upgrading in a loop fills etcd. See `helm history {release} -n {namespace}`; cap it with the namespace label \
+             helm-guard.io/max-revisions-per-hour, cut the history with `helm-guard prune {release} -n {namespace} --keep N`",
+            offer.revision,
+            offer.writer.describe()
+        ),
+        type_: "Warning",
+    };
+    if let Some(chart) = index.charts.managing(namespace, release) {
+        events.offer(notice.about_chart(&chart));
+    }
+    events.offer(notice);
 }
 
 /// The release a writers' Lease is about and the writers it holds.
@@ -323,7 +376,7 @@ pub(crate) async fn pending_writers(
 
 /// Keeps `writers` current from a watch of the Leases and attributes offers as the `index`
 /// shows their records: runs until the process ends.
-pub(crate) async fn run(writers: Arc<Writers>, index: Arc<ReleaseIndex>) {
+pub(crate) async fn run(writers: Arc<Writers>, index: Arc<ReleaseIndex>, events: Option<EventQueue>) {
     let watch = {
         let writers = writers.clone();
         let config = watcher::Config::default().labels(&format!("{WRITERS_LABEL}=true"));
@@ -342,7 +395,7 @@ pub(crate) async fn run(writers: Arc<Writers>, index: Arc<ReleaseIndex>) {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            writers.attribute(&index).await;
+            writers.attribute(&index, events.as_ref()).await;
         }
     };
     tokio::join!(watch, attribute);

@@ -107,6 +107,7 @@ pub struct WriterStats {
 pub(crate) async fn run(
     client: kube::Client,
     index: Arc<ReleaseIndex>,
+    writers: Option<Arc<crate::cluster::writers::Writers>>,
     options: WriterOptions,
     stats: WriterStats,
 ) {
@@ -141,6 +142,7 @@ pub(crate) async fn run(
         }
         tracing::info!(lease = LEASE_NAME, "this replica writes the PolicyReports");
         let mut writer = Writer::new(client.clone(), index.clone(), options.clone(), stats.clone());
+        writer.writers.clone_from(&writers);
         tokio::select! {
             _ = leading.changed() => {}
             _ = writer.keep() => {}
@@ -160,6 +162,8 @@ struct Seen {
 struct Writer {
     client: kube::Client,
     index: Arc<ReleaseIndex>,
+    /// Who wrote each release's pending revision, and whether it runs (`cluster::writers`).
+    writers: Option<Arc<crate::cluster::writers::Writers>>,
     options: WriterOptions,
     stats: WriterStats,
     /// The APIs served, as last discovered.
@@ -184,6 +188,7 @@ impl Writer {
         Writer {
             client,
             index,
+            writers: None,
             options,
             stats,
             served: Vec::new(),
@@ -271,7 +276,13 @@ impl Writer {
                 if facts.is_empty() {
                     continue;
                 }
-                let report = from_facts(key, facts, now, self.options.stuck_after_secs, None);
+                let latest = crate::release::History::new(facts).latest();
+                let writer = latest.filter(|(_, status)| status.is_pending()).and_then(|(revision, _)| {
+                    let writers = self.writers.as_ref()?;
+                    let writer = writers.writer_of(&key.namespace, &key.release, revision)?;
+                    Some((writer, writers.judged(key, revision)))
+                });
+                let report = from_facts(key, facts, now, self.options.stuck_after_secs, writer.as_ref());
                 // Only a pending status can become stuck (the classifier's rule).
                 if report.status.is_some_and(Status::is_pending) && !report.stuck {
                     self.pending.insert(namespace.clone());

@@ -19,6 +19,7 @@ use crate::cluster::ReleaseIndex;
 use crate::policy::{Decision, Reason};
 use crate::release::ReleaseState;
 use crate::release::history::Anomaly;
+use crate::release::writer::StuckBecause;
 use crate::tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,6 +63,13 @@ pub(crate) struct ResultLabels {
 pub(crate) struct AnomalyLabels {
     /// Which anomaly.
     pub anomaly: Anomaly,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Labels of the stuck gauge.
+pub(crate) struct StuckLabels {
+    /// `writer-gone` or `age`.
+    pub because: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -143,7 +151,7 @@ pub struct Metrics {
     rejected: Family<RejectedLabels, Counter>,
     tls_reloads: Family<ResultLabels, Counter>,
     releases: Family<StateLabels, Gauge>,
-    releases_stuck: Gauge,
+    releases_stuck: Family<StuckLabels, Gauge>,
     anomalies: Family<AnomalyLabels, Gauge>,
     revisions: Gauge,
     opted_out: Family<OptedOutLabels, Gauge>,
@@ -192,10 +200,10 @@ impl Metrics {
         registry.register("tls_reloads", "Certificate reloads by result", tls_reloads.clone());
         let releases = Family::default();
         registry.register("releases", "Releases in the index by state", releases.clone());
-        let releases_stuck = Gauge::default();
+        let releases_stuck = Family::default();
         registry.register(
             "releases_stuck",
-            "Releases whose pending revision has not changed for longer than --stuck-after",
+            "Releases whose pending revision no one will finish, by why: writer-gone (its writer's pod is gone) or age (unchanged for longer than --stuck-after, its writer not known to run in a pod)",
             releases_stuck.clone(),
         );
         let anomalies = Family::default();
@@ -372,17 +380,21 @@ impl Metrics {
     pub(crate) fn render(
         &self,
         index: &ReleaseIndex,
+        writer: &dyn Fn(&crate::release::ReleaseKey, u32) -> crate::release::writer::Liveness,
         stuck_after_secs: i64,
         default_mode: crate::policy::Mode,
         seconds_since_sync: f64,
     ) -> String {
         let now = jiff::Timestamp::now().as_second();
-        let census = index.census(now, stuck_after_secs);
+        let census = index.census(now, stuck_after_secs, writer);
         for &state in <ReleaseState as strum::VariantArray>::VARIANTS {
             let count = census.states.get(&state).copied().unwrap_or_default();
             self.releases.get_or_create(&StateLabels { state }).set(count as i64);
         }
-        self.releases_stuck.set(census.stuck as i64);
+        for because in [StuckBecause::WriterGone, StuckBecause::Age] {
+            let count = census.stuck.get(&because).copied().unwrap_or_default();
+            self.releases_stuck.get_or_create(&StuckLabels { because: because.into() }).set(count as i64);
+        }
         for &anomaly in <Anomaly as strum::VariantArray>::VARIANTS {
             let count = census.anomalies.get(&anomaly).copied().unwrap_or_default();
             self.anomalies.get_or_create(&AnomalyLabels { anomaly }).set(count as i64);

@@ -292,6 +292,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let since_sync = admission.index().since_sync().map_or(f64::NAN, |d| d.as_secs_f64());
     let text = state.metrics.render(
         admission.index(),
+        &|key, revision| admission.writer_liveness(key, revision),
         admission.settings().policy.stuck_after_secs(),
         admission.settings().policy.default_mode,
         since_sync,

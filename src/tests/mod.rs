@@ -13,3 +13,4 @@ mod recycle_bin;
 mod recycle_bin_api;
 mod red_team;
 mod webhook_namespaces;
+mod writers;
