@@ -6,7 +6,9 @@
 //! upgraded from the previous version of helm-guard and with the K3s example's values;
 //! `helm-guard check` says the guard works, and says why not with its webhooks deleted or its CA
 //! wrong, and passes after README's install word for word (audit, then enforce); `helm uninstall`
-//! leaves no webhook.
+//! leaves no webhook. And Helm itself in a pod on the node (an image of the Helm binary and a
+//! chart, built with podman and loaded with `$HELM_GUARD_E2E_KUBE_LOCAL load`), killed mid
+//! upgrade, beside an in-process guard: stuck by its writer's pod (issue 58).
 //!
 //! Needs the real API server with a node (`kube-local up`, `kube-local node`), the images loaded
 //! into it (`image/build.sh && kube-local load helm-guard:0.1.0`; for the upgrade, the previous
@@ -578,5 +580,184 @@ fn until_checked_as_readme() -> String {
             said(&done)
         );
         std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// The image `helm-writer:e2e`: the Helm binary on PATH (static) and a chart, from scratch, loaded
+/// onto the node (`$HELM_GUARD_E2E_KUBE_LOCAL`, default `kube-local` on PATH).
+fn helm_writer_image() -> &'static str {
+    const IMAGE: &str = "helm-writer:e2e";
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("tmp")).unwrap();
+    let helm = String::from_utf8_lossy(&run(&["sh", "-c", "readlink -f \"$(command -v helm)\""]).stdout)
+        .trim()
+        .to_owned();
+    std::fs::copy(&helm, rootfs.join("helm")).unwrap();
+    let chart = rootfs.join("chart");
+    assert!(run(&["helm", "create", chart.to_str().unwrap()]).status.success());
+    let containerfile = dir.path().join("Containerfile");
+    std::fs::write(
+        &containerfile,
+        "FROM scratch\nCOPY rootfs/ /\nENV HOME=/tmp HELM_CACHE_HOME=/tmp/cache HELM_CONFIG_HOME=/tmp/config HELM_DATA_HOME=/tmp/data\nUSER 65532\nENTRYPOINT [\"/helm\"]\n",
+    )
+    .unwrap();
+    let built = run(&[
+        "podman",
+        "build",
+        "-q",
+        "-t",
+        IMAGE,
+        "-f",
+        containerfile.to_str().unwrap(),
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{}", said(&built));
+    let kube_local = std::env::var("HELM_GUARD_E2E_KUBE_LOCAL").unwrap_or_else(|_| "kube-local".into());
+    let loaded = run(&[&kube_local, "load", IMAGE]);
+    assert!(loaded.status.success(), "{kube_local} load {IMAGE}: {}", said(&loaded));
+    IMAGE
+}
+
+/// A pod of `image` running Helm with `args` as service account `deployer` (its token bound to
+/// the pod, as every pod's is), never restarted.
+fn helm_pod(namespace: &str, name: &str, image: &str, args: &[&str]) {
+    kubectl_apply(
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"serviceAccountName": "deployer", "restartPolicy": "Never",
+                 "containers": [{"name": "helm", "image": image, "imagePullPolicy": "Never", "args": args}]}}),
+    );
+}
+
+fn pod_phase(namespace: &str, name: &str) -> String {
+    let done = run(&["kubectl", "get", "pod", name, "-n", namespace, "-o", "jsonpath={.status.phase}"]);
+    String::from_utf8_lossy(&done.stdout).into_owned()
+}
+
+fn record_status(namespace: &str, revision: u32) -> String {
+    let name = format!("sh.helm.release.v1.web.v{revision}");
+    let done = run(&[
+        "kubectl",
+        "get",
+        "secret",
+        &name,
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={.metadata.labels.status}",
+    ]);
+    String::from_utf8_lossy(&done.stdout).into_owned()
+}
+
+fn scan_web(namespace: &str) -> Value {
+    let bin = env!("CARGO_BIN_EXE_helm-guard");
+    let args = [
+        bin,
+        "scan",
+        "-n",
+        namespace,
+        "--release",
+        "web",
+        "--guard-namespace",
+        namespace,
+        "--stuck-after",
+        "1s",
+        "-o",
+        "json",
+    ];
+    let out = said(&run(&args));
+    let start = out.find('[').unwrap_or_else(|| panic!("{out}"));
+    serde_json::from_str::<Value>(&out[start..]).unwrap_or_else(|e| panic!("{e}: {out}"))[0].clone()
+}
+
+fn until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Every release knows its writer (issue 58), with Helm itself in a pod on the node as a
+/// controller runs it: the pod's own token names it to the guard. An upgrade whose Helm is killed
+/// (SIGKILL, as the OOM killer does) in its `--wait` leaves `pending-upgrade`: while the pod runs
+/// it is not stuck, once its container is dead (the pod `Failed`, still there) it is, young, and
+/// `repair --apply` lets the next upgrade run.
+#[test]
+#[ignore = "needs a real API server with a node, podman and kube-local: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
+fn helm_in_a_pod_killed_mid_upgrade_is_stuck_once_its_container_is_dead_and_not_before() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let image = helm_writer_image();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let guard = runtime.block_on(common::cluster::start_guard_with(
+        "hg-node-writer",
+        47,
+        helm_guard::policy::PolicyConfig::default(),
+    ));
+    let ns = guard.namespace.clone();
+    kubectl_apply(
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}),
+    );
+    kubectl_apply(
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}),
+    );
+    kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "deployer-admin", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}));
+    runtime.block_on(common::cluster::register_webhooks(&guard.client, &ns, &guard.url, &guard.ca_pem));
+    let checks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        helm_pod(&ns, "install", image, &["install", "web", "/chart", "-n", &ns]);
+        until(Duration::from_secs(120), "the install pod succeeds", || {
+            pod_phase(&ns, "install") == "Succeeded"
+        });
+        let upgrade = [
+            "upgrade",
+            "web",
+            "/chart",
+            "-n",
+            &ns,
+            "--set",
+            "image.tag=never-ready",
+            "--wait",
+            "--timeout",
+            "10m",
+        ];
+        helm_pod(&ns, "upgrade", image, &upgrade);
+        until(Duration::from_secs(120), "the upgrade stores its pending revision", || {
+            record_status(&ns, 2) == "pending-upgrade"
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        let report = scan_web(&ns);
+        assert_eq!(
+            (report["stuck"].as_bool(), report["state"].as_str()),
+            (Some(false), Some("pending-upgrade")),
+            "{report}"
+        );
+        assert_eq!(
+            report["writer"]["pod"],
+            format!("{ns}/upgrade"),
+            "the pod's own token names it: {report}"
+        );
+        assert_eq!(report["writer"]["alive"], true, "{report}");
+        // The container killed as the OOM killer does; the pod stays, Failed.
+        let pattern = format!("helm upgrade web /chart -n {ns}");
+        assert!(run(&["pkill", "-9", "-f", &pattern]).status.success(), "no Helm process to kill");
+        until(Duration::from_secs(30), "the pod ends", || pod_phase(&ns, "upgrade") == "Failed");
+        until(Duration::from_secs(10), "stuck once its writer's container is dead", || {
+            let report = scan_web(&ns);
+            report["stuck"] == true && report["stuck_because"] == "writer-gone"
+        });
+        assert_eq!(record_status(&ns, 2), "pending-upgrade");
+        let bin = env!("CARGO_BIN_EXE_helm-guard");
+        let repaired = run(&[bin, "repair", "web", "-n", &ns, "--guard-namespace", &ns, "--apply"]);
+        assert!(repaired.status.success(), "{}", said(&repaired));
+        helm_pod(&ns, "again", image, &["upgrade", "web", "/chart", "-n", &ns]);
+        until(Duration::from_secs(120), "the next upgrade runs", || pod_phase(&ns, "again") == "Succeeded");
+    }));
+    runtime.block_on(common::cluster::cleanup(&guard.client, &ns, false));
+    runtime.block_on(guard.running.shutdown());
+    if let Err(panic) = checks {
+        std::panic::resume_unwind(panic);
     }
 }

@@ -305,14 +305,21 @@ fn read_lease(lease: &Lease) -> Option<(Release, ReleaseWriters)> {
     Some((release, writers.unwrap_or_default()))
 }
 
-/// The uid of the pod under `name`, `None` when there is none.
+/// The uid of the pod under `name` while it can still run: `None` when there is none, or when
+/// it has ended (`Succeeded`, `Failed`: a writer's container killed, by the OOM killer say, under
+/// `restartPolicy: Never` leaves its pod behind, with no one in it to finish the operation).
 pub(crate) async fn pod_uid(
     client: &kube::Client,
     namespace: &str,
     name: &str,
 ) -> Result<Option<String>, kube::Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    Ok(pods.get_metadata_opt(name).await?.and_then(|pod| pod.metadata.uid))
+    let pod = pods.get_opt(name).await?;
+    let ended = |pod: &Pod| {
+        let phase = pod.status.as_ref().and_then(|status| status.phase.as_deref());
+        matches!(phase, Some("Succeeded" | "Failed"))
+    };
+    Ok(pod.filter(|pod| !ended(pod)).and_then(|pod| pod.metadata.uid))
 }
 
 /// Every release's writers in `namespace` (the CLI's read): (namespace, release) to writers.

@@ -79,7 +79,7 @@ impl Writer {
 pub enum Liveness {
     /// Its pod exists with the uid its token was bound to.
     Alive,
-    /// Its pod is gone, or the name belongs to a pod of another uid.
+    /// Its pod is gone, has ended, or the name belongs to a pod of another uid.
     Gone,
     /// The writer used no pod-bound token (a laptop, external CI).
     NoPod,
@@ -89,7 +89,7 @@ pub enum Liveness {
 
 impl Liveness {
     /// What the API server said of the writer's pod: `uid` the uid of the pod now under its
-    /// name, `None` when there is none.
+    /// name that can still run, `None` when there is none (or it has ended).
     pub fn of_pod(writer: &Writer, uid: Option<&str>) -> Liveness {
         match (&writer.pod, uid) {
             (None, _) => Liveness::NoPod,
