@@ -487,6 +487,16 @@ async fn cases(b: &Bench) {
     assert_eq!(run.annotation("helm-guard.io/action"), "skip: revision 2 is not the expected 1");
     assert_eq!(statuses("web"), ["superseded", "deployed"]);
 
+    // HEAD's flag bug (issue 59): `serverSide: false` with `forceConflicts: true` would run Helm
+    // with both flags, which Helm 4 refuses every time; the pod is healed and the upgrade runs.
+    let run =
+        b.run_job(&b.head, "web", "install", &[("SERVER_SIDE", "false"), ("FORCE_CONFLICTS", "true")]).await;
+    assert_eq!(run.env("FORCE_CONFLICTS"), Some("false"), "{}", run.said);
+    assert!(run.annotation("helm-guard.io/force-conflicts-from").contains("never matches"), "{:?}", run.pod);
+    assert!(run.succeeded, "{}", run.said);
+    assert_eq!(statuses("web"), ["superseded", "superseded", "deployed"]);
+    assert!(!b.chart_events("web", "HelmInstallPodRewritten").await.is_empty(), "an Event names the rewrite");
+
     // Orphaned-superseded: v0.9.8 needs the rewrite, HEAD resets and upgrades by itself.
     b.chart("old-orphan", false);
     b.install("old-orphan", "H1");

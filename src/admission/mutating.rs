@@ -111,6 +111,9 @@ async fn patch(
         plan.failure_policy.map(|to| {
             format!("FAILURE_POLICY {} -> {to}", target.env.failure_policy.as_deref().unwrap_or("reinstall"))
         }),
+        plan.force_conflicts_off.then(|| {
+            format!("FORCE_CONFLICTS {}", pod::FORCE_CONFLICTS_BUG.replacen("true", "true -> false", 1))
+        }),
     ]
     .into_iter()
     .flatten()

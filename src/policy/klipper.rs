@@ -74,6 +74,20 @@ impl EntryScript {
         self.version == Some((0, 13, 0))
     }
 
+    /// v0.13.3 (`09c5242`, HEAD as of 2026-07-27) passes `--server-side` and `--force-conflicts`
+    /// (`get_ssa_args`), and drops `--force-conflicts=true` where SSA is off with
+    /// `[[ "${SERVER_SIDE}" == ^false$ ]]`: a glob comparison that never matches `false`. So a
+    /// HelmChart with `serverSide: false` and `forceConflicts: true` runs Helm with
+    /// `--server-side=false --force-conflicts=true`, which Helm 4 refuses on every run
+    /// ("forceConflicts enabled when serverSideApply disabled", `pkg/kube/client.go`), a failed
+    /// revision each time. Unknown versions are taken to have it too: `FORCE_CONFLICTS=false`
+    /// without SSA is what every version means.
+    pub(crate) fn forces_conflicts_without_ssa(self, env: &ScriptEnv) -> bool {
+        self.version.is_none_or(|version| version >= (0, 13, 3))
+            && env.server_side.as_deref() == Some("false")
+            && env.force_conflicts.as_deref() == Some("true")
+    }
+
     /// The failure policy that keeps a failed release instead of uninstalling it.
     pub(crate) fn keeping_policy(self) -> &'static str {
         if self.has_retry_policy() { "retry" } else { "abort" }
@@ -176,6 +190,10 @@ pub(crate) struct ScriptEnv {
     pub failure_policy: Option<String>,
     /// `EXPECTED_RELEASE_REVISION`, injected by helm-controller v0.17.0+ (0 for no release).
     pub expected_revision: Option<String>,
+    /// `SERVER_SIDE` (`auto`, `true`, `false`), from the HelmChart's `serverSide` (v0.13.3 on).
+    pub server_side: Option<String>,
+    /// `FORCE_CONFLICTS` (`true`, `false`), from the HelmChart's `forceConflicts` (v0.13.3 on).
+    pub force_conflicts: Option<String>,
 }
 
 /// What `script` does when asked `asked` for a release whose latest revision (as `helm status`
@@ -261,7 +279,31 @@ mod tests {
         ScriptEnv {
             failure_policy: policy.map(str::to_owned),
             expected_revision: expected.map(str::to_owned),
+            ..ScriptEnv::default()
         }
+    }
+
+    /// v0.13.3's `get_ssa_args`, read from the script (`09c5242:entry`): SSA off with
+    /// force-conflicts on is passed to Helm as both.
+    #[test]
+    fn v0_13_3_passes_force_conflicts_with_ssa_off() {
+        let ssa = |server_side: &str, force: &str| ScriptEnv {
+            server_side: Some(server_side.to_owned()),
+            force_conflicts: Some(force.to_owned()),
+            ..ScriptEnv::default()
+        };
+        assert!(script((0, 13, 3)).forces_conflicts_without_ssa(&ssa("false", "true")));
+        assert!(EntryScript { version: None }.forces_conflicts_without_ssa(&ssa("false", "true")));
+        for (server_side, force) in [("true", "true"), ("auto", "true"), ("false", "false")] {
+            assert!(
+                !script((0, 13, 3)).forces_conflicts_without_ssa(&ssa(server_side, force)),
+                "{server_side} {force}"
+            );
+        }
+        assert!(
+            !script((0, 13, 2)).forces_conflicts_without_ssa(&ssa("false", "true")),
+            "no SSA flags before v0.13.3"
+        );
     }
 
     /// POLICY.md "What the entry script does", row by row.

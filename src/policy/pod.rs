@@ -23,6 +23,8 @@ pub(crate) const ACTION_ANNOTATION: &str = "helm-guard.io/action";
 pub(crate) const SCRIPT_ANNOTATION: &str = "helm-guard.io/script";
 /// What the guard rewrote (`install`), when it rewrote the pod's command.
 pub(crate) const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
+/// `FORCE_CONFLICTS` the guard turned off, and why (klipper-helm v0.13.3's flag bug).
+pub(crate) const FORCE_CONFLICTS_REWRITTEN_ANNOTATION: &str = "helm-guard.io/force-conflicts-from";
 /// The failure policy the guard replaced on a protected chart, and why.
 pub(crate) const POLICY_REWRITTEN_ANNOTATION: &str = "helm-guard.io/failure-policy-from";
 /// On a HelmChart or its namespace: never let the entry script uninstall the release to
@@ -119,6 +121,10 @@ impl HelmInstallPod {
             let env = |name: &str| -> Option<&str> {
                 container.env.iter().find(|e| e.name == name)?.value.as_deref()
             };
+            // The container sees the last of several entries of a name.
+            let last = |name: &str| -> Option<String> {
+                container.env.iter().rev().find(|e| e.name == name)?.value.clone()
+            };
             let release = env("NAME").filter(|n| !n.is_empty())?;
             let namespace = env("TARGET_NAMESPACE").filter(|n| !n.is_empty()).unwrap_or(pod_namespace);
             let chart_namespace = env("CHART_NAMESPACE").filter(|n| !n.is_empty()).unwrap_or(pod_namespace);
@@ -133,6 +139,8 @@ impl HelmInstallPod {
                 env: ScriptEnv {
                     failure_policy: env("FAILURE_POLICY").map(str::to_owned),
                     expected_revision: env("EXPECTED_RELEASE_REVISION").map(str::to_owned),
+                    server_side: last("SERVER_SIDE"),
+                    force_conflicts: last("FORCE_CONFLICTS"),
                 },
             })
         })
@@ -154,9 +162,15 @@ pub(crate) struct PodPlan {
     pub rewrite_to_upgrade: bool,
     /// The `FAILURE_POLICY` to set, on a protected chart whose script would reinstall.
     pub failure_policy: Option<&'static str>,
+    /// Set `FORCE_CONFLICTS=false`: SSA is off and the script would pass `--force-conflicts=true`
+    /// anyway ([`EntryScript::forces_conflicts_without_ssa`]).
+    pub force_conflicts_off: bool,
     /// What the script will do, after the changes.
     pub action: ScriptAction,
 }
+
+/// Why `FORCE_CONFLICTS` is turned off, as the annotation and the Event say.
+pub(crate) const FORCE_CONFLICTS_BUG: &str = "true (SERVER_SIDE=false: klipper-helm v0.13.3's get_ssa_args tests it with the glob `== ^false$`, which never matches, and would run Helm with --server-side=false --force-conflicts=true, which Helm 4 refuses on every run)";
 
 /// Plans the mutation from the release's classification. `protected` names what asks for
 /// protection (`helmchart kube-system/traefik`), when the chart or its namespace does.
@@ -200,7 +214,11 @@ pub(crate) fn plan(pod: &HelmInstallPod, release: &Classification, protected: Op
     if rewrite_to_upgrade {
         annotations.insert(REWRITTEN_ANNOTATION.to_owned(), "install".to_owned());
     }
-    PodPlan { annotations, rewrite_to_upgrade, failure_policy, action }
+    let force_conflicts_off = pod.script.forces_conflicts_without_ssa(&pod.env);
+    if force_conflicts_off {
+        annotations.insert(FORCE_CONFLICTS_REWRITTEN_ANNOTATION.to_owned(), FORCE_CONFLICTS_BUG.to_owned());
+    }
+    PodPlan { annotations, rewrite_to_upgrade, failure_policy, force_conflicts_off, action }
 }
 
 /// The JSONPatch that carries out a plan on the pod: written directly (a handful of operations)
@@ -229,6 +247,15 @@ pub(crate) fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_
             path,
             value: Value::String("upgrade".to_owned()),
         }));
+    }
+    if plan.force_conflicts_off {
+        let value = serde_json::json!({"name": "FORCE_CONFLICTS", "value": "false"});
+        for (index, _) in spec.env.iter().enumerate().filter(|(_, e)| e.name == "FORCE_CONFLICTS") {
+            let index = index.to_string();
+            let path =
+                PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", index.as_str()]);
+            operations.push(PatchOperation::Replace(ReplaceOperation { path, value: value.clone() }));
+        }
     }
     if let Some(policy) = plan.failure_policy {
         let value = serde_json::json!({"name": "FAILURE_POLICY", "value": policy});
