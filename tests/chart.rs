@@ -504,9 +504,21 @@ fn the_k3s_example_is_a_valid_helmchart() {
         "crd/helmchartconfigs.helm.cattle.io",
         "--timeout=30s",
     ]);
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/k3s/helm-guard.yaml");
-    let dry_run = run(&["kubectl", "apply", "--dry-run=server", "-f", example]);
-    assert!(dry_run.status.success(), "{}", said(&dry_run));
+    for example in ["helm-guard.yaml", "helm-guard-enforce.yaml"] {
+        let example = format!("{}/examples/k3s/{example}", env!("CARGO_MANIFEST_DIR"));
+        let dry_run = run(&["kubectl", "apply", "--dry-run=server", "-f", &example]);
+        assert!(dry_run.status.success(), "{example}: {}", said(&dry_run));
+    }
+    // The first step is audit mode and needs no CRD a stock K3s lacks (issue 60).
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/k3s/helm-guard.yaml"))
+        .unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let kinds: Vec<&str> = documents.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["HelmChart"]);
+    let values: Value =
+        serde_saphyr::from_str(documents[0]["spec"]["valuesContent"].as_str().unwrap()).unwrap();
+    assert_eq!(values["mode"], "audit");
+    assert!(values.get("monitoring").is_none() && values.get("optOutGroups").is_none(), "{values}");
 }
 
 #[test]

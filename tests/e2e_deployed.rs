@@ -377,15 +377,22 @@ fn helm_guard_recheck() -> Duration {
     Duration::from_secs(12)
 }
 
-/// The K3s example's chart values (its HelmChart's valuesContent) as a values file.
-fn k3s_example_values(dir: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/k3s/helm-guard.yaml"))
-        .unwrap();
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let chart = documents.iter().find(|d| d["kind"] == "HelmChart").unwrap();
-    let path = dir.join("k3s-values.yaml");
-    std::fs::write(&path, chart["spec"]["valuesContent"].as_str().unwrap()).unwrap();
-    path.to_str().unwrap().to_owned()
+/// The K3s example's chart values as values files: its HelmChart's valuesContent (audit mode),
+/// then its second step's HelmChartConfig (enforce), as K3s merges them.
+fn k3s_example_values(dir: &std::path::Path) -> [String; 2] {
+    let read = |file: &str, kind: &str, name: &str| {
+        let path = format!("{}/examples/k3s/{file}", env!("CARGO_MANIFEST_DIR"));
+        let documents: Vec<Value> =
+            serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let found = documents.iter().find(|d| d["kind"] == kind).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, found["spec"]["valuesContent"].as_str().unwrap()).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    [
+        read("helm-guard.yaml", "HelmChart", "k3s-values.yaml"),
+        read("helm-guard-enforce.yaml", "HelmChartConfig", "k3s-enforce.yaml"),
+    ]
 }
 
 /// Upgrading the guard as a user does: the previous version's chart and image installed by Helm 3,
@@ -421,11 +428,13 @@ fn upgrading_the_guard_from_the_previous_version_with_the_k3s_values_refuses_not
     let deployed =
         Deployed::install("helm3", "upgraded", old_chart.to_str().unwrap(), &["--set", "image.tag=prev"]);
     in_the_way(&namespaces[0], &chart);
-    let values = k3s_example_values(old.path());
-    for (i, (seed, sets)) in
-        [(31, vec!["-f", &values]), (32, vec!["-f", &values, "--set", "podAnnotations.rolled=again"])]
-            .into_iter()
-            .enumerate()
+    let [values, enforce] = k3s_example_values(old.path());
+    for (i, (seed, sets)) in [
+        (31, vec!["-f", &values, "-f", &enforce]),
+        (32, vec!["-f", &values, "-f", &enforce, "--set", "podAnnotations.rolled=again"]),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let helm = if i == 0 { "helm" } else { "helm3" };
         let mut flow = flow(helm, seed, &namespaces, &chart);
