@@ -84,7 +84,12 @@ fn metrics_page() -> String {
          | metric | type | what it counts |\n|---|---|---|\n"
     );
     for (name, kind, help) in rows {
-        let name = if kind == "counter" { format!("{name}_total") } else { name };
+        // The names the samples are served under, which queries use.
+        let name = match kind.as_str() {
+            "counter" => format!("{name}_total"),
+            "info" => format!("{name}_info"),
+            _ => name,
+        };
         let _ = writeln!(page, "| `{name}` | {kind} | {} |", help.replace('|', "\\|"));
     }
     page

@@ -187,7 +187,7 @@ fn a_cluster_that_cannot_be_reached_exits_1_for_every_command() {
             };
             let output = command.output().unwrap();
             let err = stderr(&output);
-            assert_eq!(output.status.code(), Some(1), "{args:?} with {how}: {err}");
+            assert_eq!(output.status.code(), Some(3), "{args:?} with {how}: {err}");
             assert!(err.starts_with("error: "), "{args:?} with {how}: {err}");
         }
     }
@@ -481,7 +481,9 @@ fn empty_results_are_empty_arrays_and_exit_0() {
         "opaque.json",
         &list(vec![json!({"kind": "Secret", "type": "Opaque", "metadata": {"name": "x", "namespace": "y"}})]),
     );
-    for (dump, filter) in [(SNAPSHOT, vec!["--release", "nosuch"]), (SNAPSHOT, vec!["-n", "nosuch"])]
+    // A release named and not there is bad input instead (issue 60:
+    // scan_of_a_named_release_that_is_not_there_fails_and_an_unreachable_cluster_is_not_a_finding).
+    for (dump, filter) in [(SNAPSHOT, vec!["-n", "nosuch"])]
         .into_iter()
         .chain([empty_list.to_str().unwrap(), opaque_only.to_str().unwrap()].map(|d| (d, vec![])))
     {
@@ -496,8 +498,8 @@ fn empty_results_are_empty_arrays_and_exit_0() {
         assert_eq!(text.status.code(), Some(0));
         assert!(stdout(&text).starts_with("No releases found in "), "{}", stdout(&text));
     }
-    let text = stdout(&helm_guard(&["scan", "--from-file", SNAPSHOT, "--release", "nosuch"]));
-    assert!(text.contains("release nosuch"), "the line says what was looked for: {text}");
+    let text = stdout(&helm_guard(&["scan", "--from-file", SNAPSHOT, "-n", "nosuch"]));
+    assert!(text.contains("namespace nosuch"), "the line says what was looked for: {text}");
 }
 
 #[test]
@@ -561,7 +563,7 @@ fn counts_are_in_words_a_person_would_write() {
 #[test]
 fn errors_say_their_cause_once() {
     let missing = helm_guard(&["scan", "--kubeconfig", "/nonexistent/kubeconfig"]);
-    assert_eq!(missing.status.code(), Some(1), "the cluster cannot be reached");
+    assert_eq!(missing.status.code(), Some(3), "the cluster cannot be reached: not a broken release");
     let err = stderr(&missing);
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
     assert_eq!(err.matches("/nonexistent/kubeconfig").count(), 1, "{err}");
@@ -582,7 +584,7 @@ fn errors_say_their_cause_once() {
         .args(["--listen", &busy_addr, "--metrics-listen", "127.0.0.1:0"])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(1), "a failure at run time, not bad input");
+    assert_eq!(output.status.code(), Some(3), "a failure at run time, not bad input");
     let err = stderr(&output);
     assert!(err.contains(&format!("binding {busy_addr}: Address already in use")), "{err}");
 }
@@ -800,11 +802,11 @@ fn man_pages_are_written_one_per_command_and_a_directory_that_cannot_be_made_is_
     assert!(scan.contains("recycle\\-bin\\-namespace"), "its flags are in it: {scan}");
     assert!(stdout(&output).contains(&format!("wrote {} man pages", pages.len())));
 
-    // Under a file, no directory can be made: said, exit 1.
+    // Under a file, no directory can be made: said, exit 3.
     let file = dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();
     let failed = helm_guard(&["man", file.join("man1").to_str().unwrap()]);
-    assert_eq!(failed.status.code(), Some(1));
+    assert_eq!(failed.status.code(), Some(3));
     assert!(stderr(&failed).contains("writing man pages into"), "{}", stderr(&failed));
 }
 
@@ -1054,4 +1056,21 @@ async fn serve_with_a_kubeconfig_becomes_ready() {
     .await;
     assert!(ready, "{}", readyz().await);
     child.kill().await.unwrap();
+}
+
+/// A CI step gating on one release (issue 60): a release that is not there is bad input (2), not
+/// an empty answer (0); a cluster that cannot be reached is a failure (3), not a broken release (1).
+#[test]
+fn scan_of_a_named_release_that_is_not_there_fails_and_an_unreachable_cluster_is_not_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_temp(&dir, "dump.json", &list(web(&[(1, "superseded"), (2, "deployed")])));
+    let missing =
+        helm_guard(&["scan", "--from-file", path.to_str().unwrap(), "--release", "no-such", "-o", "json"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("release no-such not found"), "{}", stderr(&missing));
+    let found =
+        helm_guard(&["scan", "--from-file", path.to_str().unwrap(), "--release", "web", "-o", "json"]);
+    assert_eq!(found.status.code(), Some(0), "{}", stderr(&found));
+    let unreachable = helm_guard(&["scan", "--kubeconfig", "/nonexistent/kubeconfig", "--release", "web"]);
+    assert_eq!(unreachable.status.code(), Some(3), "{}", stderr(&unreachable));
 }

@@ -71,7 +71,7 @@ fn helms_kube_context_is_passed_on() {
         ],
         true,
     );
-    assert_eq!(output.status.code(), Some(1), "the cluster cannot be reached: a failure at run time");
+    assert_eq!(output.status.code(), Some(3), "the cluster cannot be reached: a failure at run time");
     // The context reached helm-guard: it reads the kubeconfig to find it.
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("/nonexistent/kubeconfig"),

@@ -9,7 +9,7 @@ use crate::certs::{FILES, generate, service_names, write};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  helm-guard certs --out certs/out                             for the Service helm-guard/helm-guard\n  helm-guard certs --out /tmp/c --san 127.0.0.1 --force       for a guard on this machine\n\nExit status: 0 written (the caBundle printed), 1 the files could not be written, 2 bad input (files that exist, without --force)."
+    after_help = "Examples:\n  helm-guard certs --out certs/out                             for the Service helm-guard/helm-guard\n  helm-guard certs --out /tmp/c --san 127.0.0.1 --force       for a guard on this machine\n\nExit status: 0 written (the caBundle printed), 2 bad input (files that exist, without --force), 3 the files could not be written."
 )]
 pub(crate) struct CertsArgs {
     /// Directory to write ca.crt, tls.crt and tls.key into.

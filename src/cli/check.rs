@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 
-use super::{ClusterArgs, EXIT_FAILURE, EXIT_OK, Output, print_data};
+use super::{ClusterArgs, EXIT_FINDINGS, EXIT_OK, Output, print_data};
 use crate::cluster::registration::{self, Registration};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Checks, in order: the webhook configurations (present, every shipped webhook, calling the guard's Service, failing as shipped), their CA (it signed the serving certificate, which is current), the Service's ready endpoints, the Deployment (ready replicas, image, version), a real verdict (a server-side dry-run deletion of a deployed release record outside the guard's namespace: refused in enforce mode, warned about in warn and audit mode; nothing is deleted), the guard's RBAC (each permission it needs, asked of the API server for its service account), and the mode and opt-outs in force.\n\nExamples:\n  helm-guard check                                  # the chart's release helm-guard in namespace helm-guard\n  helm-guard check --guard-namespace platform --name hg-helm-guard\n  helm-guard check -o json | jq '.[] | select(.result == \"fail\")'\n\nExit status: 0 every check passed (a check that could not run, such as the verdict in a cluster with no release yet, says why and does not fail), 1 a check failed or the cluster could not be read, 2 bad input."
+    after_help = "Checks, in order: the webhook configurations (present, every shipped webhook, calling the guard's Service, failing as shipped), their CA (it signed the serving certificate, which is current), the Service's ready endpoints, the Deployment (ready replicas, image, version), a real verdict (a server-side dry-run deletion of a deployed release record outside the guard's namespace: refused in enforce mode, warned about in warn and audit mode; nothing is deleted), the guard's RBAC (each permission it needs, asked of the API server for its service account), and the mode and opt-outs in force.\n\nExamples:\n  helm-guard check                                  # the chart's release helm-guard in namespace helm-guard\n  helm-guard check --guard-namespace platform --name hg-helm-guard\n  helm-guard check -o json | jq '.[] | select(.result == \"fail\")'\n\nExit status: 0 every check passed (a check that could not run, such as the verdict in a cluster with no release yet, says why and does not fail), 1 a check failed, 2 bad input, 3 the cluster could not be reached."
 )]
 pub(crate) struct CheckArgs {
     /// The guard's namespace.
@@ -106,7 +106,7 @@ async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
             outln!("{failed} of {} checks failed", checks.len())?;
         }
     }
-    Ok(if checks.iter().any(|c| c.result == Result_::Fail) { EXIT_FAILURE } else { EXIT_OK })
+    Ok(if checks.iter().any(|c| c.result == Result_::Fail) { EXIT_FINDINGS } else { EXIT_OK })
 }
 
 /// A permission asked of the API server: API group, resource, verb, namespace, name.

@@ -21,7 +21,7 @@ use crate::release::{DecodedRecord, Summary};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  helm-guard inspect -n demo web                 every revision of release web, from the cluster\n  helm-guard inspect -n demo web --revision 3    one revision\n  kubectl get secret -n demo sh.helm.release.v1.web.v3 -o yaml | helm-guard inspect\n  helm-guard inspect review.json                 the old and the new object of a captured AdmissionReview\n\nExit status: 0 every record read as Helm reads it, 1 the cluster could not be read, 2 bad input (a missing file, input that is no record, a record Helm cannot read)."
+    after_help = "Examples:\n  helm-guard inspect -n demo web                 every revision of release web, from the cluster\n  helm-guard inspect -n demo web --revision 3    one revision\n  kubectl get secret -n demo sh.helm.release.v1.web.v3 -o yaml | helm-guard inspect\n  helm-guard inspect review.json                 the old and the new object of a captured AdmissionReview\n\nExit status: 0 every record read as Helm reads it, 2 bad input (a missing file, input that is no record, a record Helm cannot read), 3 the cluster could not be read."
 )]
 pub(crate) struct InspectArgs {
     /// A file of records: a Secret or ConfigMap, a List, a dump, or a captured AdmissionReview

@@ -77,7 +77,7 @@ pub(crate) enum Command {
     },
     /// Write the man pages (helm-guard.1 and one per command) into a directory.
     #[command(
-        after_help = "Examples:\n  helm-guard man ~/.local/share/man/man1 && man helm-guard-scan\n  sudo helm-guard man /usr/local/share/man/man1\n\nExit status: 0 written, 1 the directory could not be written, 2 bad input."
+        after_help = "Examples:\n  helm-guard man ~/.local/share/man/man1 && man helm-guard-scan\n  sudo helm-guard man /usr/local/share/man/man1\n\nExit status: 0 written, 2 bad input, 3 the directory could not be written."
     )]
     Man {
         /// The directory (created if missing); existing pages of these names are replaced.
@@ -280,14 +280,15 @@ pub(crate) fn bytes(size: ByteSize) -> usize {
     usize::try_from(size.as_u64()).unwrap_or(usize::MAX)
 }
 
-/// Exit codes shared by the subcommands: 0 fine; 1 findings (a broken release, a denial), or a
-/// failure at run time (binding, TLS, the cluster: what `main` makes of an error); 2 bad input
-/// (usage, a file that is not what the command reads).
+/// Exit codes shared by the subcommands: 0 fine; 1 findings (a broken release, a denial, a
+/// failed check); 2 bad input (usage, a file that is not what the command reads, a release that
+/// is not there); 3 a failure at run time (binding, TLS, the cluster: what `main` makes of an
+/// error), so that a script tells "the release is broken" from "the cluster could not be asked".
 pub(crate) const EXIT_OK: u8 = 0;
 /// A broken release was found, or a decision was a denial.
 pub(crate) const EXIT_FINDINGS: u8 = 1;
 /// A failure at run time (binding, TLS, the cluster).
-pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_FAILURE: u8 = 3;
 /// Bad input: usage, or a file that is not what the command reads.
 pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 

@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  helm-guard scan                                   every release in the cluster, the broken ones first\n  helm-guard scan -n shop --release web -o json     one release, for a script\n  kubectl get secrets,configmaps -A -l owner=helm -o json > dump.json && helm-guard scan --from-file dump.json\n\nExit status: 0 no release needs attention, 1 one does (or the cluster could not be read), 2 bad input (a dump that does not parse, a missing file)."
+    after_help = "Examples:\n  helm-guard scan                                   every release in the cluster, the broken ones first\n  helm-guard scan -n shop --release web -o json     one release, for a script\n  kubectl get secrets,configmaps -A -l owner=helm -o json > dump.json && helm-guard scan --from-file dump.json\n\nExit status: 0 no release needs attention, 1 one does, 2 bad input (a dump that does not parse, a missing file, a --release that is not there), 3 the cluster could not be read: a CI step tells a broken release from an unreachable cluster."
 )]
 pub(crate) struct ScanArgs {
     /// Read a dump instead of the cluster: the output of `kubectl get secrets,configmaps -A -l
@@ -163,6 +163,14 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let mut releases = report_with_writers(&records, now_secs(args.now.as_ref()), stuck_after, &writers);
+    // A named release that is not there is not a healthy one: a CI step gating on it must fail.
+    if let (Some(release), true) = (&args.release, releases.is_empty()) {
+        let namespace = args.namespace.as_ref().map(|ns| format!(", namespace {ns}")).unwrap_or_default();
+        eprintln!(
+            "error: release {release} not found in {source}{namespace} (no Secret or ConfigMap labelled owner=helm,name={release})"
+        );
+        return Ok(EXIT_BAD_INPUT);
+    }
     if args.broken || args.repair_plan {
         releases.retain(|r| r.broken);
     }

@@ -43,7 +43,7 @@ fn one_agreement(value: &str) -> Result<String, String> {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  helm-guard serve --snapshot examples/cluster-snapshot.json --dev-certs target/dev-certs\n  helm-guard serve --tls-cert /tls/tls.crt --tls-key /tls/tls.key          in a pod, as the chart runs it\n  helm-guard serve --mode audit --kubeconfig ~/.kube/config --dev-certs /tmp/c\n\nExit status: 0 stopped by SIGTERM or Ctrl-C once drained, 1 it could not start (an address that cannot be bound, a certificate that cannot be loaded, no cluster), 2 bad input (a flag, a missing --snapshot file)."
+    after_help = "Examples:\n  helm-guard serve --snapshot examples/cluster-snapshot.json --dev-certs target/dev-certs\n  helm-guard serve --tls-cert /tls/tls.crt --tls-key /tls/tls.key          in a pod, as the chart runs it\n  helm-guard serve --mode audit --kubeconfig ~/.kube/config --dev-certs /tmp/c\n\nExit status: 0 stopped by SIGTERM or Ctrl-C once drained, 2 bad input (a flag, a missing --snapshot file), 3 it could not start (an address that cannot be bound, a certificate that cannot be loaded, no cluster)."
 )]
 pub(crate) struct ServeArgs {
     /// HTTPS address the API server calls.
