@@ -17,7 +17,7 @@
 //!    [`cluster`] index. A DELETE's four steps are in order in [`admission::delete`]: decided on
 //!    the index, confirmed against what is stored ([`cluster::freshness`]), a copy kept, agreed
 //!    with the other replicas.
-//! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D9), [`policy::update`] (U1–U8),
+//! 3. [`policy`] decides, purely: [`policy::delete`] (rules D1–D10), [`policy::update`] (U1–U8),
 //!    [`policy::pod`] (the helm-install pod mutation, from [`policy::klipper`]: what each
 //!    klipper-helm entry script does), [`policy::mode`] (enforce/warn/audit).
 //! 4. [`admission::ledger`] writes the audit annotations and the ledger log line (as JSON by

@@ -1,6 +1,6 @@
 //! A DELETE of a release record, its four steps in order, each a function that returns a value:
 //!
-//! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D9) on the release as the index holds it,
+//! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D10) on the release as the index holds it,
 //!    pure and synchronous under the index's lock;
 //! 2. [`Deletion::confirm`]: a verdict that rests on the rest of the history, decided again on
 //!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads);

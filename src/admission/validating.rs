@@ -1,4 +1,4 @@
-//! The validating webhook: release records (DELETE: D1–D10, UPDATE: U1–U8, CREATE: C1–C6) and
+//! The validating webhook: release records (DELETE: D1–D10, UPDATE: U1–U8, CREATE: C1–C8; the owner lock O1 before them) and
 //! the opt-out labels of namespaces (N1–N4).
 //!
 //! A DELETE of a record is decided in [`super::delete`], its steps in order; everything else here.

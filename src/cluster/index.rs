@@ -619,7 +619,8 @@ impl ReleaseIndex {
     /// How the releases classify, counted (for metrics). Classified in place under the lock,
     /// one release at a time in a reused buffer: no history is copied and nothing is allocated
     /// per release but what classifying takes, so a scrape holds verdicts up only briefly
-    /// (BENCHMARKS.md: 5.3 ms for 10,000 releases of 100,000 revisions, where copying the histories out took 8.4 ms).
+    /// (BENCHMARKS.md, "Metrics").
+    ///
     /// A pending latest revision is judged by its writer as `writer` says
     /// ([`crate::release::Classification::with_writer`]).
     pub fn census(

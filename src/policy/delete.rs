@@ -1,4 +1,4 @@
-//! DELETE of a record: rules D1–D9 of POLICY.md, first match wins.
+//! DELETE of a record: rules D1–D10 of POLICY.md, first match wins.
 
 use super::config::{PolicyConfig, Requester};
 use super::verdict::{Reason, Verdict};

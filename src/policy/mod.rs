@@ -1,6 +1,6 @@
 //! Verdicts from (request facts, history, configuration): POLICY.md as code. Pure: no I/O.
 //!
-//! - [`delete`]: rules D1–D9 for the DELETE of a record.
+//! - [`delete`]: rules D1–D10 for the DELETE of a record.
 //! - [`update`]: rules U1–U8 for the UPDATE of a record.
 //! - [`pod`]: the helm-install pod mutation, from [`klipper`]: what the entry script does.
 //! - [`namespace`]: rules N1–N4 for the labels that opt a namespace out.
