@@ -237,3 +237,45 @@ async fn a_protected_chart_or_namespace_keeps_a_failed_release_instead_of_reinst
     assert_eq!(env_value(&pod, "FAILURE_POLICY"), vec![json!("reinstall")]);
     assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/action"], "reinstall (uninstalls first)");
 }
+
+/// Issue 59: the charts a cluster cannot lose are protected by name, by default (rke2-cilium
+/// uninstalled by its job's failure policy, rancher/rancher#50921), with no label on anything.
+#[tokio::test]
+async fn the_charts_a_cluster_cannot_lose_are_protected_by_default() {
+    let guard =
+        Guard::start(Options { snapshot: web(&[(3, "deployed"), (4, "failed")]), ..Options::default() })
+            .await;
+    let mut review = pod_with(HEAD_IMAGE, "reinstall");
+    review["request"]["object"]["metadata"]["labels"]["helmcharts.helm.cattle.io/chart"] =
+        json!("rke2-cilium");
+    let (_, pod) = mutate(&guard, &review).await;
+    let pod = pod.unwrap();
+    assert_eq!(env_value(&pod, "FAILURE_POLICY"), vec![json!("retry")]);
+    let why = pod["metadata"]["annotations"]["helm-guard.io/failure-policy-from"].as_str().unwrap();
+    assert!(why.contains("kube-system/rke2-cilium, a chart the cluster cannot lose"), "{why}");
+}
+
+/// Issue 59: klipper-helm v0.13.3 runs Helm with `--server-side=false --force-conflicts=true`
+/// for `serverSide: false` with `forceConflicts: true`, which Helm 4 refuses; the pod is healed.
+#[tokio::test]
+async fn the_v0_13_3_flag_bug_is_healed_and_other_ssa_settings_are_left_alone() {
+    let guard = Guard::start(Options { snapshot: web(&[(1, "deployed")]), ..Options::default() }).await;
+    let with_ssa = |server_side: &str, force: &str| {
+        let mut review = pod_with(HEAD_IMAGE, "reinstall");
+        let env = review["request"]["object"]["spec"]["containers"][0]["env"].as_array_mut().unwrap();
+        env.push(json!({"name": "SERVER_SIDE", "value": server_side}));
+        env.push(json!({"name": "FORCE_CONFLICTS", "value": force}));
+        review
+    };
+    let (_, pod) = mutate(&guard, &with_ssa("false", "true")).await;
+    let pod = pod.unwrap();
+    assert_eq!(env_value(&pod, "FORCE_CONFLICTS"), vec![json!("false")]);
+    let why = pod["metadata"]["annotations"]["helm-guard.io/force-conflicts-from"].as_str().unwrap();
+    assert!(why.contains("== ^false$") && why.contains("Helm 4 refuses"), "{why}");
+    for (server_side, force) in [("true", "true"), ("auto", "true"), ("false", "false")] {
+        let (_, pod) = mutate(&guard, &with_ssa(server_side, force)).await;
+        let pod = pod.unwrap();
+        assert_eq!(env_value(&pod, "FORCE_CONFLICTS"), vec![json!(force)], "{server_side} {force}");
+        assert!(pod["metadata"]["annotations"].get("helm-guard.io/force-conflicts-from").is_none());
+    }
+}

@@ -98,10 +98,14 @@ async fn patch(
         state = state.with_writer(admission.writer_liveness(&key, revision));
     }
     let (chart_namespace, chart_name) = &target.chart;
+    let by_name = format!("{chart_namespace}/{chart_name}");
     let protected = match admission.index().charts.get(chart_namespace, chart_name) {
         Some(chart) if chart.protect => Some(chart.describe()),
         _ if admission.index().namespace(chart_namespace).protect => {
             Some(format!("namespace {chart_namespace}"))
+        }
+        _ if admission.settings().policy.protected_charts.contains(&by_name) => {
+            Some(format!("helmchart {by_name}, a chart the cluster cannot lose: --protected-chart"))
         }
         _ => None,
     };

@@ -106,6 +106,13 @@ pub(crate) struct ServeArgs {
     #[arg(help_heading = "Policy", long, env = "HELM_GUARD_PROTECTED_LABELS", value_delimiter = ',', value_name = "KEY",
           default_values_t = crate::policy::config::DEFAULT_PROTECTED_LABELS.iter().map(|l| (*l).to_owned()).collect::<Vec<String>>())]
     pub protected_label: Vec<String>,
+    /// A HelmChart, `NAMESPACE/NAME`, protected as if labelled helm-guard.io/protect: its
+    /// helm-install pods never uninstall the release to reinstall it (repeatable, comma-separated in
+    /// the env var). Replaces the default (K3s's and RKE2's CNI, multus, CRD, CSI and CPI charts);
+    /// `''` protects none by name.
+    #[arg(help_heading = "Policy", long, env = "HELM_GUARD_PROTECTED_CHARTS", value_delimiter = ',', value_name = "NAMESPACE/NAME",
+          default_values_t = crate::policy::config::DEFAULT_PROTECTED_CHARTS.iter().map(|c| (*c).to_owned()).collect::<Vec<String>>())]
+    pub protected_chart: Vec<String>,
     /// Serve verdicts from a dump instead of a cluster: the `scan --from-file` format; Namespace
     /// objects in it, if any, give per-namespace modes and teardown.
     #[arg(help_heading = "The cluster", long, env = "HELM_GUARD_SNAPSHOT", value_name = "FILE", conflicts_with_all = ["kubeconfig", "context"])]
@@ -396,6 +403,7 @@ async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow:
         exempt_groups: args.exempt_group.clone(),
         stuck_after: args.stuck_after,
         protected_labels: args.protected_label.iter().filter(|l| !l.is_empty()).cloned().collect(),
+        protected_charts: args.protected_chart.iter().filter(|c| !c.is_empty()).cloned().collect(),
         opt_out_users: args.opt_out_user.clone(),
         opt_out_groups: args.opt_out_group.clone(),
         exempt_namespaces: args.exempt_namespace.clone(),

@@ -45,6 +45,10 @@ pub struct PolicyConfig {
     pub forgetter_users: Vec<String>,
     /// Groups whose members forget releases (D10). Default: `DEFAULT_FORGETTER_GROUPS`.
     pub forgetter_groups: Vec<String>,
+    /// HelmCharts (`NAMESPACE/NAME`) protected as if labelled `helm-guard.io/protect`: their
+    /// helm-install pods never uninstall the release to reinstall it. Default:
+    /// `DEFAULT_PROTECTED_CHARTS`.
+    pub protected_charts: Vec<String>,
     /// C8 where a namespace has no `helm-guard.io/max-revisions-per-hour` label; `None`: no cap.
     pub max_revisions_per_hour: Option<u32>,
     /// O1 where a namespace has no `helm-guard.io/owner-lock` label.
@@ -59,6 +63,27 @@ pub struct PolicyConfig {
 /// `serviceAccount`): every one of them is in its namespace's group.
 pub(crate) const DEFAULT_FORGETTER_GROUPS: &[&str] =
     &["system:serviceaccounts:cattle-fleet-system", "system:serviceaccounts:cattle-fleet-local-system"];
+
+/// The default of `--protected-chart`: the K3s and RKE2 charts a cluster cannot lose to a
+/// reinstall (issue 59): the CNIs (rancher/rancher#50921: rke2-cilium uninstalled by its
+/// job's failure policy), multus (harvester#10366: recreating its CRD loses every VM's network),
+/// the CRD charts (a reinstall deletes every custom resource of their CRDs) and the cloud
+/// providers' CSI and CPI charts.
+pub(crate) const DEFAULT_PROTECTED_CHARTS: &[&str] = &[
+    "kube-system/rke2-cilium",
+    "kube-system/rke2-canal",
+    "kube-system/rke2-calico",
+    "kube-system/rke2-calico-crd",
+    "kube-system/rke2-flannel",
+    "kube-system/rke2-multus",
+    "kube-system/rke2-snapshot-controller-crd",
+    "kube-system/rke2-traefik-crd",
+    "kube-system/traefik-crd",
+    "kube-system/rancher-vsphere-csi",
+    "kube-system/rancher-vsphere-cpi",
+    "kube-system/harvester-csi-driver",
+    "kube-system/harvester-cloud-provider",
+];
 
 /// The default of `--protected-label`: the label K3s/RKE2's helm-controller decides by.
 pub(crate) const DEFAULT_PROTECTED_LABELS: &[&str] = &["helmcharts.helm.cattle.io/configHash"];
@@ -77,6 +102,7 @@ impl Default for PolicyConfig {
             break_glass_groups: Vec::new(),
             forgetter_users: Vec::new(),
             forgetter_groups: DEFAULT_FORGETTER_GROUPS.iter().map(|g| (*g).to_owned()).collect(),
+            protected_charts: DEFAULT_PROTECTED_CHARTS.iter().map(|c| (*c).to_owned()).collect(),
             max_revisions_per_hour: None,
             owner_lock: false,
         }
