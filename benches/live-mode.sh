@@ -15,6 +15,8 @@
 # seeds another size: 1000 10 10 is 100,000 records). BIN measures another build of the guard;
 # SERVE_ARGS adds flags to every guard measured (e.g. --read-ahead=false); NAMESPACE_FLAG names
 # the guard's namespace flag for builds before it was --guard-namespace (--lease-namespace).
+# `previous` in RUNS measures PREVIOUS_BIN (the previous release's build) as `warm` does, in the
+# same run: RUNS="previous warm previous warm" alternates them (issue 62).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-4000}; spread=${2:-200}; kinds=${KINDS:-refusal approval keep coordinated}
@@ -34,7 +36,7 @@ records=$($rig count)
 
 run() {  # label, cold or warm, serve args...
   local label=$1 when=$2; shift 2
-  taskset -c 0 $bin serve --listen 127.0.0.1:18443 --metrics-listen 127.0.0.1:19090 \
+  taskset -c 0 ${RUN_BIN:-$bin} serve --listen 127.0.0.1:18443 --metrics-listen 127.0.0.1:19090 \
     --tls-cert $certs/tls.crt --tls-key $certs/tls.key --shutdown-delay 0s "$@" ${SERVE_ARGS:-} >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 1 3000); do curl -sf localhost:19090/readyz >/dev/null && break; sleep 0.1; done
@@ -75,6 +77,8 @@ echo "|---|---|---|---|---|---|---|"
 for r in $runs; do
   case $r in
     warm) run "live (defaults: fence, read-ahead, claim books)" warm $ns_flag hg-bench ;;
+    previous) RUN_BIN=${PREVIOUS_BIN:?PREVIOUS_BIN names the previous release\'s binary} \
+        run "previous release, live (defaults)" warm ${PREVIOUS_NAMESPACE_FLAG:-$ns_flag} hg-bench ;;
     cold) run "live, just ready (read-ahead under way)" cold $ns_flag hg-bench ;;
     before) run "live, no fence nor read-ahead (listing, GETs)" cold $ns_flag hg-bench --watch-fence=false --read-ahead=false ;;
     snapshot) run "snapshot" cold --snapshot target/live-mode-dump.json ;;

@@ -210,6 +210,7 @@ impl LedgerEntry {
             reason: camel_case(self.reason.as_str()),
             note,
             type_: if self.reason == Reason::ReleaseForget { "Normal" } else { "Warning" },
+            watched: false,
         })
     }
 
@@ -229,6 +230,7 @@ impl LedgerEntry {
             action: "Mutate".to_owned(),
             reason: "HelmInstallPodRewritten".to_owned(),
             type_: "Warning",
+            watched: false,
             note: format!(
                 "rewrote the helm-install pod of release {}: {changed} (release {}, revision {}); the entry script will now: {}",
                 self.about.release.as_deref().unwrap_or_default(),

@@ -38,6 +38,9 @@ pub(crate) struct Notice {
     pub reason: String,
     /// Who, the decision and the message's first sentence.
     pub note: String,
+    /// The watch holds the object under this uid: it is stored as the review said, and no GET
+    /// need show it (`is_stored`).
+    pub watched: bool,
     /// `Normal` for what a trusted writer does in its normal course (a forgetter forgetting a
     /// release), `Warning` for the rest: refusals, warnings, overrides, opt-outs, rewrites.
     pub type_: &'static str,
@@ -56,6 +59,7 @@ impl Notice {
             action: self.action.clone(),
             reason: self.reason.clone(),
             note: format!("{} {}/{}: {}", self.kind, self.namespace, self.name, self.note),
+            watched: false,
             type_: self.type_,
         }
     }
@@ -256,7 +260,7 @@ pub(crate) async fn write_events(
 /// HelmChart is one the watch brought; a creation's object is not stored yet, and is let be.
 async fn is_stored(client: &kube::Client, notice: &Notice) -> bool {
     // A creation's object is not stored yet when it is judged.
-    if notice.action == "Create" {
+    if notice.action == "Create" || notice.watched {
         return true;
     }
     let Some(uid) = notice.uid.as_deref() else { return notice.kind == "HelmChart" };
@@ -308,6 +312,7 @@ mod tests {
             action: "Delete".into(),
             reason: reason.into(),
             note: "denied".into(),
+            watched: false,
             type_: "Warning",
         }
     }

@@ -124,5 +124,6 @@ async fn unlock(
             writer.describe()
         ),
         type_: "Warning",
+        watched: false,
     }))
 }

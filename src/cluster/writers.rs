@@ -289,6 +289,7 @@ fn churn(index: &ReleaseIndex, events: &EventQueue, offer: &Offer, object: &str)
             offer.writer.describe()
         ),
         type_: "Warning",
+        watched: false,
     };
     if let Some(chart) = index.charts.managing(namespace, release) {
         events.offer(notice.about_chart(&chart));

@@ -148,7 +148,10 @@ async fn an_event_is_written_only_about_an_object_stored_as_the_review_said() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let created = Arc::new(AtomicUsize::new(0));
-    let read = |Path((_, name)): Path<(String, String)>| async move {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = reads.clone();
+    let read = move |Path((_, name)): Path<(String, String)>| async move {
+        counted.fetch_add(1, Ordering::SeqCst);
         if name == "sh.helm.release.v1.web.v2" {
             axum::Json(serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
                 "metadata": {"name": name, "namespace": "demo", "uid": "stored-uid"}}))
@@ -193,6 +196,7 @@ async fn an_event_is_written_only_about_an_object_stored_as_the_review_said() {
         reason: "LatestDeployedRevision".into(),
         note: "denied".into(),
         type_: "Warning",
+        watched: false,
     };
     queue.offer(notice("sh.helm.release.v1.web.v9", "made-up"));
     queue.offer(notice("sh.helm.release.v1.web.v2", "another-uid"));
@@ -204,5 +208,14 @@ async fn an_event_is_written_only_about_an_object_stored_as_the_review_said() {
     assert!(written, "the Event about the stored object is written");
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(created.load(Ordering::SeqCst), 1, "and only that one");
+    // One the watch holds under its uid needs no GET (issue 62: a GET per new series).
+    let asked = reads.load(Ordering::SeqCst);
+    queue.offer(Notice { watched: true, ..notice("sh.helm.release.v1.web.v3", "watched-uid") });
+    let written = common::eventually(std::time::Duration::from_secs(5), || {
+        std::future::ready(created.load(Ordering::SeqCst) >= 2)
+    })
+    .await;
+    assert!(written, "the Event about the watched object is written");
+    assert_eq!(reads.load(Ordering::SeqCst), asked, "without a GET");
     writer.abort();
 }
