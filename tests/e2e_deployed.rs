@@ -30,7 +30,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::cluster::{kubectl_apply, run, said};
+use common::cluster::{kubectl_apply, kubectl_json, run, said};
 use common::flows::{random_op, seeds};
 use common::helm_twins::{Flow, RELEASES};
 use serde_json::{Value, json};
@@ -38,15 +38,6 @@ use serde_json::{Value, json};
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/helm-guard");
 /// The commit of the previous version: the last one whose chart rendered the webhooks itself.
 const PREVIOUS: &str = "bed8d7c";
-
-fn kubectl_json(args: &[&str]) -> Value {
-    let mut all = vec!["kubectl"];
-    all.extend(args);
-    all.extend(["-o", "json"]);
-    let done = run(&all);
-    assert!(done.status.success(), "{all:?}: {}", said(&done));
-    serde_json::from_slice(&done.stdout).unwrap()
-}
 
 /// `helm-guard check` of the guard `name` in `namespace`.
 fn check(namespace: &str, name: &str) -> Output {
@@ -56,9 +47,14 @@ fn check(namespace: &str, name: &str) -> Output {
 
 /// Waits until `helm-guard check` passes (the webhooks registered, a refusal refused).
 fn until_checked(namespace: &str, name: &str) -> String {
+    until_passes(&["check", "--guard-namespace", namespace, "--name", name])
+}
+
+/// Waits until `helm-guard ARGS` passes (at most 90 s).
+fn until_passes(args: &[&str]) -> String {
     let started = Instant::now();
     loop {
-        let done = check(namespace, name);
+        let done = run(&[&[env!("CARGO_BIN_EXE_helm-guard")][..], args].concat());
         if done.status.success() {
             return said(&done);
         }
@@ -547,7 +543,7 @@ fn readmes_install_word_for_word_is_checked_in_audit_mode_then_in_enforce() {
         namespace: "helm-guard".into(),
     };
     // 2. `helm-guard check`, as README gives it (it passes once the guard has registered).
-    let audited = until_checked_as_readme();
+    let audited = until_passes(&["check"]);
     assert!(audited.contains("every check passed"), "{audited}");
     assert!(audited.contains("allowed with the guard's warning"), "{audited}");
     assert!(audited.contains("helm-guard (audit mode"), "{audited}");
@@ -558,7 +554,7 @@ fn readmes_install_word_for_word_is_checked_in_audit_mode_then_in_enforce() {
     assert!(enforced.status.success(), "{}", said(&enforced));
     let started = Instant::now();
     let refused = loop {
-        let checked = until_checked_as_readme();
+        let checked = until_passes(&["check"]);
         // The rollout replaces the audit-mode pods one by one: until it is done a pod may warn.
         if checked.contains(": refused: ") || started.elapsed() > Duration::from_secs(90) {
             break checked;
@@ -573,23 +569,6 @@ fn readmes_install_word_for_word_is_checked_in_audit_mode_then_in_enforce() {
     assert!(run(&["helm", "uninstall", "tried", "-n", &namespaces[0]]).status.success());
     deployed.uninstall();
     delete_namespaces(&namespaces);
-}
-
-/// `helm-guard check` with no flag, until it passes (at most 90 s).
-fn until_checked_as_readme() -> String {
-    let started = Instant::now();
-    loop {
-        let done = run(&[env!("CARGO_BIN_EXE_helm-guard"), "check"]);
-        if done.status.success() {
-            return said(&done);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "helm-guard check never passed: {}",
-            said(&done)
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
 }
 
 /// The image `helm-writer:e2e`: the Helm binary on PATH (static) and a chart, from scratch, loaded

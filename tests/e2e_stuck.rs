@@ -16,19 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cluster::{kubectl_apply, run, said};
+use common::cluster::{kubectl_apply, kubectl_json, run, said};
 use futures::FutureExt;
 use helm_guard::policy::PolicyConfig;
 use serde_json::{Value, json};
-
-fn kubectl_json(args: &[&str]) -> Value {
-    let mut all = vec!["kubectl"];
-    all.extend(args);
-    all.extend(["-o", "json"]);
-    let done = run(&all);
-    assert!(done.status.success(), "{all:?}: {}", said(&done));
-    serde_json::from_slice(&done.stdout).unwrap()
-}
 
 /// A pod that exists and never runs (no node matches its selector; a pod bound to a node that
 /// does not exist is deleted by the pod GC within seconds): what a writer's token is bound to.

@@ -228,11 +228,19 @@ impl Admission {
         let release = entry.about.release.as_deref().and_then(|release| release.split_once('/'));
         // A record the watch holds under the review's uid is stored as the review said: the
         // Event writer need not GET it (issue 62: a GET per new Event series cost refusals).
-        if let (Some((namespace, release)), Some(driver)) = (release, crate::release::Driver::of_kind("", &notice.kind)) {
-            let key = crate::release::ReleaseKey { driver, namespace: namespace.to_owned(), release: release.to_owned() };
-            notice.watched = notice.uid.is_some() && self.index.holds(&key, &notice.name, notice.uid.as_deref());
+        if let (Some((namespace, release)), Some(driver)) =
+            (release, crate::release::Driver::of_kind("", &notice.kind))
+        {
+            let key = crate::release::ReleaseKey {
+                driver,
+                namespace: namespace.to_owned(),
+                release: release.to_owned(),
+            };
+            notice.watched =
+                notice.uid.is_some() && self.index.holds(&key, &notice.name, notice.uid.as_deref());
         }
-        let managing = release.and_then(|(namespace, release)| self.index.charts.managing(namespace, release));
+        let managing =
+            release.and_then(|(namespace, release)| self.index.charts.managing(namespace, release));
         let on_chart = managing.map(|chart| notice.about_chart(&chart));
         std::iter::once(notice).chain(on_chart).collect()
     }

@@ -211,6 +211,16 @@ pub fn kubectl_apply(object: &Value) {
     assert!(done.status.success(), "kubectl apply of a {}: {}", object["kind"], said(&done));
 }
 
+/// `kubectl ARGS -o json`, which must succeed.
+pub fn kubectl_json(args: &[&str]) -> Value {
+    let mut all = vec!["kubectl"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    let done = run(&all);
+    assert!(done.status.success(), "{all:?}: {}", said(&done));
+    serde_json::from_slice(&done.stdout).unwrap()
+}
+
 /// The guard's `/metrics`, as Prometheus scrapes it.
 pub fn metrics_of(running: &helm_guard::server::Running) -> String {
     let done = run(&["curl", "-sf", &format!("http://{}/metrics", running.metrics_addr)]);
