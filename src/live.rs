@@ -143,6 +143,7 @@ pub fn admission(
             index.clone(),
             settings.limits,
             events.clone(),
+            recycle_bin.clone(),
             options.unlock_abandoned,
         );
         tokio::spawn(judge);

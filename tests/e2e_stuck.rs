@@ -286,6 +286,22 @@ async fn unlock_abandoned_marks_failed_only_once_the_writers_pod_is_gone_and_the
             "name",
         ]);
         assert!(!said(&events).trim().is_empty(), "an Event says so: {}", said(&events));
+        let copies = run(&[
+            "kubectl",
+            "get",
+            "secrets",
+            "-n",
+            &ns,
+            "-l",
+            "helm-guard.io/recycle-bin=copy",
+            "-o",
+            "name",
+        ]);
+        assert!(
+            !said(&copies).trim().is_empty(),
+            "the record as it was is kept in the recycle bin: {}",
+            said(&copies)
+        );
 
         // The owner lock: the release is the service account's (any of its pods); the cluster
         // admin's upgrade is refused, the owner's passes.

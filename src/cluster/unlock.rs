@@ -17,6 +17,8 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use super::events::{EventQueue, Notice};
 use super::index::ReleaseIndex;
 use super::writers::Writers;
+use crate::recycle_bin::api::RecycleBin;
+use crate::recycle_bin::copy::Keeping;
 use crate::release::writer::{Liveness, Writer};
 use crate::release::{DecodeLimits, Driver, ReleaseKey, Status};
 
@@ -31,6 +33,7 @@ pub(crate) async fn run(
     index: Arc<ReleaseIndex>,
     limits: DecodeLimits,
     events: Option<EventQueue>,
+    recycle_bin: Option<Arc<dyn RecycleBin>>,
     unlock_abandoned: bool,
 ) {
     let mut every = tokio::time::interval(EVERY);
@@ -45,7 +48,7 @@ pub(crate) async fn run(
             let Some(writer) = writer.filter(|_| unlock_abandoned && liveness == Liveness::Gone) else {
                 continue;
             };
-            match unlock(&client, &key, revision, &writer, limits).await {
+            match unlock(&client, &key, revision, &writer, limits, recycle_bin.as_deref()).await {
                 Ok(Some(notice)) => {
                     tracing::warn!(
                         target: "helm_guard::unlock",
@@ -74,6 +77,7 @@ async fn unlock(
     revision: u32,
     writer: &Writer,
     limits: DecodeLimits,
+    recycle_bin: Option<&dyn RecycleBin>,
 ) -> anyhow::Result<Option<Notice>> {
     let objects = super::listing::list_records(client, Some(&key.namespace), Some(&key.release)).await?;
     let (records, _) = crate::release::scan::collect_records(&objects, limits);
@@ -95,6 +99,15 @@ async fn unlock(
     ) else {
         return Ok(None);
     };
+    // The record as it was goes to the recycle bin first: no edit the guard makes itself is
+    // without its copy (`helm-guard restore` brings it back).
+    if let Some(bin) = recycle_bin {
+        let keeping = Keeping { reason: "unlock-abandoned", requester: "helm-guard", at: now };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        bin.keep(&record.record, &keeping, deadline).await.map_err(|error| {
+            anyhow::anyhow!("no copy of {} could be kept, so it was not edited: {error}", step.object)
+        })?;
+    }
     let edited = crate::release::repair::edited_object(object.clone(), record, step, limits, now)
         .map_err(|error| anyhow::anyhow!("{}: {error}", step.object))?;
     let resource = match key.driver {
