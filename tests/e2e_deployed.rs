@@ -547,6 +547,8 @@ fn readmes_install_word_for_word_is_checked_in_audit_mode_then_in_enforce() {
     assert!(audited.contains("every check passed"), "{audited}");
     assert!(audited.contains("allowed with the guard's warning"), "{audited}");
     assert!(audited.contains("helm-guard (audit mode"), "{audited}");
+    // The charts never reinstalled on failure, by default (issue 59).
+    assert!(audited.contains("(--protected-chart): kube-system/rke2-cilium"), "{audited}");
     // 4. Enforce.
     let step4 =
         ["upgrade", "helm-guard", CHART, "-n", "helm-guard", "--reuse-values", "--set", "mode=enforce"];

@@ -581,6 +581,14 @@ impl Target {
             exempt_identities: [flag("--exempt-user"), flag("--exempt-group")].concat(),
             break_glass_groups: flag("--break-glass-group"),
             recycle_bin_namespace: flag("--recycle-bin-namespace").pop(),
+            // Without the flag, the guard's default list.
+            protected_charts: match flag("--protected-chart") {
+                given if given.is_empty() => crate::policy::config::DEFAULT_PROTECTED_CHARTS
+                    .iter()
+                    .map(|chart| (*chart).to_owned())
+                    .collect(),
+                given => given.into_iter().filter(|chart| !chart.is_empty()).collect(),
+            },
         }
     }
 }
@@ -597,6 +605,8 @@ struct InForce {
     break_glass_groups: Vec<String>,
     /// The recycle bin's namespace, when not the guard's.
     recycle_bin_namespace: Option<String>,
+    /// HelmCharts protected by name (`--protected-chart`): never reinstalled on failure.
+    protected_charts: Vec<String>,
 }
 
 /// The mode and the opt-outs in force (never fails: what a reader should know).
@@ -609,13 +619,14 @@ fn mode(deployment_found: bool, in_force: &InForce) -> Check {
     Check::pass(
         CHECK,
         format!(
-            "{}; opted out (helm-guard.io/ignore): {}; namespace modes: {}; exempt namespaces: {}; exempt users and groups: {}; break-glass groups: {}",
+            "{}; opted out (helm-guard.io/ignore): {}; namespace modes: {}; exempt namespaces: {}; exempt users and groups: {}; break-glass groups: {}; HelmCharts never reinstalled on failure (--protected-chart): {}",
             in_force.mode,
             list(&in_force.ignored),
             list(&in_force.namespace_modes),
             list(&in_force.exempt_namespaces),
             list(&in_force.exempt_identities),
             list(&in_force.break_glass_groups),
+            list(&in_force.protected_charts),
         ),
     )
 }
