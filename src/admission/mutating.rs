@@ -91,12 +91,8 @@ async fn patch(
         return Err("a record of the release could not be read in time: pod admitted unchanged");
     }
     let now = jiff::Timestamp::now().as_second();
-    let mut state = classify(&history, now, admission.settings().policy.stuck_after_secs());
-    if let (Some(revision), true) =
-        (state.revision, state.status.is_some_and(crate::release::Status::is_pending))
-    {
-        state = state.with_writer(admission.writer_liveness(&key, revision));
-    }
+    let state = classify(&history, now, admission.settings().policy.stuck_after_secs())
+        .judged_by(|revision| admission.writer_liveness(&key, revision));
     let (chart_namespace, chart_name) = &target.chart;
     let by_name = format!("{chart_namespace}/{chart_name}");
     let protected = match admission.index().charts.get(chart_namespace, chart_name) {

@@ -637,13 +637,8 @@ impl ReleaseIndex {
             history.clear();
             history.extend(records.values().filter(|entry| entry.visible(now)).map(|entry| entry.facts));
             census.revisions += records.len();
-            let mut classification = classify(&history, now_unix, stuck_after_secs);
-            if let (Some(revision), true) = (
-                classification.revision,
-                classification.status.is_some_and(crate::release::Status::is_pending),
-            ) {
-                classification = classification.with_writer(writer(key, revision));
-            }
+            let classification =
+                classify(&history, now_unix, stuck_after_secs).judged_by(|revision| writer(key, revision));
             *census.states.entry(classification.state).or_default() += 1;
             if let Some(because) = classification.stuck_because {
                 *census.stuck.entry(because).or_default() += 1;

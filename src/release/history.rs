@@ -297,6 +297,18 @@ impl Classification {
         !self.state.is_ok() || !self.anomalies.is_empty()
     }
 
+    /// [`Classification::with_writer`] for a pending latest revision, `liveness` asked (by that
+    /// revision) only then: no lookup for a release with nothing under way.
+    pub fn judged_by(self, liveness: impl FnOnce(u32) -> super::writer::Liveness) -> Classification {
+        match self.revision.filter(|_| self.status.is_some_and(Status::is_pending)) {
+            Some(revision) => {
+                let liveness = liveness(revision);
+                self.with_writer(liveness)
+            }
+            None => self,
+        }
+    }
+
     /// One short sentence on what to do; every command in it can be pasted as it is.
     pub(crate) fn hint(&self, release: &str, namespace: &str) -> String {
         let earlier_deployed = self.deployed.iter().copied().filter(|r| Some(*r) != self.revision).max();
