@@ -33,12 +33,15 @@
 
 use futures::StreamExt;
 use helm_guard::release::DecodeLimits;
-use helm_guard::release::decode::codec::{decode_secret_payload, encode_secret_payload};
+use helm_guard::release::decode::codec::decode_secret_payload;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PostParams};
+use records::record;
 use serde_json::{Value, json};
 
-const RECORD: &str = "tests/fixtures/admission/01-helm4-install-upgrade/006-validate-update-secret-sh.helm.release.v1.web.v3.json";
+#[path = "support/records.rs"]
+mod records;
+
 const DELETE: &str = "tests/fixtures/admission/02-delete-oldest-and-dryrun-latest/001-validate-delete-secret-sh.helm.release.v1.web.v1.json";
 
 fn read(path: &str) -> Value {
@@ -51,39 +54,6 @@ fn namespace(n: usize) -> String {
 
 fn release(r: usize) -> String {
     format!("r{r:04}")
-}
-
-/// The fixture's record as revision `revision` of `name` in `namespace`, payload and labels alike.
-fn record(
-    base: &Value,
-    payload: &Value,
-    namespace: &str,
-    name: &str,
-    revision: usize,
-    status: &str,
-) -> Value {
-    let mut payload = payload.clone();
-    payload["name"] = json!(name);
-    payload["namespace"] = json!(namespace);
-    payload["version"] = json!(revision);
-    payload["info"]["status"] = json!(status);
-    let encoded = encode_secret_payload(&serde_json::to_vec(&payload).unwrap());
-    let mut record = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": base["type"],
-        "metadata": {
-            "name": format!("sh.helm.release.v1.{name}.v{revision}"),
-            "namespace": namespace,
-            "labels": base["metadata"]["labels"].clone(),
-        },
-        "data": {"release": String::from_utf8(encoded).unwrap()},
-    });
-    let labels = &mut record["metadata"]["labels"];
-    labels["name"] = json!(name);
-    labels["version"] = json!(revision.to_string());
-    labels["status"] = json!(status);
-    record
 }
 
 /// The revision of a `failed` upgrade written above the `revisions` of `name` (once: a second
@@ -118,11 +88,7 @@ async fn main() {
         Some("seed") => {
             let [namespaces, releases, revisions] =
                 [1, 2, 3].map(|i| args.get(i).and_then(|a| a.parse::<usize>().ok()).expect("seed N R V"));
-            let base = read(RECORD)["request"]["object"].clone();
-            let stored = base["data"]["release"].as_str().unwrap().as_bytes();
-            let payload: Value =
-                serde_json::from_slice(&decode_secret_payload(stored, DecodeLimits::default()).unwrap())
-                    .unwrap();
+            let (base, payload) = records::base();
             for n in 0..namespaces {
                 let object: Namespace =
                     serde_json::from_value(json!({"metadata": {"name": namespace(n)}})).unwrap();

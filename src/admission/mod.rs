@@ -247,19 +247,19 @@ impl Admission {
 
     /// Reads a request's record, or recalls the reading of the same bytes (a record's CREATE,
     /// its UPDATEs' old sides and its DELETE carry the same payload). With the content
-    /// fingerprint, so that one reading serves every kind of request. A large payload is read on
-    /// the blocking pool (CPU work that would stall the other requests of this worker), the rest
-    /// here.
-    async fn read_record(&self, record: crate::release::Record) -> crate::release::DecodedRecord {
+    /// fingerprint when `fingerprinting` asks for it: an UPDATE compares its sides' contents, a
+    /// CREATE's reading serves its UPDATEs; a DELETE needs none, and the fingerprint (a SHA-256
+    /// over the chart and manifest) is half of what reading a payload costs. A large payload is
+    /// read on the blocking pool (CPU work that would stall the other requests of this worker),
+    /// the rest here.
+    async fn read_record(
+        &self,
+        record: crate::release::Record,
+        fingerprinting: crate::release::decode::Fingerprinting,
+    ) -> crate::release::DecodedRecord {
         let (limits, memo) = (self.settings.limits, self.memo.clone());
-        let read = move |record| {
-            crate::release::DecodedRecord::remembered(
-                record,
-                limits,
-                crate::release::decode::Fingerprinting::Take,
-                &memo,
-            )
-        };
+        let read =
+            move |record| crate::release::DecodedRecord::remembered(record, limits, fingerprinting, &memo);
         if record.payload.as_ref().map_or(0, bytes::Bytes::len) <= crate::release::decode::LARGE_PAYLOAD_BYTES
         {
             return read(record);

@@ -17,6 +17,7 @@ use crate::policy::create::{CreateFacts, RESTORED_FROM_ANNOTATION, decide_create
 use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
 use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::release::decode::Fingerprinting;
 use crate::release::history::revisions_within;
 use crate::release::record::{DecodedRecord, LABEL_VERSION};
 use crate::release::writer::Writer;
@@ -43,7 +44,7 @@ pub(crate) async fn validate(
 
     let (about, decided) = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
-            let record = admission.read_record(record).await;
+            let record = admission.read_record(record, Fingerprinting::Skip).await;
             let about = about_record(&record, format!("{} -> (deleted)", status_text(record.status())));
             let refused = past_decode_bound(admission, &request, &[&record])
                 .or_else(|| owner_locked(admission, &request, &record));
@@ -57,7 +58,10 @@ pub(crate) async fn validate(
         (Operation::Delete, None, _) => (About::default(), no_old_object(admission, &request)),
         // The new side may no longer look like a record (a label removed): still read as one.
         (Operation::Update, Some((old, true)), Some((new, new_is_record))) => {
-            let (old, new) = (admission.read_record(old).await, admission.read_record(new).await);
+            let (old, new) = (
+                admission.read_record(old, Fingerprinting::Take).await,
+                admission.read_record(new, Fingerprinting::Take).await,
+            );
             match past_decode_bound(admission, &request, &[&old, &new]) {
                 Some(refused) => (about_record(&new, "(past the decode bound)".into()), refused),
                 None if let Some(refused) = owner_locked(admission, &request, &new) => (
@@ -73,7 +77,7 @@ pub(crate) async fn validate(
         // An update that turns an object into a record (a label added) makes a record as a
         // creation does: judged as one.
         (Operation::Update | Operation::Create, _, Some((record, true))) => {
-            let record = admission.read_record(record).await;
+            let record = admission.read_record(record, Fingerprinting::Take).await;
             match past_decode_bound(admission, &request, &[&record]) {
                 Some(refused) => (about_record(&record, "(new, past the decode bound)".into()), refused),
                 None if let Some(refused) = owner_locked(admission, &request, &record) => {

@@ -280,17 +280,7 @@ impl Fenced {
     /// A live guard with a fence over a stub that stores `secrets` and whose watch holds back
     /// `lagging` until the next fence round, reading payloads ahead or not; ready.
     async fn start(secrets: Vec<Value>, lagging: Vec<Value>, read_ahead: bool) -> Self {
-        let stub = Stub {
-            secrets,
-            secret_watches: Arc::default(),
-            gets: Arc::default(),
-            hangs: Hangs::Nothing,
-            lists: Arc::default(),
-            lagging: Arc::new(Mutex::new(lagging)),
-            versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
-            fences: Arc::default(),
-            pages: Arc::default(),
-        };
+        let stub = Stub { lagging: Arc::new(Mutex::new(lagging)), ..Stub::new(secrets) };
         let (lists, fences, pages) = (stub.lists.clone(), stub.fences.clone(), stub.pages.clone());
         let (server, _watches, gets) = start_stub_app(stub).await;
         let dir = tempfile::tempdir().unwrap();

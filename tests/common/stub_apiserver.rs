@@ -19,7 +19,7 @@ pub type Watchers = Arc<Mutex<Vec<mpsc::UnboundedSender<Value>>>>;
 
 #[derive(Clone)]
 pub struct Stub {
-    pub secrets: Vec<Value>,
+    pub secrets: Arc<Vec<Value>>,
     /// Open watches on Secrets; a test pushes events into them.
     pub secret_watches: Watchers,
     /// Names of the Secrets whose payload the guard was sent (GETs, listings of a release).
@@ -36,6 +36,26 @@ pub struct Stub {
     pub fences: Arc<std::sync::atomic::AtomicUsize>,
     /// Pages of a namespace's records (the read-ahead's) answered so far.
     pub pages: Arc<std::sync::atomic::AtomicUsize>,
+    /// Events created so far (events.k8s.io/v1).
+    pub events: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Stub {
+    /// A stub that stores `secrets`, answers everything, and whose watch lags nothing.
+    pub fn new(secrets: Vec<Value>) -> Stub {
+        Stub {
+            secrets: Arc::new(secrets),
+            secret_watches: Arc::default(),
+            gets: Arc::default(),
+            hangs: Hangs::Nothing,
+            lists: Arc::default(),
+            lagging: Arc::default(),
+            versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
+            fences: Arc::default(),
+            pages: Arc::default(),
+            events: Arc::default(),
+        }
+    }
 }
 
 /// Which calls of the guard's a stub API server leaves unanswered.
@@ -230,6 +250,16 @@ pub async fn fence(
     axum::Json(object).into_response()
 }
 
+/// An Event written: answered as stored, and counted.
+pub async fn event(
+    State(stub): State<Stub>,
+    axum::Json(mut event): axum::Json<Value>,
+) -> axum::response::Response {
+    stub.events.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    event["metadata"]["resourceVersion"] = json!("1");
+    (axum::http::StatusCode::CREATED, axum::Json(event)).into_response()
+}
+
 pub async fn empty(
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> axum::response::Response {
@@ -252,20 +282,7 @@ pub async fn start_stub_with(
     secrets_items: Vec<Value>,
     hangs: Hangs,
 ) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
-    let watches: Watchers = Arc::default();
-    let gets: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stub = Stub {
-        secrets: secrets_items,
-        secret_watches: watches.clone(),
-        gets: gets.clone(),
-        hangs,
-        lists: Arc::default(),
-        lagging: Arc::default(),
-        versions: Arc::new(std::sync::atomic::AtomicU64::new(1000)),
-        fences: Arc::default(),
-        pages: Arc::default(),
-    };
-    start_stub_app(stub).await
+    start_stub_app(Stub { hangs, ..Stub::new(secrets_items) }).await
 }
 
 pub async fn start_stub_app(stub: Stub) -> (String, Watchers, Arc<Mutex<Vec<String>>>) {
@@ -277,6 +294,7 @@ pub async fn start_stub_app(stub: Stub) -> (String, Watchers, Arc<Mutex<Vec<Stri
         .route("/api/v1/namespaces", get(empty))
         .route("/api/v1/namespaces/{namespace}/secrets", get(namespace_secrets))
         .route("/api/v1/namespaces/{namespace}/secrets/{name}", get(one_secret).patch(fence))
+        .route("/apis/events.k8s.io/v1/namespaces/{namespace}/events", axum::routing::post(event))
         .with_state(stub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
