@@ -28,7 +28,9 @@ kubectl get ns bench-000 >/dev/null 2>&1 || $rig seed ${SEED:-100 10 10} >&2
 kubectl create ns hg-bench >/dev/null 2>&1 || true
 certs=target/live-mode-certs
 $bin certs --out $certs --san localhost --san 127.0.0.1 --force >/dev/null
-for kind in $kinds; do [ -s target/$kind.jsonl ] || $rig reviews $kind "$spread" target/$kind.jsonl; done
+# Made at each run: a review carries the record as stored (uid, resourceVersion), and reviews
+# kept from records since deleted and seeded again are forged ones to the guard.
+for kind in $kinds; do $rig reviews $kind "$spread" target/$kind.jsonl; done
 if [[ " $runs " == *" snapshot "* ]]; then
   kubectl get secrets -A -l owner=helm -o json > target/live-mode-dump.json
 fi

@@ -23,6 +23,7 @@ ca_bundle=$(base64 <"$out/ca.crt" | tr -d '\n')
 sed -e "s|caBundle: \"\"|caBundle: \"$ca_bundle\"|" \
     -e "s|service: {name: helm-guard, namespace: helm-guard,|service: {name: $service, namespace: $namespace,|" \
     -e "s|operator: NotIn, values: \[\"helm-guard\"\]|operator: NotIn, values: [\"$namespace\"]|" \
+    -e "s|operator: In, values: \[\"helm-guard\"\]|operator: In, values: [\"$namespace\"]|" \
     -e "s|cert-manager.io/inject-ca-from: helm-guard/helm-guard|cert-manager.io/inject-ca-from: $namespace/helm-guard|" \
     "$here/../manifests/webhooks.yaml" | kubectl apply -f -
 echo "helm-guard registered for $service.$namespace.svc; the private key stays in $out (git-ignored): delete it"

@@ -6,7 +6,8 @@
 //! upgraded from the previous version of helm-guard and with the K3s example's values;
 //! `helm-guard check` says the guard works, and says why not with its webhooks deleted or its CA
 //! wrong, and passes after README's install word for word (audit, then enforce); `helm uninstall`
-//! leaves no webhook. And Helm itself in a pod on the node (an image of the Helm binary and a
+//! leaves no webhook; with its Service on a port the pod does not serve, it blocks nothing and
+//! `check` says why. And Helm itself in a pod on the node (an image of the Helm binary and a
 //! chart, built with podman and loaded with `$HELM_GUARD_E2E_KUBE_LOCAL load`), killed mid
 //! upgrade, beside an in-process guard: stuck by its writer's pod (issue 58).
 //!
@@ -569,6 +570,99 @@ fn readmes_install_word_for_word_is_checked_in_audit_mode_then_in_enforce() {
         "{refused}"
     );
     assert!(run(&["helm", "uninstall", "tried", "-n", &namespaces[0]]).status.success());
+    deployed.uninstall();
+    delete_namespaces(&namespaces);
+}
+
+/// Issue 60: the chart in enforce mode, its Service pointing at a port the pod does not serve (as
+/// a firewall between the control plane and the nodes leaves it, a GKE private cluster's on any
+/// port but 443 and 10250): the guard is ready, yet the API server never reaches it, so its own
+/// probe never comes back and every webhook stays `Ignore`: Helm installs, upgrades and uninstalls
+/// in another namespace, and a record's deletion by hand passes, unguarded but unblocked;
+/// `helm-guard check` says why. The Service mended, the probe comes back, the webhooks fail
+/// closed and the deletion is refused.
+#[test]
+#[ignore = "needs a real API server with a node and the image: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
+fn a_guard_the_api_server_cannot_reach_blocks_nothing_and_check_says_why() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (namespaces, _dir, chart) = twins("unreached");
+    let deployed = Deployed {
+        helm: "helm",
+        release: "unreached".into(),
+        name: "unreached-helm-guard".into(),
+        namespace: format!("unreached-{}", std::process::id()),
+    };
+    // Installed without --wait, the Service broken at once: long before a pod is ready.
+    let installed = run(&[
+        "helm",
+        "install",
+        "unreached",
+        CHART,
+        "-n",
+        &deployed.namespace,
+        "--create-namespace",
+        "--set",
+        "mode=enforce",
+    ]);
+    assert!(installed.status.success(), "{}", said(&installed));
+    let port = |target: Value| {
+        let patch =
+            json!([{"op": "replace", "path": "/spec/ports/0/targetPort", "value": target}]).to_string();
+        let done = run(&[
+            "kubectl",
+            "patch",
+            "service",
+            &deployed.name,
+            "-n",
+            &deployed.namespace,
+            "--type",
+            "json",
+            "-p",
+            &patch,
+        ]);
+        assert!(done.status.success(), "{}", said(&done));
+    };
+    port(json!(9));
+    // The guard registers its webhooks once ready, and with no probe back, every one Ignore.
+    let policies = || -> Vec<String> {
+        let configuration = kubectl_json(&["get", "validatingwebhookconfiguration", &deployed.name]);
+        configuration["webhooks"]
+            .as_array()
+            .map(|w| w.iter().map(|w| w["failurePolicy"].as_str().unwrap_or_default().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    until(Duration::from_secs(180), "the webhooks registered", || !policies().is_empty());
+    std::thread::sleep(Duration::from_secs(25)); // two probes at least
+    assert!(policies().iter().all(|p| p == "Ignore"), "{:?}", policies());
+    // Helm in another namespace: nothing blocks it.
+    let helm = |args: &[&str]| {
+        let done = run(&[&["helm"][..], args, &["-n", &namespaces[0]][..]].concat());
+        assert!(done.status.success(), "helm {args:?}: {}", said(&done));
+    };
+    helm(&["install", "web", &chart]);
+    helm(&["upgrade", "web", &chart]);
+    let record = "sh.helm.release.v1.web.v2";
+    let deleted = run(&["kubectl", "delete", "secret", record, "-n", &namespaces[0], "--dry-run=server"]);
+    assert!(deleted.status.success(), "unguarded, not blocked: {}", said(&deleted));
+    // check says why.
+    let checked = check(&deployed.namespace, &deployed.name);
+    let text = said(&checked);
+    assert!(!checked.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "[FAIL] reached from the API server: the API server does not reach the guard through Service"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("docs/install/platforms.md"), "{text}");
+    // Mended: reached, failing closed, refusing.
+    port(json!("https"));
+    let passed = until_passes(&["check", "--guard-namespace", &deployed.namespace, "--name", &deployed.name]);
+    assert!(passed.contains("[ok]   reached from the API server"), "{passed}");
+    assert!(policies().contains(&"Fail".to_owned()), "{:?}", policies());
+    let refused = run(&["kubectl", "delete", "secret", record, "-n", &namespaces[0], "--dry-run=server"]);
+    assert!(!refused.status.success() && said(&refused).contains("helm-guard"), "{}", said(&refused));
+    helm(&["uninstall", "web"]);
     deployed.uninstall();
     delete_namespaces(&namespaces);
 }

@@ -29,11 +29,21 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
     let validating = hooks.iter().find(|d| d["kind"] == "ValidatingWebhookConfiguration").unwrap();
     let mutating = hooks.iter().find(|d| d["kind"] == "MutatingWebhookConfiguration").unwrap();
     let mut operations = Vec::new();
-    let (namespace_hooks, record_hooks): (Vec<&Value>, Vec<&Value>) = validating["webhooks"]
+    // The reachability probe (a ConfigMap labelled helm-guard.io/probe, in the guard's namespace
+    // alone) is no record webhook: it never fails closed.
+    let (probe_hooks, hooks): (Vec<&Value>, Vec<&Value>) = validating["webhooks"]
         .as_array()
         .unwrap()
         .iter()
-        .partition(|hook| hook["rules"][0]["resources"][0] == "namespaces");
+        .partition(|hook| hook["name"] == "probe.helm-guard.io");
+    let [probe] = probe_hooks[..] else { panic!("one probe webhook") };
+    assert_eq!(
+        (probe["failurePolicy"].as_str(), probe["sideEffects"].as_str()),
+        (Some("Ignore"), Some("None"))
+    );
+    assert_eq!(probe["objectSelector"]["matchExpressions"][0]["key"], "helm-guard.io/probe");
+    let (namespace_hooks, record_hooks): (Vec<&Value>, Vec<&Value>) =
+        hooks.into_iter().partition(|hook| hook["rules"][0]["resources"][0] == "namespaces");
     // The opt-out labels, through each way an update reaches a Namespace: the API server keeps the
     // labels of an update through `status` and `finalize` too.
     for hook in &namespace_hooks {

@@ -8,6 +8,7 @@ use common::guard::{
     Guard, HttpsClient, Options, client_config, localhost_bundle, peer_certificate, pem_to_der, send,
 };
 use common::*;
+use helm_guard::policy::Mode;
 use serde_json::{Value, json};
 
 fn error_body(body: &[u8]) -> Value {
@@ -128,6 +129,50 @@ async fn requests_beyond_the_concurrency_limit_wait_their_turn() {
     };
     assert_eq!(most_at_once(1).await, 1, "one decision at a time");
     assert!(most_at_once(4).await > 1, "without the limit, decisions overlap (the meter sees it)");
+}
+
+/// The reachability probe (src/cluster/registration.rs): the guard's own dry-run CREATE of a
+/// ConfigMap labelled helm-guard.io/probe comes back refused with its nonce, in every mode (only
+/// the API server can carry that refusal back, which proves it reached the guard); the same
+/// ConfigMap without the label is no concern of the guard's.
+#[tokio::test]
+async fn the_reachability_probe_is_refused_with_its_nonce_in_every_mode() {
+    let mut probe = review(
+        "admission/07-configmap-driver-install-upgrade/015-validate-create-configmap-sh.helm.release.v1.api.v1.json",
+    );
+    probe["request"]["namespace"] = json!("helm-guard");
+    probe["request"]["dryRun"] = json!(true);
+    probe["request"]["object"] = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"generateName": "helm-guard-probe-", "namespace": "helm-guard",
+                     "labels": {"helm-guard.io/probe": "1764912000123456789"}},
+    });
+    for mode in [Mode::Enforce, Mode::Audit] {
+        let guard = Guard::start(Options { mode, ..Options::default() }).await;
+        let response = guard.validate(&probe).await;
+        assert_eq!(response["allowed"], false, "{mode:?}: {response}");
+        assert_eq!(response["auditAnnotations"]["reason"], "probe");
+        assert_eq!(
+            response["status"]["message"],
+            "helm-guard probe 1764912000123456789: the API server reached helm-guard through its Service"
+        );
+    }
+    // A label value no API server stores (over 63 characters) gets no reply to echo.
+    let mut long = probe.clone();
+    long["request"]["object"]["metadata"]["labels"]["helm-guard.io/probe"] = json!("x".repeat(64));
+    let guard = Guard::start(Options::default()).await;
+    let response = guard.validate(&long).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), response["status"]["message"].as_str()),
+        (Some(false), Some("helm-guard: not a probe"))
+    );
+    // Without the label: not a record, not a probe.
+    probe["request"]["object"]["metadata"]["labels"] = json!({"app": "x"});
+    let response = guard.validate(&probe).await;
+    assert_eq!(
+        (response["allowed"].as_bool(), &response["auditAnnotations"]["reason"]),
+        (Some(true), &json!("not-a-release-record"))
+    );
 }
 
 #[tokio::test]

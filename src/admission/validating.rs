@@ -13,6 +13,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
+use crate::cluster::registration::{PROBE_LABEL, probe_reply};
 use crate::policy::create::{CreateFacts, RESTORED_FROM_ANNOTATION, decide_create};
 use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
@@ -34,6 +35,9 @@ pub(crate) async fn validate(
     if (request.kind.group.as_str(), request.kind.kind.as_str()) == ("", "Namespace") {
         let (about, decided) = namespace(admission, &request);
         return respond(&request, asked, about, decided);
+    }
+    if let Some(nonce) = probe_nonce(&request) {
+        return respond(&request, asked, About::default(), probe(nonce));
     }
     let driver = Driver::of_kind(&request.kind.group, &request.kind.kind);
     let Some(driver) = driver else { return respond(&request, asked, About::default(), not_a_record()) };
@@ -242,6 +246,27 @@ fn owner_locked(
     let verdict = decide_owner(&facts, &admission.settings().policy)?;
     let outcome = apply_mode(&verdict, mode);
     Some(Decided { verdict, outcome, agree: false, recycled: None })
+}
+
+/// The nonce of the guard's reachability probe, when the request is one: the CREATE of a
+/// ConfigMap labelled [`PROBE_LABEL`] (only the probe webhook sends those).
+fn probe_nonce(request: &AdmissionRequest<ReviewObject>) -> Option<&str> {
+    if (request.kind.group.as_str(), request.kind.kind.as_str()) != ("", "ConfigMap")
+        || request.operation != Operation::Create
+    {
+        return None;
+    }
+    request.object.as_ref()?.metadata.labels.as_ref()?.get(PROBE_LABEL).map(String::as_str)
+}
+
+/// The answer to a probe: refused whatever the mode (a probe's ConfigMap is never stored), with
+/// the reply the prober looks for. A label value is at most 63 characters: a longer one is no
+/// probe of the guard's and gets none of it back.
+fn probe(nonce: &str) -> Decided {
+    let reply = if nonce.len() <= 63 { probe_reply(nonce) } else { "helm-guard: not a probe".to_owned() };
+    let verdict = Verdict::deny(Reason::Probe, reply);
+    let outcome = apply_mode(&verdict, crate::policy::Mode::Enforce);
+    Decided { verdict, outcome, agree: false, recycled: None }
 }
 
 fn not_a_record() -> Decided {

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 
 use super::{ClusterArgs, EXIT_FINDINGS, EXIT_OK, Output, print_data};
-use crate::cluster::registration::{self, Registration};
+use crate::cluster::registration::{self, Reach, Registration};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -76,11 +76,13 @@ async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
     let target = Target { client, namespace: args.guard_namespace.clone(), name: args.name.clone() };
     let deployment = target.deployment().await;
     let in_force = target.in_force(deployment.as_ref()).await;
-    let (configurations, bundles) = target.configurations(&in_force).await;
+    let reach = registration::probe(&target.client, &target.namespace).await;
+    let (configurations, bundles) = target.configurations(&in_force, &reach).await;
     let checks = vec![
         configurations,
         target.ca(&bundles, deployment.as_ref()).await,
         target.endpoints().await,
+        target.reached(&reach),
         target.replicas(deployment.as_ref()),
         target.verdict(&in_force).await,
         target.rbac(&in_force).await,
@@ -129,16 +131,16 @@ fn said(error: &kube::Error) -> String {
 
 impl Target {
     /// The two configurations as the guard registers them: present, every shipped webhook,
-    /// calling this guard, failing as shipped (every one `Ignore` outside enforce mode). Returns
-    /// the CA bundles they carry.
-    async fn configurations(&self, in_force: &InForce) -> (Check, Vec<Vec<u8>>) {
+    /// calling this guard, failing as shipped (every one `Ignore` outside enforce mode, and
+    /// before the API server has reached the guard). Returns the CA bundles they carry.
+    async fn configurations(&self, in_force: &InForce, reach: &Reach) -> (Check, Vec<Vec<u8>>) {
         const CHECK: &str = "webhook configurations";
         let registration = Registration {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             ca_file: Default::default(),
             timeout_seconds: 10,
-            fail_closed: in_force.mode == "enforce",
+            fail_closed: in_force.mode == "enforce" && *reach == Reach::Reached,
         };
         let shipped = match registration::desired(&registration) {
             Ok(shipped) => shipped,
@@ -305,6 +307,37 @@ impl Target {
             return Check::fail(CHECK, detail, hint);
         }
         Check::pass(CHECK, format!("{} ready: {}", ready.len(), ready.join(", ")))
+    }
+
+    /// Whether the API server reaches the guard through its Service, as the guard itself proves
+    /// it before its webhooks may fail closed: a dry-run probe that a replica refuses.
+    fn reached(&self, reach: &Reach) -> Check {
+        const CHECK: &str = "reached from the API server";
+        match reach {
+            Reach::Reached => Check::pass(
+                CHECK,
+                format!(
+                    "the API server called the guard through Service {}/{} (a dry-run probe came back refused by a replica)",
+                    self.namespace, self.name
+                ),
+            ),
+            Reach::NotReached => Check::fail(
+                CHECK,
+                format!(
+                    "the API server does not reach the guard through Service {}/{}: its webhooks stay failurePolicy Ignore and nothing is guarded",
+                    self.namespace, self.name
+                ),
+                "the control plane must reach the pods on the webhook port: a firewall (GKE private clusters allow 443 and 10250: set ports.https), a CNI the control plane is not on (EKS: hostNetwork), a NetworkPolicy without the API server; docs/install/platforms.md",
+            ),
+            Reach::Unknown(error) => Check::fail(
+                CHECK,
+                format!("could not send the probe: {error}"),
+                format!(
+                    "the probe is a dry-run CREATE of a ConfigMap in {}: can this kubeconfig create ConfigMaps there?",
+                    self.namespace
+                ),
+            ),
+        }
     }
 
     /// The Deployment: replicas ready, the image and the version against this command's.
@@ -481,7 +514,7 @@ impl Target {
         let ns = Some(self.namespace.as_str());
         let bin = Some(in_force.recycle_bin_namespace.as_deref().unwrap_or(&self.namespace));
         // (API group, resource, verb, namespace, name)
-        let needed: [Permission; 12] = [
+        let needed: [Permission; 13] = [
             ("", "secrets", "watch", None, None),
             ("", "configmaps", "watch", None, None),
             ("", "secrets", "get", None, None),
@@ -501,6 +534,8 @@ impl Target {
                 Some(&self.name),
             ),
             ("discovery.k8s.io", "endpointslices", "list", ns, None),
+            // The reachability probe (a dry run) and the fence.
+            ("", "configmaps", "create", ns, None),
             ("coordination.k8s.io", "leases", "patch", ns, None),
             ("coordination.k8s.io", "leases", "watch", ns, None),
             ("", "secrets", "create", bin, None),

@@ -8,6 +8,16 @@
 //! certificate it serves. From then on they fail closed as before: a guard that was ready once
 //! and is down refuses Helm, and the outage runbook holds.
 //!
+//! Reached before it may block: until the API server has called the guard through its Service, and
+//! in warn and audit mode always, every webhook is registered `Ignore`. The proof is a probe the
+//! guard sends itself: a dry-run CREATE of a ConfigMap labelled [`PROBE_LABEL`] in its namespace,
+//! which only the `probe.helm-guard.io` webhook selects; the replica that the API server reaches
+//! refuses it with [`probe_reply`] and its nonce, and only the API server can carry that refusal
+//! back. Once a probe has come back that way, an enforce-mode guard registers the shipped
+//! failure policies; it keeps probing every [`RECHECK_EVERY`] (the `helm_guard_apiserver_reachable`
+//! gauge, and `helm-guard check`), but never goes back to `Ignore` on a failed probe: whoever can
+//! cut the path from the API server to the guard would otherwise switch it off.
+//!
 //! It only patches, never creates (its role cannot create): a configuration deleted by a person
 //! (the outage runbook) stays deleted until the chart puts it back, and an uninstall that
 //! removed it is never undone by a replica still shutting down. It checks again every
@@ -34,6 +44,56 @@ pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(10);
 /// How often a guard not yet registered asks whether its Service has a ready endpoint.
 const ENDPOINT_POLL: Duration = Duration::from_secs(2);
 
+/// The label of the reachability probe's ConfigMap (never stored: the probe is a dry run, and
+/// the guard refuses it).
+pub(crate) const PROBE_LABEL: &str = "helm-guard.io/probe";
+
+/// The name of the webhook that carries the probe.
+const PROBE_WEBHOOK: &str = "probe.helm-guard.io";
+
+/// The guard's refusal of a probe carrying `nonce`: what the prober looks for in the API server's
+/// answer.
+pub(crate) fn probe_reply(nonce: &str) -> String {
+    format!("helm-guard probe {nonce}: the API server reached helm-guard through its Service")
+}
+
+/// What a probe found out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The API server called a replica through the Service and carried its answer back.
+    Reached,
+    /// The API server let the probe through without a replica's answer: the Service, its port or
+    /// the network between them fails (or the probe webhook is not registered).
+    NotReached,
+    /// The probe could not be sent (the API server's answer says why).
+    Unknown(String),
+}
+
+/// Asks the API server, through `client`, for a dry-run CREATE that only the guard's probe
+/// webhook selects, and reads from its answer whether a replica answered it.
+pub(crate) async fn probe(client: &kube::Client, namespace: &str) -> Reach {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos())
+        .to_string();
+    let probe = ConfigMap {
+        metadata: ObjectMeta {
+            generate_name: Some("helm-guard-probe-".to_owned()),
+            labels: Some([(PROBE_LABEL.to_owned(), nonce.clone())].into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+    match Api::<ConfigMap>::namespaced(client.clone(), namespace).create(&params, &probe).await {
+        Err(kube::Error::Api(status)) if status.message.contains(&probe_reply(&nonce)) => Reach::Reached,
+        Ok(_) => Reach::NotReached,
+        Err(error) => Reach::Unknown(error.to_string()),
+    }
+}
+
 /// What the guard registers and where.
 #[derive(Debug, Clone)]
 pub(crate) struct Registration {
@@ -45,9 +105,10 @@ pub(crate) struct Registration {
     pub(crate) ca_file: PathBuf,
     /// How long the API server waits for an answer.
     pub(crate) timeout_seconds: u8,
-    /// Register the shipped failure policies (`Fail` for records and pods): enforce mode only.
-    /// In warn and audit mode the guard refuses nothing, so it may not block anything either
-    /// when the API server cannot reach it: every webhook `Ignore`.
+    /// Register the shipped failure policies (`Fail` for records and namespaces): enforce mode
+    /// only, and once a probe has shown the API server reaching the guard. In warn and audit
+    /// mode the guard refuses nothing, so it may not block anything either when the API server
+    /// cannot reach it: every webhook `Ignore`.
     pub(crate) fail_closed: bool,
 }
 
@@ -79,13 +140,17 @@ pub(crate) fn desired(registration: &Registration) -> anyhow::Result<Vec<Desired
             if !registration.fail_closed {
                 webhook.insert("failurePolicy".into(), json!("Ignore"));
             }
+            // The guard's namespace: left out of every webhook but the probe's, which selects it
+            // alone.
+            let probe = webhook.get("name").and_then(Value::as_str) == Some(PROBE_WEBHOOK);
+            let operator = if probe { "In" } else { "NotIn" };
             let expressions = webhook
                 .get_mut("namespaceSelector")
                 .and_then(|selector| selector.get_mut("matchExpressions"))
                 .and_then(Value::as_array_mut);
             for expression in expressions.into_iter().flatten().filter_map(Value::as_object_mut) {
                 let is = |key: &str, value: &str| expression.get(key).and_then(Value::as_str) == Some(value);
-                if is("key", "kubernetes.io/metadata.name") && is("operator", "NotIn") {
+                if is("key", "kubernetes.io/metadata.name") && is("operator", operator) {
                     expression.insert("values".into(), json!([registration.namespace]));
                 }
             }
@@ -227,14 +292,20 @@ async fn check_once(
 
 /// Waits until `ready` says the guard can answer and its Service has a ready endpoint, then
 /// keeps both configurations as [`desired`] says, every [`RECHECK_EVERY`], for as long as the
-/// guard runs. Errors are logged and retried: the webhooks already registered stay as they are.
+/// guard runs: `Ignore` until a [`probe`] comes back through the API server, then (in enforce
+/// mode) the shipped failure policies. `reachable` is set after each probe (1 reached, 0 not,
+/// -1 could not ask). Errors are logged and retried: the webhooks already registered stay as
+/// they are.
 pub(crate) async fn keep_registered(
     client: kube::Client,
     registration: Registration,
     ready: impl Fn() -> bool + Send + 'static,
+    reachable: prometheus_client::metrics::gauge::Gauge,
 ) {
-    let template = match desired(&registration) {
-        Ok(template) => template,
+    let templates = desired(&Registration { fail_closed: false, ..registration.clone() })
+        .and_then(|open| Ok((open, desired(&registration)?)));
+    let (open, closed) = match templates {
+        Ok(templates) => templates,
         Err(error) => {
             tracing::error!(
                 error = format!("{error:#}"),
@@ -259,11 +330,47 @@ pub(crate) async fn keep_registered(
         }
         tokio::time::sleep(ENDPOINT_POLL).await;
     }
+    let (mut reached_once, mut last) = (false, None);
     loop {
-        if let Err(error) = check_once(&client, &registration, &template).await {
+        let template = if reached_once { &closed } else { &open };
+        if let Err(error) = check_once(&client, &registration, template).await {
             tracing::warn!(error = format!("{error:#}"), "registering the webhooks; retried");
         }
-        tokio::time::sleep(RECHECK_EVERY).await;
+        let reach = probe(&client, &registration.namespace).await;
+        reachable.set(match reach {
+            Reach::Reached => 1,
+            Reach::NotReached => 0,
+            Reach::Unknown(_) => -1,
+        });
+        if last.as_ref() != Some(&reach) {
+            match &reach {
+                Reach::Reached if registration.fail_closed && !reached_once => tracing::info!(
+                    service = %registration.name,
+                    "the API server reaches the guard through its Service: the webhooks now fail closed"
+                ),
+                Reach::Reached => {
+                    tracing::info!(service = %registration.name, "the API server reaches the guard through its Service")
+                }
+                Reach::NotReached if reached_once && registration.fail_closed => tracing::error!(
+                    service = %registration.name,
+                    "the API server no longer reaches the guard through its Service: Helm's writes fail until it does (docs/operate/outage.md)"
+                ),
+                Reach::NotReached => tracing::error!(
+                    service = %registration.name,
+                    "the API server does not reach the guard through its Service (its port, a NetworkPolicy, a firewall: docs/install/platforms.md); the webhooks stay Ignore and refuse nothing"
+                ),
+                Reach::Unknown(error) => {
+                    tracing::warn!(%error, "could not probe the path from the API server")
+                }
+            }
+        }
+        let promote = reach == Reach::Reached && !reached_once;
+        reached_once |= reach == Reach::Reached;
+        last = Some(reach);
+        // Reached for the first time: register the failure policies now, not a period later.
+        if !(promote && registration.fail_closed) {
+            tokio::time::sleep(RECHECK_EVERY).await;
+        }
     }
 }
 
@@ -291,6 +398,31 @@ mod tests {
         assert!(!policies.is_empty() && policies.iter().all(|p| *p == "Ignore"), "{policies:?}");
         let closed = desired(&registration()).unwrap();
         assert_eq!(closed[0].webhooks[0]["failurePolicy"], "Fail");
+    }
+
+    /// The probe's webhook selects the guard's namespace alone, and never fails closed: it is
+    /// how the guard learns whether failing closed is safe.
+    #[test]
+    fn the_probe_webhook_selects_the_guards_namespace_and_stays_ignore() {
+        for fail_closed in [true, false] {
+            let configurations = desired(&Registration { fail_closed, ..registration() }).unwrap();
+            let probe = configurations[0]
+                .webhooks
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["name"] == PROBE_WEBHOOK)
+                .unwrap();
+            assert_eq!(probe["failurePolicy"], "Ignore");
+            assert_eq!(probe["sideEffects"], "None");
+            assert_eq!(
+                probe["namespaceSelector"]["matchExpressions"],
+                json!([{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["platform"]}])
+            );
+            assert_eq!(probe["objectSelector"]["matchExpressions"][0]["key"], PROBE_LABEL);
+            assert_eq!(probe["rules"][0]["resources"], json!(["configmaps"]));
+            assert_eq!(probe["rules"][0]["operations"], json!(["CREATE"]));
+        }
     }
 
     #[test]

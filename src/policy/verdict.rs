@@ -96,6 +96,9 @@ pub enum Reason {
     HelmCreate,
     /// The object is not a Helm release record.
     NotAReleaseRecord,
+    /// The guard's reachability probe (a dry-run ConfigMap labelled `helm-guard.io/probe`):
+    /// refused, since only the API server can carry that refusal back to the guard that sent it.
+    Probe,
     /// N1: a Namespace change that switches nothing off.
     NotAnOptOut,
     /// N2/N3: a namespace opted out by an exempt namespace's requester or an opt-out holder.

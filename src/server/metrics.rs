@@ -168,6 +168,9 @@ pub struct Metrics {
     seconds_since_sync: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When the serving certificate expires (Unix seconds), set at each (re)load.
     pub tls_certificate_expiry: Gauge,
+    /// Whether the last probe came back through the API server (1), did not (0), or could not
+    /// be sent (-1); -1 until the first (`cluster::registration`).
+    pub apiserver_reachable: Gauge,
     /// The recycle bin's counts.
     pub recycle_bin: crate::recycle_bin::api::BinStats,
     /// What the PolicyReport writer did.
@@ -307,6 +310,13 @@ impl Metrics {
             "When the serving certificate expires, in Unix seconds (alert on it minus time())",
             tls_certificate_expiry.clone(),
         );
+        let apiserver_reachable = Gauge::default();
+        apiserver_reachable.set(-1);
+        registry.register(
+            "apiserver_reachable",
+            "Whether the API server reached the guard through its Service at the last probe: 1 yes, 0 no, -1 not probed (no --register-webhooks) or could not ask",
+            apiserver_reachable.clone(),
+        );
         let recycle_bin = crate::recycle_bin::api::BinStats::default();
         registry.register(
             "recycle_bin_copies",
@@ -347,6 +357,7 @@ impl Metrics {
             events_dropped,
             seconds_since_sync,
             tls_certificate_expiry,
+            apiserver_reachable,
             recycle_bin,
             policy_reports,
         })
