@@ -152,6 +152,40 @@ fn the_readme_stays_short() {
     assert!(ci.contains("cargo test --locked"), ".ci/run runs README's test command");
 }
 
+/// BENCHMARKS.md is a report of today's figures, each with its command and date; the runs they
+/// replaced are git's (issue 60: it had grown to 1,269 lines of history, included whole in the
+/// book).
+#[test]
+fn the_benchmarks_are_todays_figures_not_their_history() {
+    let text = std::fs::read_to_string(root().join("BENCHMARKS.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(lines < 500, "BENCHMARKS.md has {lines} lines: keep today's figures, git keeps the rest");
+    // The gate's baseline is the one the report gives.
+    let baseline = std::fs::read_to_string(root().join("benches/instructions.baseline")).unwrap();
+    for line in baseline.lines().filter(|l| !l.starts_with('#')) {
+        let (kind, count) = line.split_once(' ').unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {kind} ")))
+            .unwrap_or_else(|| panic!("no row for {kind}"));
+        assert!(
+            row.contains(&format!("**{}**", group_thousands(count))),
+            "{row} does not show the baseline {count}"
+        );
+    }
+}
+
+fn group_thousands(digits: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The fenced block of `lang` that follows `after` in `text`.
 fn block_after<'a>(text: &'a str, after: &str, lang: &str) -> &'a str {
     let from = text.find(after).unwrap_or_else(|| panic!("no {after:?}"));

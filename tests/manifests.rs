@@ -1,6 +1,7 @@
 //! The deployment files agree with the binary: the routes exist, the flags parse, the webhooks
 //! select what POLICY.md is about.
 
+use base64::Engine as _;
 use clap::Parser;
 use helm_guard::cli::Cli;
 use serde_json::Value;
@@ -183,6 +184,62 @@ fn install_sh_registers_the_webhooks_for_the_namespace_and_service_it_is_given()
             selector.iter().find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn");
         if let Some(own) = own {
             assert_eq!(own["values"], serde_json::json!(["guard-system"]), "{}", hook["name"]);
+        }
+    }
+}
+
+/// A second run of `certs/install.sh` rotates the certificate without an outage: the webhooks
+/// trust the new CA beside the one registered before (and no older one) before the Secret the
+/// guard serves from is replaced, and again after.
+#[test]
+fn install_sh_rotates_under_both_cas_registered_before_the_secret_changes() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.path().join("applied.log");
+    let names = ["helm-guard.helm-guard.svc".to_owned()];
+    let [older, old] = [(); 2].map(|()| helm_guard::certs::generate(&names, 1).unwrap().ca_pem);
+    let registered = base64::engine::general_purpose::STANDARD.encode(format!("{old}{older}"));
+    // `kubectl get` answers with what is registered now, `create` makes the Secret, `apply`
+    // appends what it is given.
+    let stub = format!(
+        "#!/bin/sh\ncase \"$*\" in\n  get*) printf %s '{registered}' ;;\n  *'create secret tls'*) echo 'kind: Secret' ;;\n  apply*) {{ echo '--- applied'; cat; }} >> '{}' ;;\nesac\nexit 0\n",
+        log.display()
+    );
+    std::fs::write(bin.join("kubectl"), stub).unwrap();
+    std::fs::set_permissions(bin.join("kubectl"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("out");
+    let done = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/certs/install.sh"))
+        .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
+        .env("HELM_GUARD", env!("CARGO_BIN_EXE_helm-guard"))
+        .env("HELM_GUARD_CERTS_OUT", &out)
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let new = std::fs::read_to_string(out.join("ca.crt")).unwrap();
+    let applied = std::fs::read_to_string(&log).unwrap();
+    let steps: Vec<&str> = applied.split("--- applied\n").filter(|s| !s.is_empty()).collect();
+    let is_secret = |step: &str| step.contains("kind: Secret");
+    assert_eq!(
+        steps.iter().map(|s| is_secret(s)).collect::<Vec<_>>(),
+        [false, true, false],
+        "webhooks, Secret, webhooks"
+    );
+    for step in [steps[0], steps[2]] {
+        let documents: Vec<Value> = serde_saphyr::from_multiple(step).unwrap();
+        for hook in documents.iter().flat_map(|d| d["webhooks"].as_array().unwrap()) {
+            let bundle = base64::engine::general_purpose::STANDARD
+                .decode(hook["clientConfig"]["caBundle"].as_str().unwrap())
+                .unwrap();
+            let bundle = String::from_utf8(bundle).unwrap();
+            assert!(
+                bundle.starts_with(new.trim_end()) && bundle.contains(old.trim_end()),
+                "{}",
+                hook["name"]
+            );
+            assert!(!bundle.contains(older.trim_end()), "the CA before the last goes: {}", hook["name"]);
         }
     }
 }
