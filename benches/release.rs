@@ -65,6 +65,7 @@ fn classify_history(c: &mut Criterion) {
                 payload: PayloadStatus::Decoded(status),
                 label: Some(status),
                 stored_at: Some(1_795_968_000),
+                field_conflict: false,
             }
         })
         .rev()

@@ -46,7 +46,7 @@ for arch in amd64 arm64; do
   cargo auditable build --release --locked --bin helm-guard --target "$triple"
   binary=$out/helm-guard-$version-linux-$arch
   cp "$target/$triple/release/helm-guard" "$binary"
-  file "$binary" | grep -q "statically linked" || fail "$binary is not statically linked"
+  file "$binary" | grep -Eq "static(-pie)? linked|statically linked" || fail "$binary is not statically linked"
   auditable2cdx "$binary" > "$binary.cdx.json"
   image/check-sbom.sh "$binary" "$binary.cdx.json"
 done

@@ -45,6 +45,7 @@ fn main() {
             payload: PayloadStatus::NotLoaded,
             label: Some(status),
             stored_at: Some(1_795_968_000 + i64::from(n)),
+            field_conflict: false,
         };
         let object = format!("sh.helm.release.v1.{}.v{revision}", key.release);
         index.upsert(IndexedRecord {

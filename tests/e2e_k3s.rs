@@ -142,7 +142,9 @@ fn promised(action: &str) -> (Vec<&'static str>, bool) {
     let (mut commands, succeeds): (Vec<&str>, bool) = match rest {
         "install" => (vec!["install"], true),
         a if a.starts_with("install (refused") => (vec!["install"], false),
-        "upgrade" | "upgrade (failure policy retry)" => (vec!["upgrade"], true),
+        "upgrade"
+        | "upgrade (failure policy retry)"
+        | "upgrade (failure policy retry) with --force-conflicts=true" => (vec!["upgrade"], true),
         "reset-and-upgrade" => (vec!["set-status", "upgrade"], true),
         "reinstall (uninstalls first)" => (vec!["uninstall", "install"], true),
         "wait-for-operator" => (vec![], false),
@@ -566,4 +568,48 @@ async fn cases(b: &Bench) {
     );
     assert_eq!(statuses("kept"), ["superseded", "failed", "deployed"], "upgraded, never uninstalled");
     assert!(!b.chart_events("kept", "HelmInstallPodRewritten").await.is_empty());
+
+    // Issue 59: a protected release that failed on a server-side-apply field conflict (Helm 4
+    // applies server-side; `kubectl scale` took `.spec.replicas`): a retry as it is fails on the
+    // same conflict, a reinstall takes it down; its pod gets FORCE_CONFLICTS=true and the
+    // script's upgrade takes the field back.
+    b.chart("conflicted", true);
+    b.install("conflicted", "H1");
+    must(Command::new("kubectl").args([
+        "scale",
+        "deploy",
+        "conflicted-demo",
+        "--replicas=2",
+        "-n",
+        &b.namespace,
+    ]));
+    let chart = b.chart.display().to_string();
+    let retried = b.helm(&["upgrade", "conflicted", &chart, "--set", "replicaCount=3"]);
+    assert!(
+        !retried.status.success() && text(&retried).contains("conflict with \"kubectl\""),
+        "{}",
+        text(&retried)
+    );
+    assert_eq!(statuses("conflicted"), ["deployed", "failed"]);
+    let run = b.run_job(&b.head, "conflicted", "install", &[("SERVER_SIDE", "auto")]).await;
+    assert_eq!(
+        (run.env("FAILURE_POLICY"), run.env("FORCE_CONFLICTS")),
+        (Some("retry"), Some("true")),
+        "{}",
+        run.said
+    );
+    assert_eq!(
+        run.annotation("helm-guard.io/action"),
+        "upgrade (failure policy retry) with --force-conflicts=true"
+    );
+    assert!(run.annotation("helm-guard.io/force-conflicts-from").contains("field conflict"), "{:?}", run.pod);
+    assert!(run.said.contains("--force-conflicts=true"), "the script passed the flag: {}", run.said);
+    assert_eq!(statuses("conflicted"), ["superseded", "failed", "deployed"], "upgraded, never uninstalled");
+    let events = b.chart_events("conflicted", "HelmInstallPodRewritten").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["note"].as_str().is_some_and(|n| n.contains("FORCE_CONFLICTS unset -> true"))),
+        "{events:?}"
+    );
 }

@@ -78,6 +78,7 @@ proptest! {
                 payload: if decodes { PayloadStatus::Decoded(<Status as strum::VariantArray>::VARIANTS[status]) } else { PayloadStatus::Undecodable },
                 label: Some(<Status as strum::VariantArray>::VARIANTS[status]),
                 stored_at,
+                field_conflict: decodes && revision % 2 == 0,
             })
             .collect();
         let _ = classify(&facts, now, 900);

@@ -111,8 +111,13 @@ async fn patch(
         plan.failure_policy.map(|to| {
             format!("FAILURE_POLICY {} -> {to}", target.env.failure_policy.as_deref().unwrap_or("reinstall"))
         }),
-        plan.force_conflicts_off.then(|| {
-            format!("FORCE_CONFLICTS {}", pod::FORCE_CONFLICTS_BUG.replacen("true", "true -> false", 1))
+        plan.force_conflicts.map(|to| match to {
+            "false" => format!("FORCE_CONFLICTS {}", pod::FORCE_CONFLICTS_BUG.replacen("true", "true -> false", 1)),
+            _ => format!(
+                "FORCE_CONFLICTS {} -> true (revision {} failed on a server-side-apply field conflict: upgraded again with --force-conflicts, not reinstalled)",
+                target.env.force_conflicts.as_deref().unwrap_or("unset"),
+                state.revision.unwrap_or_default()
+            ),
         }),
     ]
     .into_iter()

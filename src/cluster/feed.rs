@@ -31,6 +31,7 @@ impl IndexedRecord {
             payload: PayloadStatus::NotLoaded,
             label: status_label(labels),
             stored_at: meta.creation_timestamp.as_ref().map(|time| time.0.as_second()),
+            field_conflict: false,
         };
         Some(IndexedRecord {
             key,

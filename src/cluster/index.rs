@@ -723,7 +723,13 @@ mod tests {
     }
 
     fn facts(revision: u32, status: Status) -> RevisionFacts {
-        RevisionFacts { revision, payload: PayloadStatus::NotLoaded, label: Some(status), stored_at: None }
+        RevisionFacts {
+            revision,
+            payload: PayloadStatus::NotLoaded,
+            label: Some(status),
+            stored_at: None,
+            field_conflict: false,
+        }
     }
 
     fn object(revision: u32) -> String {

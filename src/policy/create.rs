@@ -292,6 +292,7 @@ mod tests {
             payload: PayloadStatus::NotLoaded,
             label: Some(Deployed),
             stored_at: None,
+            field_conflict: false,
         }]);
         let next = CreateFacts { payload: Some((4, PendingUpgrade)), others: &unread, ..base };
         assert_eq!(decide_create(&next, &config).reason, Reason::UnreadHistory);

@@ -633,6 +633,7 @@ mod tests {
             payload: PayloadStatus::NotLoaded,
             label: Some(Deployed),
             stored_at: None,
+            field_conflict: false,
         };
         let verdict = decide_delete(
             &facts(1, Some(Superseded)),

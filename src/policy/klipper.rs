@@ -88,6 +88,13 @@ impl EntryScript {
             && env.force_conflicts.as_deref() == Some("true")
     }
 
+    /// v0.13.3 (`09c5242`) passes `FORCE_CONFLICTS` to Helm (`get_ssa_args`: `--force-conflicts=true`
+    /// where SSA is on, or `auto` over a release applied with SSA); before, no script passed it,
+    /// and Helm 4 upgrades without it.
+    pub(crate) fn passes_force_conflicts(self) -> bool {
+        self.version.is_some_and(|version| version >= (0, 13, 3))
+    }
+
     /// The failure policy that keeps a failed release instead of uninstalling it.
     pub(crate) fn keeping_policy(self) -> &'static str {
         if self.has_retry_policy() { "retry" } else { "abort" }

@@ -23,7 +23,8 @@ pub(crate) const ACTION_ANNOTATION: &str = "helm-guard.io/action";
 pub(crate) const SCRIPT_ANNOTATION: &str = "helm-guard.io/script";
 /// What the guard rewrote (`install`), when it rewrote the pod's command.
 pub(crate) const REWRITTEN_ANNOTATION: &str = "helm-guard.io/rewritten-from";
-/// `FORCE_CONFLICTS` the guard turned off, and why (klipper-helm v0.13.3's flag bug).
+/// `FORCE_CONFLICTS` the guard changed, and why: turned off where klipper-helm v0.13.3's flag bug
+/// would pass it without SSA; turned on for a protected release that failed on a field conflict.
 pub(crate) const FORCE_CONFLICTS_REWRITTEN_ANNOTATION: &str = "helm-guard.io/force-conflicts-from";
 /// The failure policy the guard replaced on a protected chart, and why.
 pub(crate) const POLICY_REWRITTEN_ANNOTATION: &str = "helm-guard.io/failure-policy-from";
@@ -162,9 +163,11 @@ pub(crate) struct PodPlan {
     pub rewrite_to_upgrade: bool,
     /// The `FAILURE_POLICY` to set, on a protected chart whose script would reinstall.
     pub failure_policy: Option<&'static str>,
-    /// Set `FORCE_CONFLICTS=false`: SSA is off and the script would pass `--force-conflicts=true`
-    /// anyway ([`EntryScript::forces_conflicts_without_ssa`]).
-    pub force_conflicts_off: bool,
+    /// The `FORCE_CONFLICTS` to set: `false` where SSA is off and the script would pass
+    /// `--force-conflicts=true` anyway ([`EntryScript::forces_conflicts_without_ssa`]); `true`
+    /// where a protected release failed on a field conflict and the script retries it
+    /// ([`EntryScript::passes_force_conflicts`]).
+    pub force_conflicts: Option<&'static str>,
     /// What the script will do, after the changes.
     pub action: ScriptAction,
 }
@@ -214,11 +217,33 @@ pub(crate) fn plan(pod: &HelmInstallPod, release: &Classification, protected: Op
     if rewrite_to_upgrade {
         annotations.insert(REWRITTEN_ANNOTATION.to_owned(), "install".to_owned());
     }
-    let force_conflicts_off = pod.script.forces_conflicts_without_ssa(&pod.env);
-    if force_conflicts_off {
+    let mut force_conflicts = None;
+    if pod.script.forces_conflicts_without_ssa(&pod.env) {
+        force_conflicts = Some("false");
         annotations.insert(FORCE_CONFLICTS_REWRITTEN_ANNOTATION.to_owned(), FORCE_CONFLICTS_BUG.to_owned());
+    } else if let Some(why) = protected
+        && release.field_conflict
+        && matches!(action, ScriptAction::RetryUpgrade { .. })
+        && pod.script.passes_force_conflicts()
+        && pod.env.server_side.as_deref() != Some("false")
+        && pod.env.force_conflicts.as_deref() != Some("true")
+    {
+        // The retry would fail on the same conflict forever: it takes the fields instead.
+        force_conflicts = Some("true");
+        let was = pod.env.force_conflicts.as_deref().unwrap_or("unset");
+        let revision = release.revision.unwrap_or_default();
+        annotations.insert(
+            FORCE_CONFLICTS_REWRITTEN_ANNOTATION.to_owned(),
+            format!(
+                "{was} (revision {revision} failed on a server-side-apply field conflict; {PROTECT_LABEL} on {why}: upgraded again with --force-conflicts, not reinstalled)"
+            ),
+        );
+        annotations.insert(
+            ACTION_ANNOTATION.to_owned(),
+            format!("{} with --force-conflicts=true", action.describe()),
+        );
     }
-    PodPlan { annotations, rewrite_to_upgrade, failure_policy, force_conflicts_off, action }
+    PodPlan { annotations, rewrite_to_upgrade, failure_policy, force_conflicts, action }
 }
 
 /// The JSONPatch that carries out a plan on the pod: written directly (a handful of operations)
@@ -248,39 +273,32 @@ pub(crate) fn patch(pod: &Pod, target: &HelmInstallPod, plan: &PodPlan) -> json_
             value: Value::String("upgrade".to_owned()),
         }));
     }
-    if plan.force_conflicts_off {
-        let value = serde_json::json!({"name": "FORCE_CONFLICTS", "value": "false"});
-        for (index, _) in spec.env.iter().enumerate().filter(|(_, e)| e.name == "FORCE_CONFLICTS") {
+    // Whether the container has an `env` list (an `env` added below makes one).
+    let mut has_env = !spec.env.is_empty();
+    for (name, value) in [("FORCE_CONFLICTS", plan.force_conflicts), ("FAILURE_POLICY", plan.failure_policy)]
+    {
+        let Some(value) = value else { continue };
+        let entry = serde_json::json!({"name": name, "value": value});
+        // Every entry of the name is replaced: the container sees the last one.
+        let found: Vec<usize> =
+            spec.env.iter().enumerate().filter(|(_, e)| e.name == name).map(|(i, _)| i).collect();
+        for index in &found {
             let index = index.to_string();
             let path =
                 PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", index.as_str()]);
-            operations.push(PatchOperation::Replace(ReplaceOperation { path, value: value.clone() }));
+            operations.push(PatchOperation::Replace(ReplaceOperation { path, value: entry.clone() }));
         }
-    }
-    if let Some(policy) = plan.failure_policy {
-        let value = serde_json::json!({"name": "FAILURE_POLICY", "value": policy});
-        // Every FAILURE_POLICY entry is replaced: the container sees the last one.
-        let found: Vec<usize> =
-            spec.env.iter().enumerate().filter(|(_, e)| e.name == "FAILURE_POLICY").map(|(i, _)| i).collect();
         if found.is_empty() {
-            let (path, value) = if spec.env.is_empty() {
-                (
-                    PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env"]),
-                    Value::Array(vec![value.clone()]),
-                )
+            let (path, value) = if has_env {
+                (PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", "-"]), entry)
             } else {
                 (
-                    PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", "-"]),
-                    value.clone(),
+                    PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env"]),
+                    Value::Array(vec![entry]),
                 )
             };
             operations.push(PatchOperation::Add(AddOperation { path, value }));
-        }
-        for index in found {
-            let index = index.to_string();
-            let path =
-                PointerBuf::from_tokens(["spec", "containers", container.as_str(), "env", index.as_str()]);
-            operations.push(PatchOperation::Replace(ReplaceOperation { path, value: value.clone() }));
+            has_env = true;
         }
     }
     json_patch::Patch(operations)
@@ -329,6 +347,7 @@ mod tests {
                 payload: PayloadStatus::Decoded(s),
                 label: Some(s),
                 stored_at: None,
+                field_conflict: false,
             })
             .collect();
         classify(&facts, 0, 900)
@@ -469,6 +488,77 @@ mod tests {
         assert_eq!(mutated["metadata"]["annotations"][REVISION_ANNOTATION], "1");
         assert_eq!(mutated["metadata"]["annotations"][SCRIPT_ANNOTATION], "klipper-helm v0.9.8");
         assert!(already_annotated(&typed(&mutated)) && !already_annotated(&typed(&original)));
+    }
+
+    /// The failed revision as real Helm 4.1 stored it after a server-side-apply field conflict
+    /// (tests/fixtures/snapshot/record-ssa-conflict-failed.json), above a deployed revision 1.
+    fn failed_on_a_conflict() -> Classification {
+        let stored: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/snapshot/record-ssa-conflict-failed.json"
+        ))
+        .unwrap();
+        let record = crate::release::Record::from_object(&stored, None).unwrap().unwrap();
+        let failed = crate::release::DecodedRecord::new(record, Default::default()).facts();
+        assert_eq!(
+            (failed.revision, failed.status(), failed.field_conflict),
+            (2, Some(Status::Failed), true)
+        );
+        let deployed = RevisionFacts { revision: 1, field_conflict: false, ..failed };
+        let deployed = RevisionFacts { payload: PayloadStatus::Decoded(Status::Deployed), ..deployed };
+        classify(&[deployed, failed], 0, 900)
+    }
+
+    /// Issue 59: a protected release that failed on a field conflict is upgraded again with
+    /// `--force-conflicts` (the script of v0.13.3 passes `FORCE_CONFLICTS`), neither reinstalled
+    /// nor retried into the same conflict; and only then.
+    #[test]
+    fn a_protected_release_failed_on_a_field_conflict_is_upgraded_again_taking_the_fields() {
+        let conflict = failed_on_a_conflict();
+        assert!(conflict.field_conflict);
+        let why =
+            Some("helmchart kube-system/rke2-cilium, a chart the cluster cannot lose: --protected-chart");
+        let head =
+            plan(&target(HEAD_IMAGE, json!([{"name": "SERVER_SIDE", "value": "auto"}])), &conflict, why);
+        assert_eq!((head.failure_policy, head.force_conflicts), (Some("retry"), Some("true")));
+        assert_eq!(
+            head.annotations[ACTION_ANNOTATION],
+            "upgrade (failure policy retry) with --force-conflicts=true"
+        );
+        assert_eq!(
+            head.annotations[FORCE_CONFLICTS_REWRITTEN_ANNOTATION],
+            "unset (revision 2 failed on a server-side-apply field conflict; helm-guard.io/protect on \
+             helmchart kube-system/rke2-cilium, a chart the cluster cannot lose: --protected-chart: upgraded \
+             again with --force-conflicts, not reinstalled)"
+        );
+        // Not without each condition: unprotected (the script's own policy stands), a failure
+        // that was no conflict, a script that passes no FORCE_CONFLICTS, SSA off, already forced.
+        let unprotected = plan(&target(HEAD_IMAGE, json!([])), &conflict, None);
+        assert_eq!((unprotected.force_conflicts, unprotected.action.reinstalls()), (None, true));
+        let other_failure = state(&[(1, Status::Deployed), (2, Status::Failed)]);
+        assert_eq!(plan(&target(HEAD_IMAGE, json!([])), &other_failure, why).force_conflicts, None);
+        let v0_13_2 = "rancher/klipper-helm:v0.13.2-build20260721";
+        assert_eq!(plan(&target(v0_13_2, json!([])), &conflict, why).force_conflicts, None);
+        let ssa_off = json!([{"name": "SERVER_SIDE", "value": "false"}]);
+        assert_eq!(plan(&target(HEAD_IMAGE, ssa_off), &conflict, why).force_conflicts, None);
+        let forced = json!([{"name": "FORCE_CONFLICTS", "value": "true"}]);
+        assert_eq!(plan(&target(HEAD_IMAGE, forced), &conflict, why).force_conflicts, None);
+        // The pod as the container sees it: FORCE_CONFLICTS replaced where it is, added where not.
+        for env in [
+            json!([{"name": "NAME", "value": "web"}, {"name": "FORCE_CONFLICTS", "value": "false"}]),
+            json!([{"name": "NAME", "value": "web"}]),
+        ] {
+            let original = pod_of(HEAD_IMAGE, "install", env);
+            let target = HelmInstallPod::from_pod(&typed(&original), "kube-system").unwrap();
+            let plan = plan(&target, &conflict, why);
+            let mut mutated = original.clone();
+            json_patch::patch(&mut mutated, &patch(&typed(&original), &target, &plan)).unwrap();
+            let reread = HelmInstallPod::from_pod(&typed(&mutated), "kube-system").unwrap();
+            assert_eq!(
+                (reread.env.force_conflicts.as_deref(), reread.env.failure_policy.as_deref()),
+                (Some("true"), Some("retry")),
+                "{mutated}"
+            );
+        }
     }
 
     #[test]

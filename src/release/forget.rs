@@ -141,6 +141,7 @@ mod tests {
                             payload,
                             label: Some(status),
                             stored_at: None,
+                            field_conflict: false,
                         })
                     })
                     .collect();

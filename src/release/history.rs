@@ -32,6 +32,11 @@ pub struct RevisionFacts {
     /// creates the record first). Not the `modifiedAt`/`createdAt` labels: Helm 3.17 and 4.1
     /// copy the previous revision's labels onto the next, so they can be the install's time.
     pub stored_at: Option<i64>,
+    /// Helm failed this revision on a server-side-apply field conflict (its payload's
+    /// description says so, as Helm 4 writes it: another field manager owns a field the chart
+    /// sets). An upgrade with `--force-conflicts` takes the fields back; a plain retry fails
+    /// the same way.
+    pub field_conflict: bool,
 }
 
 impl RevisionFacts {
@@ -118,6 +123,7 @@ impl History {
                 payload: PayloadStatus::Decoded(status),
                 label: Some(status),
                 stored_at: None,
+                field_conflict: false,
             })
             .collect();
         History::new(&facts)
@@ -267,6 +273,9 @@ pub struct Classification {
     pub stuck_because: Option<super::writer::StuckBecause>,
     /// Seconds since the latest revision was last written, when known.
     pub age_secs: Option<i64>,
+    /// The latest revision failed on a server-side-apply field conflict
+    /// ([`RevisionFacts::field_conflict`]).
+    pub field_conflict: bool,
     /// What is odd about the records, whatever the state.
     pub anomalies: BTreeSet<Anomaly>,
 }
@@ -396,6 +405,9 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
     let stored_at = latest
         .and_then(|(revision, _)| facts.iter().find(|f| f.revision == revision).and_then(|f| f.stored_at));
     let age_secs = stored_at.map(|at| now.saturating_sub(at).max(0));
+    let field_conflict = latest.is_some_and(|(revision, status)| {
+        status == Status::Failed && facts.iter().any(|f| f.revision == revision && f.field_conflict)
+    });
     let stuck =
         latest.is_some_and(|(_, s)| s.is_pending()) && age_secs.is_some_and(|age| age > stuck_after_secs);
     Classification {
@@ -405,6 +417,7 @@ pub fn classify(facts: &[RevisionFacts], now: i64, stuck_after_secs: i64) -> Cla
         deployed,
         stuck,
         stuck_because: stuck.then_some(super::writer::StuckBecause::Age),
+        field_conflict,
         age_secs,
         anomalies,
     }
@@ -424,6 +437,7 @@ mod tests {
             payload: PayloadStatus::Decoded(Status::Superseded),
             label: Some(Status::Superseded),
             stored_at: Some(stored_at),
+            field_conflict: false,
         };
         let now = 100_000;
         // v10 kept from two hours ago (the last deployed one Helm's pruning keeps), v48..v50
@@ -448,6 +462,7 @@ mod tests {
             payload: PayloadStatus::Decoded(status),
             label: Some(status),
             stored_at: Some(1_000),
+            field_conflict: false,
         }
     }
 
@@ -509,6 +524,7 @@ mod tests {
             payload: PayloadStatus::NotLoaded,
             label: Some(Status::Deployed),
             stored_at: None,
+            field_conflict: false,
         };
         let c = classify(&[facts], 0, DEFAULT_STUCK_AFTER_SECS);
         assert_eq!(c.state, ReleaseState::Healthy);

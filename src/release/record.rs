@@ -448,6 +448,7 @@ impl DecodedRecord {
             payload,
             label: self.record.status_label(),
             stored_at: self.record.created_at.or(payload_time),
+            field_conflict: self.payload.as_ref().is_ok_and(ReleasePayload::failed_on_field_conflict),
         }
     }
 

@@ -25,6 +25,7 @@ fn index() -> ReleaseIndex {
                     payload: PayloadStatus::Decoded(status),
                     label: Some(status),
                     stored_at: Some(stored_at),
+                    field_conflict: false,
                 },
                 resource_version: None,
             });

@@ -255,6 +255,20 @@ pub struct ChartMetadata {
 }
 
 impl ReleasePayload {
+    /// Whether Helm failed this revision on a server-side-apply field conflict. Helm 4 stores the
+    /// API server's words in the description: `Upgrade "web" failed: conflict occurred while
+    /// applying object NS/NAME apps/v1, Kind=Deployment: Apply failed with 1 conflict: conflict
+    /// with "kubectl" with subresource "scale" using apps/v1: .spec.replicas` (Helm 4.1.4 on the
+    /// real API server: tests/fixtures/snapshot/record-ssa-conflict-failed.json).
+    pub(crate) fn failed_on_field_conflict(&self) -> bool {
+        self.info.status == Status::Failed
+            && self
+                .info
+                .description
+                .as_deref()
+                .is_some_and(|said| said.contains("Apply failed with") && said.contains("conflict with "))
+    }
+
     /// The chart's metadata.
     pub(crate) fn chart_metadata(&self) -> Option<&ChartMetadata> {
         self.chart.as_ref()
