@@ -176,3 +176,95 @@ async fn what_alerts_and_panels_read_is_served_before_the_first_request() {
         .collect();
     assert!(missing.is_empty(), "not served before the first request: {missing:?}");
 }
+
+/// The alerts on the guard itself fire on the series that mean them and stay quiet on a healthy
+/// guard, as Prometheus evaluates them (`promtool test rules` over the shipped rules, their
+/// annotations set aside): down, not reached by the API server (its own probe, and the API
+/// server's failed calls), short of replicas, its certificate about to expire. Needs promtool
+/// (Debian's `prometheus` package): `.ci/run` installs it and runs this test.
+#[test]
+#[ignore = "needs promtool (Debian: prometheus): cargo test --test in_process -- --ignored monitoring::"]
+fn the_alerts_on_the_guard_itself_fire_when_they_should_and_only_then() {
+    let rule: Value = serde_saphyr::from_str(&manifest("prometheusrule.yaml")).unwrap();
+    let mut groups = rule["spec"]["groups"].clone();
+    for group in groups.as_array_mut().unwrap() {
+        for rule in group["rules"].as_array_mut().unwrap() {
+            rule.as_object_mut().unwrap().remove("annotations");
+        }
+    }
+    let labels_of = |alert: &str| -> Value {
+        let rules = groups.as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap());
+        rules.clone().find(|r| r["alert"] == alert).unwrap_or_else(|| panic!("no alert {alert}"))["labels"]
+            .clone()
+    };
+    let firing = |alert: &str, extra: Value| -> Value {
+        let mut labels = labels_of(alert);
+        for (key, value) in extra.as_object().unwrap() {
+            labels[key] = value.clone();
+        }
+        serde_json::json!({"eval_time": "20m", "alertname": alert, "exp_alerts": [{"exp_labels": labels}]})
+    };
+    let quiet = |alert: &str| serde_json::json!({"eval_time": "20m", "alertname": alert, "exp_alerts": []});
+    let series = |pairs: &[(&str, &str)]| -> Value {
+        pairs.iter().map(|(series, values)| serde_json::json!({"series": series, "values": values})).collect()
+    };
+    const ALERTS: [&str; 5] = [
+        "HelmGuardDown",
+        "HelmGuardNotReachedByAPIServer",
+        "HelmGuardUnreachableFromAPIServer",
+        "HelmGuardReplicasUnavailable",
+        "HelmGuardCertificateExpiresSoon",
+    ];
+    let tests = serde_json::json!({
+        "rule_files": ["rules.json"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series(&[
+                    // The guard's target is gone; another job's stays up.
+                    ("up{job=\"node-exporter\"}", "1x30"),
+                    ("helm_guard_apiserver_reachable{pod=\"helm-guard-0\"}", "0x30"),
+                    ("apiserver_admission_webhook_rejection_count{name=\"records.helm-guard.io\",error_type=\"calling_webhook_error\"}", "0+3x30"),
+                    ("kube_deployment_status_replicas_available{deployment=\"helm-guard\"}", "1x30"),
+                    ("kube_deployment_spec_replicas{deployment=\"helm-guard\"}", "2x30"),
+                    // Expires a day after the start.
+                    ("helm_guard_tls_certificate_expiry_seconds{pod=\"helm-guard-0\"}", "86400x30"),
+                ]),
+                "alert_rule_test": [
+                    firing("HelmGuardDown", serde_json::json!({})),
+                    firing("HelmGuardNotReachedByAPIServer", serde_json::json!({})),
+                    firing("HelmGuardUnreachableFromAPIServer", serde_json::json!({})),
+                    firing("HelmGuardReplicasUnavailable", serde_json::json!({"deployment": "helm-guard"})),
+                    firing("HelmGuardCertificateExpiresSoon", serde_json::json!({})),
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": series(&[
+                    ("up{job=\"helm-guard-metrics\"}", "1x30"),
+                    ("helm_guard_apiserver_reachable{pod=\"helm-guard-0\"}", "1x30"),
+                    ("apiserver_admission_webhook_rejection_count{name=\"records.helm-guard.io\",error_type=\"calling_webhook_error\"}", "7x30"),
+                    ("kube_deployment_status_replicas_available{deployment=\"helm-guard\"}", "2x30"),
+                    ("kube_deployment_spec_replicas{deployment=\"helm-guard\"}", "2x30"),
+                    ("helm_guard_tls_certificate_expiry_seconds{pod=\"helm-guard-0\"}", "31536000x30"),
+                ]),
+                "alert_rule_test": ALERTS.iter().map(|alert| quiet(alert)).collect::<Vec<_>>(),
+            },
+        ],
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.json"), serde_json::json!({"groups": groups}).to_string()).unwrap();
+    std::fs::write(dir.path().join("tests.json"), tests.to_string()).unwrap();
+    let done = std::process::Command::new("promtool")
+        .args(["test", "rules", "tests.json"])
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool on PATH (Debian: prometheus)");
+    assert!(
+        done.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
