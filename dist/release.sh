@@ -48,7 +48,7 @@ for arch in amd64 arm64; do
   cp "$target/$triple/release/helm-guard" "$binary"
   file "$binary" | grep -Eq "static(-pie)? linked|statically linked" || fail "$binary is not statically linked"
   auditable2cdx "$binary" > "$binary.cdx.json"
-  image/check-sbom.sh "$binary" "$binary.cdx.json"
+  image/check-sbom.sh "$binary" "$binary.cdx.json" "$triple"
 done
 "$out/helm-guard-$version-linux-amd64" --version | grep -q "$version" || fail "the amd64 binary does not say $version"
 

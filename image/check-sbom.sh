@@ -6,15 +6,17 @@
 # proc-macros that only run in the compiler). The embedded list may name a few crates more: cargo
 # auditable reads `cargo metadata`, whose features are unified with the dev-dependencies'.
 # Exits 1 and prints the difference when one is missing.
-#   image/check-sbom.sh BINARY SBOM
+#   image/check-sbom.sh BINARY SBOM [TARGET]
+# TARGET: the binary's target triple, default the host's (what cargo links differs by target:
+# a cross build does not unify the proc-macros' features with the binary's).
 set -eu
-binary=${1:?usage: check-sbom.sh BINARY SBOM}
-sbom=${2:?usage: check-sbom.sh BINARY SBOM}
+binary=${1:?usage: check-sbom.sh BINARY SBOM [TARGET]}
+sbom=${2:?usage: check-sbom.sh BINARY SBOM [TARGET]}
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-host=$(rustc -vV | sed -n 's/^host: //p')
-cargo tree --locked --edges normal,no-proc-macro --target "$host" --package helm-guard \
+target=${3:-$(rustc -vV | sed -n 's/^host: //p')}
+cargo tree --locked --edges normal,no-proc-macro --target "$target" --package helm-guard \
     --prefix none --format '{p}' \
   | awk '{ sub(/^v/, "", $2); print $1 "@" $2 }' | sort -u > "$dir/linked"
 rust-audit-info "$binary" \

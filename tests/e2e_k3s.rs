@@ -305,13 +305,22 @@ impl Bench {
             .collect();
         let run = Run { pod, commands, succeeded: done.status.success(), said: text(&done) };
         let action = run.annotation("helm-guard.io/action").to_owned();
-        let (commands, succeeds) = promised(&action);
+        // `ACTION, with FLAGS`: the server-side-apply flags the script gives Helm.
+        let (what, flags) = action.split_once(", with ").unwrap_or((action.as_str(), ""));
+        let (commands, succeeds) = promised(what);
         assert_eq!(
             (run.commands.iter().map(String::as_str).collect::<Vec<_>>(), run.succeeded),
             (commands, succeeds),
             "{job}: the pod said `{action}`, the script did otherwise:\n{}",
             run.said
         );
+        for flag in flags.split_whitespace().filter(|flag| flag.starts_with("--")) {
+            assert!(
+                run.said.contains(flag),
+                "{job}: the pod said `{action}`, the script ran Helm without {flag}:\n{}",
+                run.said
+            );
+        }
         run
     }
 
@@ -459,7 +468,7 @@ async fn cases(b: &Bench) {
     assert_eq!(run.annotation("helm-guard.io/action"), "install");
     assert_eq!(b.record("web", 1)["metadata"]["labels"][HASH_LABEL], "H1");
     let run = b.run_job(&b.head, "web", "install", &[("CONFIG_HASH", "H2"), ("SERVER_SIDE", "true")]).await;
-    assert_eq!(run.annotation("helm-guard.io/action"), "upgrade");
+    assert_eq!(run.annotation("helm-guard.io/action"), "upgrade, with --server-side=true");
     assert_eq!(statuses("web"), ["superseded", "deployed"]);
     assert_eq!(b.record("web", 2)["metadata"]["labels"][HASH_LABEL], "H2");
 
@@ -494,6 +503,10 @@ async fn cases(b: &Bench) {
     let run =
         b.run_job(&b.head, "web", "install", &[("SERVER_SIDE", "false"), ("FORCE_CONFLICTS", "true")]).await;
     assert_eq!(run.env("FORCE_CONFLICTS"), Some("false"), "{}", run.said);
+    assert_eq!(
+        run.annotation("helm-guard.io/action"),
+        "upgrade, with --server-side=false --force-conflicts=false"
+    );
     assert!(run.annotation("helm-guard.io/force-conflicts-from").contains("never matches"), "{:?}", run.pod);
     assert!(run.succeeded, "{}", run.said);
     assert_eq!(statuses("web"), ["superseded", "superseded", "deployed"]);
@@ -600,7 +613,7 @@ async fn cases(b: &Bench) {
     );
     assert_eq!(
         run.annotation("helm-guard.io/action"),
-        "upgrade (failure policy retry) with --force-conflicts=true"
+        "upgrade (failure policy retry), with --server-side=auto --force-conflicts=true"
     );
     assert!(run.annotation("helm-guard.io/force-conflicts-from").contains("field conflict"), "{:?}", run.pod);
     assert!(run.said.contains("--force-conflicts=true"), "the script passed the flag: {}", run.said);

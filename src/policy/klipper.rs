@@ -95,6 +95,45 @@ impl EntryScript {
         self.version.is_some_and(|version| version >= (0, 13, 3))
     }
 
+    /// The flags v0.13.3's `get_ssa_args` gives every `helm install` and `helm upgrade` it runs
+    /// (none before it), as its source computes them: `--server-side=$SERVER_SIDE` when set
+    /// (`auto` becomes `true` for a release with no revision yet), `--force-conflicts=$FORCE_CONFLICTS`
+    /// when set, turned `false` under `auto` unless the release was applied server-side (its
+    /// `apply_method`), and never under `false` (the glob bug of
+    /// [`Self::forces_conflicts_without_ssa`]). `revision`: the latest, `None` for the install
+    /// after a reinstall's uninstall; `applied_server_side`: the latest's `apply_method` is `ssa`,
+    /// when known. `None`: no flags.
+    pub(crate) fn ssa_args(
+        self,
+        env: &ScriptEnv,
+        revision: Option<u32>,
+        applied_server_side: Option<bool>,
+    ) -> Option<String> {
+        if !self.passes_force_conflicts() {
+            return None;
+        }
+        let mut server_side = env.server_side.clone().filter(|s| !s.is_empty());
+        let mut force = env.force_conflicts.clone().filter(|f| !f.is_empty());
+        if revision.is_none() && server_side.as_deref() == Some("auto") {
+            server_side = Some("true".to_owned());
+        }
+        if force.as_deref() == Some("true") && server_side.as_deref() == Some("auto") {
+            match applied_server_side {
+                Some(true) => {}
+                Some(false) => force = Some("false".to_owned()),
+                None => force = Some("true (false unless the release was applied server-side)".to_owned()),
+            }
+        }
+        let flags: Vec<String> = [
+            server_side.map(|s| format!("--server-side={s}")),
+            force.map(|f| format!("--force-conflicts={f}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!flags.is_empty()).then(|| flags.join(" "))
+    }
+
     /// The failure policy that keeps a failed release instead of uninstalling it.
     pub(crate) fn keeping_policy(self) -> &'static str {
         if self.has_retry_policy() { "retry" } else { "abort" }
@@ -183,6 +222,32 @@ impl ScriptAction {
         }
     }
 
+    /// The action with the server-side-apply flags the script gives Helm
+    /// ([`EntryScript::ssa_args`]) for the `helm install` or `upgrade` it runs, as the
+    /// `helm-guard.io/action` annotation spells it.
+    pub(crate) fn describe_with_flags(
+        &self,
+        script: EntryScript,
+        env: &ScriptEnv,
+        latest: Option<u32>,
+        applied_server_side: Option<bool>,
+    ) -> String {
+        let applies = match self {
+            ScriptAction::Install
+            | ScriptAction::InstallRefused
+            | ScriptAction::Upgrade
+            | ScriptAction::ResetAndUpgrade
+            | ScriptAction::RetryUpgrade { .. } => Some(latest),
+            // The install after the uninstall: the script asks for the flags of no release.
+            ScriptAction::Reinstall { .. } => Some(None),
+            _ => None,
+        };
+        match applies.and_then(|revision| script.ssa_args(env, revision, applied_server_side)) {
+            Some(flags) => format!("{}, with {flags}", self.describe()),
+            None => self.describe(),
+        }
+    }
+
     /// Whether the release's resources are uninstalled on the way (what `helm-guard.io/protect`
     /// prevents).
     pub(crate) fn reinstalls(&self) -> bool {
@@ -258,6 +323,63 @@ pub(crate) fn predict(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `get_ssa_args` of v0.13.3 (`09c5242:entry`), row by row: what the script gives Helm for
+    /// each SERVER_SIDE and FORCE_CONFLICTS, with and without a release, by apply method.
+    #[test]
+    fn the_ssa_flags_are_the_ones_the_head_script_passes() {
+        let head = EntryScript { version: Some((0, 13, 3)) };
+        let env = |server_side: &str, force: &str| ScriptEnv {
+            server_side: (!server_side.is_empty()).then(|| server_side.to_owned()),
+            force_conflicts: (!force.is_empty()).then(|| force.to_owned()),
+            ..ScriptEnv::default()
+        };
+        // SERVER_SIDE, FORCE_CONFLICTS, the latest revision, applied server-side, the flags.
+        type Row<'a> = (&'a str, &'a str, Option<u32>, Option<bool>, Option<&'a str>);
+        let table: [Row; 9] = [
+            ("", "", Some(2), None, None),
+            ("true", "", Some(2), None, Some("--server-side=true")),
+            ("auto", "", None, None, Some("--server-side=true")),
+            ("auto", "", Some(2), None, Some("--server-side=auto")),
+            ("auto", "true", Some(2), Some(true), Some("--server-side=auto --force-conflicts=true")),
+            ("auto", "true", Some(2), Some(false), Some("--server-side=auto --force-conflicts=false")),
+            (
+                "auto",
+                "true",
+                Some(2),
+                None,
+                Some(
+                    "--server-side=auto --force-conflicts=true (false unless the release was applied server-side)",
+                ),
+            ),
+            // The glob bug: `== ^false$` never matches, so force stays.
+            ("false", "true", Some(2), None, Some("--server-side=false --force-conflicts=true")),
+            ("", "true", Some(2), None, Some("--force-conflicts=true")),
+        ];
+        for (server_side, force, revision, applied, flags) in table {
+            assert_eq!(
+                head.ssa_args(&env(server_side, force), revision, applied).as_deref(),
+                flags,
+                "SERVER_SIDE={server_side:?} FORCE_CONFLICTS={force:?} revision {revision:?} ssa {applied:?}"
+            );
+        }
+        let before = EntryScript { version: Some((0, 13, 2)) };
+        assert_eq!(before.ssa_args(&env("true", "true"), Some(2), None), None, "no flags before v0.13.3");
+        let upgrade = ScriptAction::Upgrade.describe_with_flags(head, &env("true", ""), Some(2), None);
+        assert_eq!(upgrade, "upgrade, with --server-side=true");
+        let reinstall = ScriptAction::Reinstall { reset: false }.describe_with_flags(
+            head,
+            &env("auto", ""),
+            Some(2),
+            None,
+        );
+        assert_eq!(reinstall, "reinstall (uninstalls first), with --server-side=true", "installs afresh");
+        let waiting = ScriptAction::WaitForOperator { reset: false };
+        assert_eq!(
+            waiting.describe_with_flags(head, &env("true", "true"), Some(2), None),
+            "wait-for-operator"
+        );
+    }
 
     #[test]
     fn the_version_is_read_from_the_image_tag() {

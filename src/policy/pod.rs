@@ -209,7 +209,6 @@ pub(crate) fn plan(pod: &HelmInstallPod, release: &Classification, protected: Op
             .insert(POLICY_REWRITTEN_ANNOTATION.to_owned(), format!("{was} ({PROTECT_LABEL} on {why})"));
     }
     annotations.insert(STATE_ANNOTATION.to_owned(), release.state.as_str().to_owned());
-    annotations.insert(ACTION_ANNOTATION.to_owned(), action.describe());
     annotations.insert(SCRIPT_ANNOTATION.to_owned(), pod.script.describe());
     if let Some(revision) = release.revision {
         annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_string());
@@ -238,11 +237,19 @@ pub(crate) fn plan(pod: &HelmInstallPod, release: &Classification, protected: Op
                 "{was} (revision {revision} failed on a server-side-apply field conflict; {PROTECT_LABEL} on {why}: upgraded again with --force-conflicts, not reinstalled)"
             ),
         );
-        annotations.insert(
-            ACTION_ANNOTATION.to_owned(),
-            format!("{} with --force-conflicts=true", action.describe()),
-        );
     }
+    let env = ScriptEnv {
+        failure_policy: failure_policy.map(str::to_owned).or_else(|| pod.env.failure_policy.clone()),
+        force_conflicts: force_conflicts.map(str::to_owned).or_else(|| pod.env.force_conflicts.clone()),
+        ..pod.env.clone()
+    };
+    // A release failed on a field conflict was applied server-side; otherwise the record's
+    // apply method is not kept, and the prediction says what the flags depend on.
+    let applied_server_side = release.field_conflict.then_some(true);
+    annotations.insert(
+        ACTION_ANNOTATION.to_owned(),
+        action.describe_with_flags(pod.script, &env, release.revision, applied_server_side),
+    );
     PodPlan { annotations, rewrite_to_upgrade, failure_policy, force_conflicts, action }
 }
 
@@ -522,7 +529,7 @@ mod tests {
         assert_eq!((head.failure_policy, head.force_conflicts), (Some("retry"), Some("true")));
         assert_eq!(
             head.annotations[ACTION_ANNOTATION],
-            "upgrade (failure policy retry) with --force-conflicts=true"
+            "upgrade (failure policy retry), with --server-side=auto --force-conflicts=true"
         );
         assert_eq!(
             head.annotations[FORCE_CONFLICTS_REWRITTEN_ANNOTATION],
