@@ -17,6 +17,8 @@ mod common;
 mod abuse;
 #[path = "cli.rs"]
 mod cli;
+#[path = "code_shape.rs"]
+mod code_shape;
 #[path = "docs.rs"]
 mod docs;
 #[path = "fuzz_corpus.rs"]

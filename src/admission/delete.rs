@@ -19,7 +19,7 @@ use std::time::Instant;
 use kube::core::admission::AdmissionRequest;
 
 use super::Admission;
-use super::validating::{Decided, requester};
+use super::decided::{Decided, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
 use crate::cluster::{DeleteCoordinator, Fetched, IndexChange};

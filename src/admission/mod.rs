@@ -5,6 +5,7 @@
 //! [`mutating`], and [`ledger`] turns the outcome into audit annotations and one structured log
 //! line. [`review::encode`] writes the answer.
 
+mod decided;
 pub(crate) mod delete;
 pub(crate) mod ledger;
 pub(crate) mod mutating;

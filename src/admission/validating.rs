@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
+use super::decided::{Decided, requester};
 use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
@@ -17,7 +18,7 @@ use crate::cluster::registration::{PROBE_LABEL, probe_reply};
 use crate::policy::create::{CreateFacts, RESTORED_FROM_ANNOTATION, decide_create};
 use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
-use crate::policy::{Outcome, Reason, Requester, Verdict, break_glass_reason};
+use crate::policy::{Reason, Verdict, break_glass_reason};
 use crate::release::decode::Fingerprinting;
 use crate::release::history::revisions_within;
 use crate::release::record::{DecodedRecord, LABEL_VERSION};
@@ -93,20 +94,6 @@ pub(crate) async fn validate(
         _ => (About::default(), not_a_record()),
     };
     respond(&request, asked, about, decided)
-}
-
-/// A rule's verdict and what the mode made of it.
-#[derive(Debug)]
-pub(super) struct Decided {
-    /// What the rule said.
-    pub(super) verdict: Verdict,
-    /// What the mode made of it: what the API server is told.
-    pub(super) outcome: Outcome,
-    /// An approval that must first be agreed with the other replicas
-    /// ([`crate::policy::delete::needs_agreement`]).
-    pub(super) agree: bool,
-    /// A deletion let go: its copy in the recycle bin, `namespace/name`.
-    pub(super) recycled: Option<String>,
 }
 
 /// A verdict that no mode changes: allowances.
@@ -286,13 +273,6 @@ fn no_old_object(admission: &Admission, request: &AdmissionRequest<ReviewObject>
     let (_, mode) = admission.namespace(request.namespace.as_deref().unwrap_or_default());
     let outcome = apply_mode(&verdict, mode);
     Decided { verdict, outcome, agree: false, recycled: None }
-}
-
-pub(super) fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'_> {
-    Requester {
-        username: request.user_info.username.as_deref().unwrap_or_default(),
-        groups: request.user_info.groups.as_deref().unwrap_or_default(),
-    }
 }
 
 /// What the record says, for the ledger, and the change the request makes to it.

@@ -35,7 +35,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::coordination::{
-    CLAIMS_ANNOTATION, Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator, now_ms,
+    CLAIMS_ANNOTATION, Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator,
+    MAX_BOOK_CLAIMS, now_ms,
 };
 use super::feed::{Feed, IndexSink};
 use super::fence::GroupCommit;
@@ -43,8 +44,6 @@ use crate::release::ReleaseKey;
 
 /// Labels of every claim book (the sweep lists by them).
 pub(crate) const BOOK_LABELS: &str = "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=claim-book";
-/// Claims one book holds at most (an annotation holds 256 KiB): past it, approvals wait ("retry").
-pub(crate) const MAX_BOOK_CLAIMS: usize = 1024;
 /// The annotation naming the format of a book's claims (POLICY.md, "Replicas that agree"). A
 /// book without it is of format 1, as written before the format was named.
 pub(crate) const FORMAT_ANNOTATION: &str = "helm-guard.io/claims-format";

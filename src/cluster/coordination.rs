@@ -5,8 +5,9 @@
 //! that reach two replicas at the same instant would both be approved. So before a replica
 //! approves such a deletion ([`needs_agreement`]) it writes a *claim* on the record that the
 //! other replicas see, and decides again with the claims of others written before its own
-//! hidden: [`super::claim_books`], the one way replicas agree (a single replica is the same code
-//! with no other book). This module holds what a claim is and the contract a decision uses
+//! hidden. The claims are kept in one Lease per replica, its claim book, read by every replica
+//! from a watch: the one way replicas agree (a single replica is the same code with no other
+//! book). This module holds what a claim is and the contract a decision uses
 //! ([`DeleteCoordinator`]). Claims expire after `--tombstone-ttl`, as local tombstones do; by
 //! then the watch has seen the deletion.
 //!
@@ -101,16 +102,17 @@ impl Claim {
     }
 }
 
+/// Claims one replica's book holds at most (an annotation holds 256 KiB): past it, approvals
+/// wait ([`CoordinationError::Full`], "retry").
+pub(crate) const MAX_BOOK_CLAIMS: usize = 1024;
+
 /// Why a claim could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinationError {
     #[error("the Kubernetes API did not answer within the decision deadline")]
     /// The API did not answer in time.
     Deadline,
-    #[error(
-        "this replica's claim book already holds {} unexpired claims",
-        super::claim_books::MAX_BOOK_CLAIMS
-    )]
+    #[error("this replica's claim book already holds {} unexpired claims", MAX_BOOK_CLAIMS)]
     /// This replica's book holds as many claims as it may: approvals wait ("retry").
     Full,
     #[error("the Kubernetes API refused: {0}")]
