@@ -34,7 +34,8 @@
 //! [`cluster::helmcharts`]; what a verdict reads beyond them, [`cluster::fetch`]); [`live`]
 //! starts them and the rest of the live guard (Events, agreement, the recycle bin, the
 //! [`policy_reports`] writer, which keeps release health as PolicyReports) once, for `serve` and
-//! the tests. The command line is in [`cli`]; the webhook's certificates in
+//! the tests, each a task of one [`tasks::Tasks`] that the server stops after it has drained.
+//! The command line is in [`cli`]; the webhook's certificates in
 //! [`certs`].
 //!
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
@@ -104,6 +105,7 @@ mod common;
 pub mod release;
 pub mod server;
 pub(crate) mod tally;
+pub mod tasks;
 #[cfg(test)]
 #[allow(unreachable_pub)]
 mod tests;

@@ -67,10 +67,11 @@ pub fn admission(
     options: LiveOptions,
     metrics: &Metrics,
 ) -> Admission {
+    let tasks = Arc::new(crate::tasks::Tasks::default());
     let events = options.emit_events.then(|| {
         let (queue, notices) = EventQueue::new(EVENT_QUEUE, metrics.events_dropped("queue-full"));
         let failed = metrics.events_dropped("api-error");
-        tokio::spawn(events::write_events(client.clone(), notices, options.identity.clone(), failed));
+        tasks.spawn(events::write_events(client.clone(), notices, options.identity.clone(), failed));
         queue
     });
     let recycle_bin = options.recycle_bin.map(|bin| {
@@ -85,7 +86,7 @@ pub fn admission(
             stored.clone(),
             RECYCLE_SWEEP_EVERY,
         );
-        tokio::spawn(sweep);
+        tasks.spawn(sweep);
         let bin = ApiRecycleBin {
             client: client.clone(),
             namespace: bin.namespace,
@@ -110,28 +111,30 @@ pub fn admission(
         metrics.watch_restarts.clone(),
         fence,
         read_ahead,
+        &tasks,
     );
     let coordinator = options.claims_namespace.as_deref().map(|namespace| {
         let leases = kube::Api::namespaced(client.clone(), namespace);
         // Claims expire after the TTL; sweeping at twice that finds most books idle.
         let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
         tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
-        tokio::spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
+        tasks.spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
         // The Leases per release of versions that offered that way, left after an upgrade.
-        tokio::spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
+        tasks.spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
         let books = BookCoordinator::start(
             leases,
             options.identity.clone(),
             options.tombstone_ttl,
             index.clone(),
             options.claim_keep_after_deletion,
+            &tasks,
         );
         Arc::new(books) as Arc<dyn DeleteCoordinator>
     });
     // Writers are kept beside the claim books, in the guard's namespace.
     let writers = options.claims_namespace.as_deref().map(|namespace| {
         let writers = Arc::new(crate::cluster::writers::Writers::new(client.clone(), namespace));
-        tokio::spawn(crate::cluster::writers::run(writers.clone(), index.clone(), events.clone()));
+        tasks.spawn(crate::cluster::writers::run(writers.clone(), index.clone(), events.clone()));
         if options.unlock_abandoned {
             tracing::info!(
                 "pending revisions whose writer's pod is gone are marked failed (--unlock-abandoned)"
@@ -146,7 +149,7 @@ pub fn admission(
             recycle_bin.clone(),
             options.unlock_abandoned,
         );
-        tokio::spawn(judge);
+        tasks.spawn(judge);
         writers
     });
     if let Some(reports) = options.policy_reports {
@@ -157,8 +160,10 @@ pub fn admission(
             reports,
             metrics.policy_reports.clone(),
         );
-        tokio::spawn(writer);
+        tasks.spawn(writer);
     }
     let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
-    Admission::new(index, settings, live, metrics.decision_counts.clone()).with_writers(writers)
+    Admission::new(index, settings, live, metrics.decision_counts.clone())
+        .with_writers(writers)
+        .with_tasks(tasks)
 }

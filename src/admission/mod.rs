@@ -58,6 +58,8 @@ pub struct Admission {
     /// The writers of releases: who created each revision, offered here as CREATEs are allowed
     /// (`cluster::writers`); `None` for a snapshot or without a guard namespace.
     writers: Option<Arc<crate::cluster::writers::Writers>>,
+    /// The background tasks that feed a live guard's decisions (none for a snapshot).
+    tasks: Arc<crate::tasks::Tasks>,
 }
 
 /// How decisions are made: the policy and the bounds on each decision.
@@ -123,7 +125,16 @@ impl Admission {
             let (exceeded, listed) = (counts.deadline_exceeded.clone(), counts.confirmed_by_listing.clone());
             Freshness::new(fetcher, index.clone(), exceeded, listed)
         });
-        Admission { index, settings, live, counts, memo: Default::default(), freshness, writers: None }
+        Admission {
+            index,
+            settings,
+            live,
+            counts,
+            memo: Default::default(),
+            freshness,
+            writers: None,
+            tasks: Default::default(),
+        }
     }
 
     /// Whether the writer of `revision`, the pending latest of `key`, runs, as last judged
@@ -140,6 +151,16 @@ impl Admission {
     /// namespace says so.
     pub(crate) fn with_writers(self, writers: Option<Arc<crate::cluster::writers::Writers>>) -> Admission {
         Admission { writers, ..self }
+    }
+
+    /// The same, owning the background `tasks` that feed it.
+    pub(crate) fn with_tasks(self, tasks: Arc<crate::tasks::Tasks>) -> Admission {
+        Admission { tasks, ..self }
+    }
+
+    /// The background tasks that feed the decisions: stopped after the server has drained.
+    pub fn tasks(&self) -> &Arc<crate::tasks::Tasks> {
+        &self.tasks
     }
 
     /// Decisions on a snapshot's `index` under `policy`, with the default limits and deadline.

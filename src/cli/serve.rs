@@ -465,13 +465,8 @@ async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow:
             timeout_seconds: args.webhook_timeout,
             fail_closed: args.mode == crate::policy::Mode::Enforce,
         };
-        let reachable = state.metrics.apiserver_reachable.clone();
-        tokio::spawn(registration::keep_registered(
-            client,
-            registration,
-            move || state.is_ready(),
-            reachable,
-        ));
+        let (reachable, tasks) = (state.metrics.apiserver_reachable.clone(), state.admission.tasks().clone());
+        tasks.spawn(registration::keep_registered(client, registration, move || state.is_ready(), reachable));
     }
     running.stop(stop.await).await;
     Ok(())

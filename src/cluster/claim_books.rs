@@ -126,13 +126,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl BookCoordinator {
     /// Books in the namespace of `leases`, claims dropped `keep_after_deletion` after `index`
-    /// shows their deletion; starts the book watch and the round writer on the current runtime.
+    /// shows their deletion; starts the book watch and the round writer in `tasks`.
     pub(crate) fn start(
         leases: Api<Lease>,
         identity: String,
         ttl: Duration,
         index: Arc<super::ReleaseIndex>,
         keep_after_deletion: Duration,
+        tasks: &crate::tasks::Tasks,
     ) -> BookCoordinator {
         let books = Arc::new(Books {
             leases,
@@ -146,8 +147,8 @@ impl BookCoordinator {
             rounds: GroupCommit::default(),
             applied: watch::Sender::new(0),
         });
-        tokio::spawn(watch_books(books.clone()));
-        tokio::spawn(write_rounds(books.clone()));
+        tasks.spawn(watch_books(books.clone()));
+        tasks.spawn(write_rounds(books.clone()));
         BookCoordinator { books, ttl }
     }
 

@@ -24,7 +24,7 @@ use crate::release::{DecodeLimits, Driver};
 /// Starts the watchers on a new live index (with `fence`, its rounds; with `read_ahead`, the
 /// payloads read ahead, counted there); returns the index and
 /// the fetcher verdicts use for a payload the index does not hold and for the freshness of the
-/// watch. Must be called within a Tokio runtime.
+/// watch. Its tasks are spawned into `tasks`. Must be called within a Tokio runtime.
 pub(crate) fn watch(
     client: kube::Client,
     tombstone_ttl: Duration,
@@ -32,20 +32,21 @@ pub(crate) fn watch(
     watch_restarts: Tally,
     fence: Option<Fence>,
     read_ahead: Option<Tally>,
+    tasks: &crate::tasks::Tasks,
 ) -> (Arc<ReleaseIndex>, Arc<dyn PayloadFetcher>) {
     let index = Arc::new(ReleaseIndex::new(super::SourceKind::Live { tombstone_ttl }));
-    tokio::spawn(run(client.clone(), index.clone(), watch_restarts));
+    tasks.spawn(run(client.clone(), index.clone(), watch_restarts));
     let fence = fence.map(Arc::new);
     if let Some(fence) = &fence {
         for driver in [Driver::Secret, Driver::ConfigMap] {
             let (fence, index) = (fence.clone(), index.clone());
-            tokio::spawn(async move { fence.run(driver, &index.progress).await });
+            tasks.spawn(async move { fence.run(driver, &index.progress).await });
         }
     }
     let fetcher = ApiPayloadFetcher { client, limits, fence, waiting: Arc::default() };
     if let Some(reads) = read_ahead {
         let (fetcher, index) = (fetcher.clone(), index.clone());
-        tokio::spawn(async move { fetcher.read_ahead(index, reads).await });
+        tasks.spawn(async move { fetcher.read_ahead(index, reads).await });
     }
     (index, Arc::new(fetcher))
 }

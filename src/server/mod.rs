@@ -207,6 +207,8 @@ impl Running {
             metrics.abort();
         }
         self.tls_reload.abort();
+        // Nothing is admitted any more: the watches and the rest of the background go.
+        self.state.admission.tasks().stop().await;
         tracing::info!("stopped");
     }
 }

@@ -163,18 +163,21 @@ fn records(releases: usize) -> Vec<Value> {
 async fn replica(server: &str, dir: &tempfile::TempDir, name: &str, records: &[Value]) -> Admission {
     let admission = common::guard::snapshot_admission(records);
     let leases = kube::Api::namespaced(client(server, dir).await, "helm-guard");
+    let tasks = Arc::new(helm_guard::tasks::Tasks::default());
     let books = BookCoordinator::start(
         leases,
         name.to_owned(),
         Duration::from_secs(30),
         admission.index().clone(),
         Duration::from_secs(10),
+        &tasks,
     );
     let live = LiveParts {
         coordinator: Some(Arc::new(books) as Arc<dyn DeleteCoordinator>),
         ..LiveParts::default()
     };
     common::guard::snapshot_admission_with(records, Settings::new(PolicyConfig::default()), live)
+        .with_tasks(tasks)
 }
 
 async fn verdict(admission: &Admission, review: &Value) -> (bool, String) {

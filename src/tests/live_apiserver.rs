@@ -403,3 +403,37 @@ async fn the_read_ahead_reads_every_payload_a_namespace_and_a_page_at_a_time() {
     );
     guard.running.shutdown().await;
 }
+
+/// Issue 61: the guard owns its background tasks. A live guard runs its watches and the rest;
+/// once the server has shut down (no longer admitting, drained) none is left running, and the
+/// API server sees every watch the guard held closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_background_task_running_and_closes_the_watches() {
+    let records = history(&helm4_secret(), &[(1, "superseded"), (2, "deployed")]);
+    let (server, watches, _) = start_stub_with(records, Hangs::Nothing).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ClusterAccess { kubeconfig: Some(kubeconfig(&dir, &server)), context: None };
+    let client = connect(&args).await.unwrap();
+    let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let (running, index, _) = common::guard::start_live(
+        client,
+        helm_guard::policy::PolicyConfig::default(),
+        "127.0.0.1:0".parse().unwrap(),
+        &names,
+        &dir.path().join("certs"),
+        Duration::from_secs(3600),
+        None,
+    )
+    .await;
+    assert!(eventually(Duration::from_secs(5), || async { index.is_ready() }).await);
+    let tasks = running.state.admission.tasks().clone();
+    assert!(tasks.running() >= 2, "the watches and the Event writer run: {}", tasks.running());
+    assert!(eventually(Duration::from_secs(5), || async { !watches.lock().unwrap().is_empty() }).await);
+    running.shutdown().await;
+    assert_eq!(tasks.running(), 0, "every background task stopped");
+    let closed = eventually(Duration::from_secs(5), || async {
+        watches.lock().unwrap().iter().all(tokio::sync::mpsc::UnboundedSender::is_closed)
+    })
+    .await;
+    assert!(closed, "the API server sees the guard's watches closed");
+}
