@@ -143,6 +143,7 @@ fn writer(namespace: &str, identity: &str) -> WriterOptions {
         identity: identity.to_owned(),
         stuck_after_secs: 5,
         default_mode: Mode::Enforce,
+        protected_charts: Vec::new(),
         bin_namespace: Some(format!("{namespace}-guard")),
         max_reports: 10_000,
     }

@@ -94,16 +94,20 @@ async fn patch(
     let state = classify(&history, now, admission.settings().policy.stuck_after_secs())
         .judged_by(|revision| admission.writer_liveness(&key, revision));
     let (chart_namespace, chart_name) = &target.chart;
-    let by_name = format!("{chart_namespace}/{chart_name}");
+    let namespace_protects = admission.index().namespace(chart_namespace).protect;
+    let protected_charts = &admission.settings().policy.protected_charts;
     let protected = match admission.index().charts.get(chart_namespace, chart_name) {
-        Some(chart) if chart.protect => Some(chart.describe()),
-        _ if admission.index().namespace(chart_namespace).protect => {
-            Some(format!("namespace {chart_namespace}"))
+        Some(chart) => chart.protected_by(namespace_protects, protected_charts),
+        // A pod whose chart the guard has not seen (no CRD watch yet): by namespace and name.
+        None => crate::cluster::helmcharts::HelmChart {
+            namespace: chart_namespace.clone(),
+            name: chart_name.clone(),
+            uid: None,
+            target_namespace: target.namespace.clone(),
+            protect: false,
+            failure_policy: None,
         }
-        _ if admission.settings().policy.protected_charts.contains(&by_name) => {
-            Some(format!("helmchart {by_name}, a chart the cluster cannot lose: --protected-chart"))
-        }
-        _ => None,
+        .protected_by(namespace_protects, protected_charts),
     };
     let plan = pod::plan(target, &state, protected.as_deref());
     let changes: Vec<String> = [

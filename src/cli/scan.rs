@@ -186,7 +186,9 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
     }
     if args.output == ScanOutput::Policyreport {
-        let cluster = cluster_results(&opted_out, &bin, args.bin.namespace());
+        // scan reads release records, not HelmCharts: the charts that would reinstall on failure
+        // are reported by the guard's writer, which watches them.
+        let cluster = cluster_results(&opted_out, &bin, &[], args.bin.namespace());
         print_policy_reports(args.report_api.into(), &releases, cluster, now_secs(args.now.as_ref()))?;
         return Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK });
     }

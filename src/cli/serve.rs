@@ -508,6 +508,7 @@ async fn watch_cluster(
         identity: identity.clone(),
         stuck_after_secs: i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX),
         default_mode: decide.policy.default_mode,
+        protected_charts: decide.policy.protected_charts.clone(),
         bin_namespace: args.recycle_bin.then(|| bin_namespace.clone()),
         max_reports: args.policy_report_max_reports,
     });

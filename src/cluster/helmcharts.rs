@@ -29,6 +29,8 @@ pub(crate) struct HelmChart {
     pub target_namespace: String,
     /// `helm-guard.io/protect=true` as a label or an annotation.
     pub protect: bool,
+    /// `spec.failurePolicy` (helm-controller's default, `reinstall`, when unset).
+    pub failure_policy: Option<String>,
 }
 
 impl HelmChart {
@@ -47,8 +49,45 @@ impl HelmChart {
             uid: metadata.uid.clone(),
             target_namespace: target.map_or_else(|| namespace.clone(), str::to_owned),
             protect: marked(&metadata.labels) || marked(&metadata.annotations),
+            failure_policy: object
+                .data
+                .pointer("/spec/failurePolicy")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned),
             namespace,
         })
+    }
+
+    /// What protects this chart's release from a reinstall (`helm-guard.io/protect` on it or on
+    /// its namespace, `namespace_protects`; its name in `--protected-chart`), said as the
+    /// annotation and the Event say it; `None`: nothing does.
+    pub(crate) fn protected_by(
+        &self,
+        namespace_protects: bool,
+        protected_charts: &[String],
+    ) -> Option<String> {
+        let by_name = format!("{}/{}", self.namespace, self.name);
+        if self.protect {
+            Some(self.describe())
+        } else if namespace_protects {
+            Some(format!("namespace {}", self.namespace))
+        } else if protected_charts.contains(&by_name) {
+            Some(format!("helmchart {by_name}, a chart the cluster cannot lose: --protected-chart"))
+        } else {
+            None
+        }
+    }
+
+    /// Whether a failed release of this chart is uninstalled and installed afresh by its job:
+    /// the failure policy `reinstall` (helm-controller's default) and nothing protecting it.
+    pub(crate) fn reinstalls_on_failure(
+        &self,
+        namespace_protects: bool,
+        protected_charts: &[String],
+    ) -> bool {
+        self.failure_policy.as_deref().is_none_or(|p| p == "reinstall")
+            && self.protected_by(namespace_protects, protected_charts).is_none()
     }
 
     /// The chart as a Kubernetes reference names it (`helmchart kube-system/traefik`).
@@ -80,6 +119,13 @@ impl HelmCharts {
     /// One chart added or changed.
     pub(crate) fn upsert(&self, chart: HelmChart) {
         self.write().insert((chart.namespace.clone(), chart.name.clone()), chart);
+    }
+
+    /// Every chart, by namespace and name.
+    pub(crate) fn all(&self) -> Vec<HelmChart> {
+        let mut charts: Vec<HelmChart> = self.read().values().cloned().collect();
+        charts.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        charts
     }
 
     /// One chart gone.

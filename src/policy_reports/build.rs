@@ -264,11 +264,51 @@ pub(crate) fn report(api: ReportApi, namespace: Option<&str>, mut results: Vec<V
 }
 
 /// The cluster-scoped report's results: each namespace whose labels leave its releases less
-/// protected than the guard's default (warn: ignored is medium, a weaker mode low), and each
+/// protected than the guard's default (warn: ignored is medium, a weaker mode low), each
 /// release with copies in the recycle bin (pass: nothing is broken; the message says how to
-/// bring them back). Without timestamps, as [`release_result`].
-pub(crate) fn cluster_results(opted_out: &[OptedOut], bin: &[BinEntry], guard_namespace: &str) -> Vec<Value> {
+/// bring them back), and each HelmChart whose job would uninstall its release to install it
+/// afresh on failure, nothing protecting it (warn, low). Without timestamps, as
+/// [`release_result`].
+pub(crate) fn cluster_results(
+    opted_out: &[OptedOut],
+    bin: &[BinEntry],
+    reinstalling: &[crate::cluster::helmcharts::HelmChart],
+    guard_namespace: &str,
+) -> Vec<Value> {
     let mut results = Vec::new();
+    for chart in reinstalling {
+        let finding = Finding {
+            rule: "helmchart-reinstalls-on-failure",
+            outcome: Outcome::Warn,
+            severity: Severity::Low,
+        };
+        let message = format!(
+            "HelmChart {}/{} would reinstall on failure: its helm-install job uninstalls release {} in {} (every \
+             resource it made) and installs it afresh; `{}=true` on it or its namespace, or `--protected-chart {}/{}`, \
+             makes the job retry or wait instead",
+            chart.namespace,
+            chart.name,
+            chart.name,
+            chart.target_namespace,
+            crate::policy::pod::PROTECT_LABEL,
+            chart.namespace,
+            chart.name
+        );
+        let mut result = result(finding, message);
+        set(
+            &mut result,
+            "resources",
+            json!([{"apiVersion": crate::cluster::helmcharts::API_VERSION, "kind": crate::cluster::helmcharts::KIND,
+                    "namespace": chart.namespace, "name": chart.name}]),
+        );
+        set(
+            &mut result,
+            "properties",
+            json!({"namespace": chart.namespace, "helmchart": chart.name,
+                   "failurePolicy": chart.failure_policy.as_deref().unwrap_or("reinstall")}),
+        );
+        results.push(result);
+    }
     for namespace in opted_out {
         let severity = if namespace.protection == "ignored" { Severity::Medium } else { Severity::Low };
         let finding = Finding { rule: "namespace-opted-out", outcome: Outcome::Warn, severity };
@@ -535,7 +575,7 @@ mod tests {
             kept_at: 1,
             bytes: 10,
         };
-        let results = cluster_results(&opted_out, &[copy("c2", 2), copy("c1", 1)], "helm-guard");
+        let results = cluster_results(&opted_out, &[copy("c2", 2), copy("c1", 1)], &[], "helm-guard");
         assert_eq!(results.len(), 3, "one per namespace, one per release with copies");
         let (lab, staging, web) = (&results[0], &results[1], &results[2]);
         assert_eq!(
@@ -554,6 +594,47 @@ mod tests {
         assert!(message.contains("2 deleted record(s)") && message.contains("revisions 1, 2"), "{message}");
         assert!(message.contains("helm-guard restore web -n demo --guard-namespace helm-guard"), "{message}");
         assert_eq!(web["resources"][1]["name"], "c1");
+    }
+
+    /// Issue 59: a HelmChart whose job would uninstall its release to reinstall it is reported
+    /// (warn, low), with what protects it instead.
+    #[test]
+    fn a_helmchart_that_would_reinstall_on_failure_is_reported_with_what_protects_it() {
+        use crate::cluster::helmcharts::HelmChart;
+        let cilium = HelmChart {
+            namespace: "kube-system".into(),
+            name: "rke2-cilium".into(),
+            uid: None,
+            target_namespace: "kube-system".into(),
+            protect: false,
+            failure_policy: None,
+        };
+        let results = cluster_results(&[], &[], std::slice::from_ref(&cilium), "helm-guard");
+        let [result] = &results[..] else { panic!("one result: {results:?}") };
+        assert_eq!(
+            (result["rule"].as_str(), result["result"].as_str(), result["severity"].as_str()),
+            (Some("helmchart-reinstalls-on-failure"), Some("warn"), Some("low"))
+        );
+        let message = result["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("HelmChart kube-system/rke2-cilium would reinstall on failure"),
+            "{message}"
+        );
+        assert!(message.contains("--protected-chart kube-system/rke2-cilium"), "{message}");
+        assert_eq!(result["resources"][0]["kind"], "HelmChart");
+        assert_eq!(result["properties"]["failurePolicy"], "reinstall");
+        // Which charts reinstall: the default policy, unprotected; not a protected one, not by
+        // name, not in a protecting namespace, not with a policy that keeps the release.
+        let defaults = crate::policy::PolicyConfig::default().protected_charts;
+        assert!(!cilium.reinstalls_on_failure(false, &defaults), "on the default list");
+        assert!(cilium.reinstalls_on_failure(false, &[]), "the list overridden to none");
+        assert!(!cilium.reinstalls_on_failure(true, &[]), "its namespace protects it");
+        let labelled = HelmChart { protect: true, ..cilium.clone() };
+        assert!(!labelled.reinstalls_on_failure(false, &[]));
+        let retry = HelmChart { failure_policy: Some("retry".into()), ..cilium.clone() };
+        assert!(!retry.reinstalls_on_failure(false, &[]));
+        let explicit = HelmChart { failure_policy: Some("reinstall".into()), ..cilium };
+        assert!(explicit.reinstalls_on_failure(false, &[]));
     }
 
     #[test]

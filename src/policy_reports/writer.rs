@@ -86,6 +86,9 @@ pub struct WriterOptions {
     pub stuck_after_secs: i64,
     /// The guard's global mode: namespaces labelled weaker are reported.
     pub default_mode: Mode,
+    /// The HelmCharts protected by name (`--protected-chart`): the others that would reinstall
+    /// their release on failure are reported.
+    pub protected_charts: Vec<String>,
     /// The recycle bin's namespace, when copies are kept.
     pub bin_namespace: Option<String>,
     /// The most namespace reports written (past it, namespaces in name order are left out).
@@ -428,7 +431,8 @@ impl Writer {
         }
     }
 
-    /// The cluster report's results: opted-out namespaces, and the recycle bin's copies.
+    /// The cluster report's results: opted-out namespaces, the recycle bin's copies, and the
+    /// HelmCharts that would reinstall their release on failure.
     async fn cluster_results(&mut self) -> Vec<(String, Value)> {
         let opted_out = self.index.opted_out(self.options.default_mode);
         let bin = match &self.options.bin_namespace {
@@ -445,7 +449,17 @@ impl Writer {
             None => Vec::new(),
         };
         let guard_namespace = self.options.bin_namespace.as_deref().unwrap_or(&self.options.lease_namespace);
-        build::cluster_results(&opted_out, &bin, guard_namespace)
+        let reinstalling: Vec<helmcharts::HelmChart> = self
+            .index
+            .charts
+            .all()
+            .into_iter()
+            .filter(|chart| {
+                let namespace_protects = self.index.namespace(&chart.namespace).protect;
+                chart.reinstalls_on_failure(namespace_protects, &self.options.protected_charts)
+            })
+            .collect();
+        build::cluster_results(&opted_out, &bin, &reinstalling, guard_namespace)
             .into_iter()
             .map(|result| (subject(&result).unwrap_or_default(), result))
             .collect()
