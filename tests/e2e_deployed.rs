@@ -9,7 +9,9 @@
 //! leaves no webhook; with its Service on a port the pod does not serve, it blocks nothing and
 //! `check` says why. And Helm itself in a pod on the node (an image of the Helm binary and a
 //! chart, built with podman and loaded with `$HELM_GUARD_E2E_KUBE_LOCAL load`), killed mid
-//! upgrade, beside an in-process guard: stuck by its writer's pod (issue 58).
+//! upgrade, beside an in-process guard: stuck by its writer's pod (issue 58). And K3s's
+//! helm-install Jobs as real pods (`e2e_jobs.rs`): unguarded the seed's crash loop, guarded a
+//! first pod that upgrades.
 //!
 //! Needs the real API server with a node (`kube-local up`, `kube-local node`), the images loaded
 //! into it (`image/build.sh && kube-local load helm-guard:0.1.0`; for the upgrade, the previous
@@ -26,6 +28,8 @@
 )]
 
 mod common;
+#[path = "e2e_jobs.rs"]
+mod jobs;
 
 use std::process::Output;
 use std::time::{Duration, Instant};

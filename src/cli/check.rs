@@ -131,8 +131,9 @@ fn said(error: &kube::Error) -> String {
 
 impl Target {
     /// The two configurations as the guard registers them: present, every shipped webhook,
-    /// calling this guard, failing as shipped (every one `Ignore` outside enforce mode, and
-    /// before the API server has reached the guard). Returns the CA bundles they carry.
+    /// calling this guard, failing as shipped (every one `Ignore` outside enforce mode; in
+    /// enforce mode, `Ignore` too while the API server does not reach the guard). Returns the CA
+    /// bundles they carry.
     async fn configurations(&self, in_force: &InForce, reach: &Reach) -> (Check, Vec<Vec<u8>>) {
         const CHECK: &str = "webhook configurations";
         let registration = Registration {
@@ -140,8 +141,12 @@ impl Target {
             namespace: self.namespace.clone(),
             ca_file: Default::default(),
             timeout_seconds: 10,
-            fail_closed: in_force.mode == "enforce" && *reach == Reach::Reached,
+            fail_closed: in_force.mode == "enforce",
         };
+        // In enforce mode a guard the API server has not reached registers `Ignore`, and one
+        // reached before keeps the shipped policies when a later probe fails (never switched off
+        // by a cut path): either is its doing until the probe comes back.
+        let either = in_force.mode == "enforce" && *reach != Reach::Reached;
         let shipped = match registration::desired(&registration) {
             Ok(shipped) => shipped,
             Err(error) => {
@@ -213,7 +218,10 @@ impl Target {
                         bundles,
                     );
                 }
-                if live_webhook.get("failurePolicy") != shipped_webhook.get("failurePolicy") {
+                let registered = live_webhook.get("failurePolicy");
+                if registered != shipped_webhook.get("failurePolicy")
+                    && !(either && registered.and_then(Value::as_str) == Some("Ignore"))
+                {
                     let detail = format!(
                         "webhook {name} has failurePolicy {}, shipped {}",
                         live_webhook.get("failurePolicy").unwrap_or(&Value::Null),
