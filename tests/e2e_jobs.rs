@@ -15,12 +15,15 @@ use super::common::cluster::{kubectl_apply, kubectl_json, run, said};
 use super::{Deployed, ONE_AT_A_TIME, until};
 use serde_json::{Value, json};
 
-/// The image helm-controller v0.17 runs for a HelmChart with a v0.9.8 job image.
-const IMAGE: &str = "rancher/klipper-helm:v0.9.8-build20250709";
+/// The v0.9.8 image (its script at `971f9fd^:entry`, Helm 3) and HEAD's (v0.13.3, Helm 4), as
+/// helm-controller names them.
+const OLD: (&str, &str, &str) = ("rancher/klipper-helm:v0.9.8-build20250709", "971f9fd^:entry", "helm3");
+const HEAD: (&str, &str, &str) = ("rancher/klipper-helm:v0.13.3-build20260727", "HEAD:entry", "helm");
 
-/// The image, built from this machine's bash, jq, tr, grep and cat (with the libraries `ldd`
-/// names), Helm 3 (`helm3`), the entry script and a chart, and loaded onto the node.
-fn klipper_image(chart: &str) {
+/// The image `(tag, script, helm)`, built from this machine's bash, jq, tr, grep, cat and
+/// base64 (with the libraries `ldd` names), that Helm, the entry script and a chart, and loaded
+/// onto the node.
+fn klipper_image((image, script, helm): (&str, &str, &str), chart: &str) {
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
     for path in ["usr/bin", "home/klipper-helm", "charts", "tmp"] {
@@ -28,7 +31,7 @@ fn klipper_image(chart: &str) {
     }
     let git_dir = std::env::var("KLIPPER_HELM_GIT")
         .expect("KLIPPER_HELM_GIT: the git directory of k3s-io/klipper-helm");
-    let entry = run(&["git", "--git-dir", &git_dir, "show", "971f9fd^:entry"]);
+    let entry = run(&["git", "--git-dir", &git_dir, "show", script]);
     assert!(entry.status.success(), "{}", said(&entry));
     let entry_path = rootfs.join("usr/bin/entry");
     std::fs::write(&entry_path, &entry.stdout).unwrap();
@@ -52,7 +55,7 @@ fn klipper_image(chart: &str) {
             copy(library, &rootfs.join(library.trim_start_matches('/')));
         }
     }
-    copy(&resolve("helm3"), &rootfs.join("usr/bin/helm"));
+    copy(&resolve(helm), &rootfs.join("usr/bin/helm"));
     // The script's `#!/bin/bash`.
     std::os::unix::fs::symlink("usr/bin", rootfs.join("bin")).unwrap();
     copy(chart, &rootfs.join("charts/demo.tgz"));
@@ -63,7 +66,7 @@ fn klipper_image(chart: &str) {
     )
     .unwrap();
     // Named as the node resolves the pod's image (containerd's docker.io), so that nothing is pulled.
-    let full = format!("docker.io/{IMAGE}");
+    let full = format!("docker.io/{image}");
     let built = run(&[
         "podman",
         "build",
@@ -80,9 +83,10 @@ fn klipper_image(chart: &str) {
     assert!(loaded.status.success(), "{kube_local} load {full}: {}", said(&loaded));
 }
 
-/// The Job helm-controller makes for HelmChart `web` in `namespace` (its chart in the image),
-/// and the ServiceAccount bound to cluster-admin it runs as.
-fn helm_install_job(namespace: &str) {
+/// The Job helm-controller makes for HelmChart `web` in `namespace` with `image` (its chart in
+/// the image) and the chart's `settings` in its env, and the ServiceAccount bound to
+/// cluster-admin it runs as.
+fn helm_install_job(namespace: &str, image: &str, settings: &[(&str, &str)]) {
     kubectl_apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": "helm-web", "namespace": namespace}}));
     kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -103,6 +107,7 @@ fn helm_install_job(namespace: &str) {
         ("PLAIN_HTTP", "false"),
     ]
     .iter()
+    .chain(settings)
     .map(|(name, value)| json!({"name": name, "value": value}))
     .collect();
     let empty = |name: &str| json!({"name": name, "emptyDir": {}});
@@ -117,7 +122,7 @@ fn helm_install_job(namespace: &str) {
                 "serviceAccountName": "helm-web",
                 "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [{
-                    "name": "helm", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                    "name": "helm", "image": image, "imagePullPolicy": "IfNotPresent",
                     "args": ["install", "--namespace", namespace], "env": env,
                     "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
                                         "readOnlyRootFilesystem": true},
@@ -149,7 +154,7 @@ fn restarts(namespace: &str) -> u64 {
 }
 
 fn history(namespace: &str) -> Vec<String> {
-    let done = run(&["helm3", "history", "web", "-n", namespace, "-o", "json"]);
+    let done = run(&["helm", "history", "web", "-n", namespace, "-o", "json"]);
     let rows: Vec<Value> = serde_json::from_slice(&done.stdout).unwrap_or_default();
     rows.iter().map(|row| row["status"].as_str().unwrap_or_default().to_owned()).collect()
 }
@@ -183,7 +188,7 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
         run(&["helm3", "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
     assert!(packaged.status.success(), "{}", said(&packaged));
     let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
-    klipper_image(&chart);
+    klipper_image(OLD, &chart);
     let pid = std::process::id();
     let [guarded, twin] = [format!("jobs-guarded-{pid}"), format!("jobs-twin-{pid}")];
     let _cleanup = Cleanup(vec![guarded.clone(), twin.clone()]);
@@ -205,7 +210,7 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
     let deployed = Deployed::install("helm", "jobs", super::CHART, &["--set", "mode=enforce"]);
     super::until_checked(&deployed.namespace, &deployed.name);
     for namespace in [&twin, &guarded] {
-        helm_install_job(namespace);
+        helm_install_job(namespace, OLD.0, &[]);
     }
     // Unguarded: `helm install` over the release, refused every time; the pod restarts.
     until(Duration::from_secs(120), "the twin's pod crash-looping", || restarts(&twin) >= 2);
@@ -229,5 +234,138 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
         "its first run: {pod}"
     );
     assert_eq!(history(&guarded), ["superseded", "deployed"], "upgraded, a new deployed revision");
+    deployed.uninstall();
+}
+
+/// HEAD's script (Helm 4, server-side apply) on a release that failed on a field conflict
+/// (`kubectl scale` took `.spec.replicas`), in a namespace labelled `helm-guard.io/protect`:
+/// unguarded, the job's default failure policy uninstalls the release and installs it afresh;
+/// guarded, the pod retries the upgrade with `--force-conflicts=true` and the release keeps its
+/// history.
+#[test]
+#[ignore = "needs a real API server with a node, the image, podman and KLIPPER_HELM_GIT: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
+fn a_protected_release_failed_on_a_field_conflict_is_upgraded_with_force_not_reinstalled() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let scratch = tempfile::tempdir().unwrap();
+    let chart_dir = scratch.path().join("demo");
+    assert!(run(&["helm", "create", chart_dir.to_str().unwrap()]).status.success());
+    let packaged =
+        run(&["helm", "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
+    assert!(packaged.status.success(), "{}", said(&packaged));
+    let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
+    klipper_image(HEAD, &chart);
+    let pid = std::process::id();
+    let [guarded, twin] = [format!("conflict-guarded-{pid}"), format!("conflict-twin-{pid}")];
+    let _cleanup = Cleanup(vec![guarded.clone(), twin.clone()]);
+    for (namespace, labels) in [
+        (&guarded, json!({"helm-guard.io/protect": "true"})),
+        (&twin, json!({"helm-guard.io/ignore": "true"})),
+    ] {
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": labels}}));
+        let installed = run(&["helm", "install", "web", &chart, "-n", namespace]);
+        assert!(installed.status.success(), "{}", said(&installed));
+        let scaled = run(&["kubectl", "scale", "deploy", "web-demo", "--replicas=2", "-n", namespace]);
+        assert!(scaled.status.success(), "{}", said(&scaled));
+        let upgraded = run(&["helm", "upgrade", "web", &chart, "-n", namespace, "--set", "replicaCount=3"]);
+        assert!(
+            !upgraded.status.success() && said(&upgraded).contains("conflict with"),
+            "{}",
+            said(&upgraded)
+        );
+        assert_eq!(history(namespace), ["deployed", "failed"]);
+    }
+    let deployed = Deployed::install("helm", "conflict", super::CHART, &["--set", "mode=enforce"]);
+    super::until_checked(&deployed.namespace, &deployed.name);
+    let settings = [("FAILURE_POLICY", "reinstall"), ("SERVER_SIDE", "auto")];
+    for namespace in [&twin, &guarded] {
+        helm_install_job(namespace, HEAD.0, &settings);
+    }
+    let complete = |namespace: &str| {
+        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", namespace]);
+        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
+    };
+    until(Duration::from_secs(180), "both Jobs complete", || complete(&twin) && complete(&guarded));
+    // Unguarded: uninstalled, every resource of the release gone, then installed afresh.
+    assert_eq!(history(&twin), ["deployed"], "reinstalled: a history of one");
+    let logs = said(&run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]));
+    assert!(logs.contains("uninstall"), "{logs}");
+    // Guarded: upgraded again, taking the field back; the history kept.
+    let pod = job_pod(&guarded);
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(
+        annotations["helm-guard.io/action"],
+        "upgrade (failure policy retry), with --server-side=auto --force-conflicts=true",
+        "{pod}"
+    );
+    let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+    let value = |name: &str| env.iter().rev().find(|e| e["name"] == name).and_then(|e| e["value"].as_str());
+    assert_eq!((value("FAILURE_POLICY"), value("FORCE_CONFLICTS")), (Some("retry"), Some("true")));
+    let logs = said(&run(&["kubectl", "logs", "-n", &guarded, "job/helm-install-web"]));
+    assert!(logs.contains("--force-conflicts=true") && !logs.contains("helm uninstall"), "{logs}");
+    assert_eq!(history(&guarded), ["superseded", "failed", "deployed"], "upgraded, never uninstalled");
+    deployed.uninstall();
+}
+
+/// HEAD's flag bug (POLICY.md 5b) in real pods: a HelmChart with `serverSide: false` and
+/// `forceConflicts: true` makes that script run Helm 4 with both flags. Helm refuses the upgrade
+/// (a failed revision), and the pod's next run, under the default failure policy, uninstalls the
+/// release and installs it afresh (an install takes both flags): unguarded, every change of the
+/// chart reinstalls the release. Guarded, the pod gets `FORCE_CONFLICTS=false` and its first run
+/// upgrades.
+#[test]
+#[ignore = "needs a real API server with a node, the image, podman and KLIPPER_HELM_GIT: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
+fn heads_flag_bug_reinstalls_unguarded_and_is_healed_guarded() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let scratch = tempfile::tempdir().unwrap();
+    let chart_dir = scratch.path().join("demo");
+    assert!(run(&["helm", "create", chart_dir.to_str().unwrap()]).status.success());
+    let packaged =
+        run(&["helm", "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
+    assert!(packaged.status.success(), "{}", said(&packaged));
+    let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
+    klipper_image(HEAD, &chart);
+    let pid = std::process::id();
+    let [guarded, twin] = [format!("flags-guarded-{pid}"), format!("flags-twin-{pid}")];
+    let _cleanup = Cleanup(vec![guarded.clone(), twin.clone()]);
+    for (namespace, labels) in [(&guarded, json!({})), (&twin, json!({"helm-guard.io/ignore": "true"}))] {
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": labels}}));
+        let installed = run(&["helm", "install", "web", &chart, "-n", namespace]);
+        assert!(installed.status.success(), "{}", said(&installed));
+    }
+    let deployed = Deployed::install("helm", "flags", super::CHART, &["--set", "mode=enforce"]);
+    super::until_checked(&deployed.namespace, &deployed.name);
+    let settings = [("SERVER_SIDE", "false"), ("FORCE_CONFLICTS", "true")];
+    for namespace in [&twin, &guarded] {
+        helm_install_job(namespace, HEAD.0, &settings);
+    }
+    until(Duration::from_secs(120), "the twin's Job complete", || {
+        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", &twin]);
+        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
+    });
+    let logs = said(&run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]));
+    assert!(logs.contains("helm uninstall web"), "the second run uninstalls: {logs}");
+    assert!(logs.contains("--server-side=false --force-conflicts=true"), "the bug's command line: {logs}");
+    assert!(restarts(&twin) >= 1, "the refused upgrade failed the first run");
+    assert_eq!(history(&twin), ["deployed"], "uninstalled and installed afresh: a history of one");
+    until(Duration::from_secs(120), "the guarded Job complete", || {
+        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", &guarded]);
+        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
+    });
+    let pod = job_pod(&guarded);
+    assert!(
+        pod["metadata"]["annotations"]["helm-guard.io/force-conflicts-from"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("never matches"),
+        "{pod}"
+    );
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["restartCount"].as_u64(),
+        Some(0),
+        "its first run: {pod}"
+    );
+    assert_eq!(history(&guarded), ["superseded", "deployed"]);
     deployed.uninstall();
 }

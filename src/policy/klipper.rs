@@ -78,9 +78,10 @@ impl EntryScript {
     /// (`get_ssa_args`), and drops `--force-conflicts=true` where SSA is off with
     /// `[[ "${SERVER_SIDE}" == ^false$ ]]`: a glob comparison that never matches `false`. So a
     /// HelmChart with `serverSide: false` and `forceConflicts: true` runs Helm with
-    /// `--server-side=false --force-conflicts=true`, which Helm 4 refuses on every run
-    /// ("forceConflicts enabled when serverSideApply disabled", `pkg/kube/client.go`), a failed
-    /// revision each time. Unknown versions are taken to have it too: `FORCE_CONFLICTS=false`
+    /// `--server-side=false --force-conflicts=true`: Helm 4 refuses the upgrade ("forceConflicts
+    /// enabled when serverSideApply disabled", `pkg/kube/client.go`), a failed revision, and the
+    /// next run, under the default failure policy, uninstalls the release and installs it afresh
+    /// (an install takes both flags; seen in real pods, `tests/e2e_jobs.rs`). Unknown versions are taken to have it too: `FORCE_CONFLICTS=false`
     /// without SSA is what every version means.
     pub(crate) fn forces_conflicts_without_ssa(self, env: &ScriptEnv) -> bool {
         self.version.is_none_or(|version| version >= (0, 13, 3))

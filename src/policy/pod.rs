@@ -173,7 +173,7 @@ pub(crate) struct PodPlan {
 }
 
 /// Why `FORCE_CONFLICTS` is turned off, as the annotation and the Event say.
-pub(crate) const FORCE_CONFLICTS_BUG: &str = "true (SERVER_SIDE=false: klipper-helm v0.13.3's get_ssa_args tests it with the glob `== ^false$`, which never matches, and would run Helm with --server-side=false --force-conflicts=true, which Helm 4 refuses on every run)";
+pub(crate) const FORCE_CONFLICTS_BUG: &str = "true (SERVER_SIDE=false: klipper-helm v0.13.3's get_ssa_args tests it with the glob `== ^false$`, which never matches, and would run Helm with --server-side=false --force-conflicts=true: Helm 4 refuses the upgrade, and the next run uninstalls and reinstalls the release)";
 
 /// Plans the mutation from the release's classification. `protected` names what asks for
 /// protection (`helmchart kube-system/traefik`), when the chart or its namespace does.
