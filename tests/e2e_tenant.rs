@@ -4,7 +4,9 @@
 //! over a deployed and a failed latest, and a rollback pass through the same guard; and a release
 //! whose record nears the 1 MiB Kubernetes stores in one Secret is installed with the guard's
 //! warning printed by Helm (issue 58, "the 1 MiB wall"); and a release upgraded in a loop is
-//! stopped at its namespace's `helm-guard.io/max-revisions-per-hour` while its uninstall passes.
+//! stopped at its namespace's `helm-guard.io/max-revisions-per-hour` while its uninstall passes;
+//! and release v2 records (Helm's next storage), read by Helm 3 and 4 as their own and guarded
+//! as v1 records are.
 //!
 //! `cargo test --test e2e_suites e2e_tenant:: -- --ignored`, with `helm`, `helm3` and `kubectl`
 //! on PATH and the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
@@ -155,6 +157,52 @@ async fn a_tenants_breaks_in_two_steps_are_refused_and_helm_passes() {
         let revisions: Vec<u64> = history.as_array().unwrap().iter().map(|r| r["revision"].as_u64().unwrap()).collect();
         assert_eq!(revisions, vec![3, 4], "helm history after prune --keep 2");
         helm("helm", &["uninstall", "loop"]);
+
+        // Helm's next storage (issue 59): release v2 records, made as helm/helm#32667 stores them
+        // (a Secret of type helm.sh/release.v2 under a v1 record's name and labels, a Charts v3
+        // chart) from real Helm 4 records, in a namespace outside this guard's scope until done.
+        let next = format!("{ns}-v2");
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": next}}));
+        helm_ok("helm", &["install", "web", chart, "-n", &next]);
+        helm_ok("helm", &["upgrade", "web", chart, "-n", &next]);
+        for revision in [1, 2] {
+            let name = format!("sh.helm.release.v1.web.v{revision}");
+            let got = run(&["kubectl", "get", "secret", &name, "-n", &next, "-o", "json"]);
+            let stored: Value = serde_json::from_slice(&got.stdout).unwrap();
+            let mut payload = common::release_json(&stored);
+            payload["name"] = json!("nxt");
+            payload["chart"]["metadata"]["apiVersion"] = json!("v3");
+            payload["apply_method"] = json!("ssa");
+            let mut labels = stored["metadata"]["labels"].clone();
+            labels["name"] = json!("nxt");
+            let record = json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v2",
+                "metadata": {"name": format!("sh.helm.release.v1.nxt.v{revision}"), "namespace": next, "labels": labels},
+                "data": stored["data"].clone()});
+            let record = common::with_release_json(record, &payload);
+            let file = dir.path().join(format!("nxt-{revision}.json"));
+            std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
+            let created = run(&["kubectl", "create", "-f", file.to_str().unwrap()]);
+            assert!(created.status.success(), "{}", said(&created));
+        }
+        // A Helm that knows only v1 reads them as its own, in one history (POLICY.md).
+        for bin in ["helm", "helm3"] {
+            let history = helm_ok(bin, &["history", "nxt", "-n", &next]);
+            assert!(history.contains("superseded") && history.contains("deployed"), "{bin}: {history}");
+        }
+        // Guarded from now on: the latest deployed v2 record stays, the superseded one may go.
+        let scoped = format!("helm-guard-e2e={ns}");
+        assert!(run(&["kubectl", "label", "ns", &next, &scoped]).status.success());
+        let refused = common::eventually(std::time::Duration::from_secs(15), || {
+            let dry = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.nxt.v2", "-n", &next, "--dry-run=server"]);
+            std::future::ready(!dry.status.success() && said(&dry).contains("latest, deployed revision"))
+        })
+        .await;
+        assert!(refused, "the latest deployed v2 record cannot be deleted");
+        let deleted = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.nxt.v2", "-n", &next]);
+        assert!(!deleted.status.success(), "{}", said(&deleted));
+        let pruned = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.nxt.v1", "-n", &next]);
+        assert!(pruned.status.success(), "the superseded v2 record goes, as Helm's pruning: {}", said(&pruned));
+        let _ = run(&["kubectl", "delete", "namespace", &next, "--wait=false"]);
     })
     .catch_unwind()
     .await;
