@@ -15,8 +15,9 @@
 //! refuses it with [`probe_reply`] and its nonce, and only the API server can carry that refusal
 //! back. Once a probe has come back that way, an enforce-mode guard registers the shipped
 //! failure policies; it keeps probing every [`RECHECK_EVERY`] (the `helm_guard_apiserver_reachable`
-//! gauge, and `helm-guard check`), but never goes back to `Ignore` on a failed probe: whoever can
-//! cut the path from the API server to the guard would otherwise switch it off.
+//! gauge, and `helm-guard check`), but never goes back to `Ignore` on a failed probe, nor does a
+//! replica not yet reached (one just started in a rollout) open a webhook another has closed:
+//! whoever can cut the path from the API server to the guard would otherwise switch it off.
 //!
 //! It only patches, never creates (its role cannot create): a configuration deleted by a person
 //! (the outage runbook) stays deleted until the chart puts it back, and an uninstall that
@@ -216,6 +217,24 @@ fn across_rotation(wanted: &mut Value, live: Option<&Value>, ca_pem: &[u8]) {
     }
 }
 
+/// In enforce mode, a webhook registered `Fail` stays `Fail`: a replica the API server has not
+/// reached yet (one just started in a rollout, or cut off) never opens what another, reached,
+/// closed. Only `Ignore` ones wait for this replica's probe.
+fn keep_failing_closed(wanted: &mut Value, live: Option<&Value>) {
+    for webhook in wanted.as_array_mut().into_iter().flatten() {
+        let name = webhook.get("name").cloned();
+        let closed = live
+            .and_then(Value::as_array)
+            .and_then(|live| live.iter().find(|l| l.get("name") == name.as_ref()))
+            .and_then(|l| l.get("failurePolicy"))
+            .and_then(Value::as_str)
+            == Some("Fail");
+        if closed && let Some(webhook) = webhook.as_object_mut() {
+            webhook.insert("failurePolicy".into(), json!("Fail"));
+        }
+    }
+}
+
 /// Whether `live` already says everything `wanted` says: the API server's defaults (fields the
 /// shipped webhooks leave out) are no difference, a changed or missing value is.
 pub(crate) fn says(live: &Value, wanted: &Value) -> bool {
@@ -274,6 +293,9 @@ async fn check_once(
         };
         let mut webhooks = wanted.webhooks.clone();
         across_rotation(&mut webhooks, live.data.get("webhooks"), &ca_pem);
+        if registration.fail_closed {
+            keep_failing_closed(&mut webhooks, live.data.get("webhooks"));
+        }
         if says(live.data.get("webhooks").unwrap_or(&Value::Null), &webhooks) {
             continue;
         }
@@ -423,6 +445,32 @@ mod tests {
             assert_eq!(probe["rules"][0]["resources"], json!(["configmaps"]));
             assert_eq!(probe["rules"][0]["operations"], json!(["CREATE"]));
         }
+    }
+
+    /// A replica not yet reached (a rollout's new pod) registers `Ignore` only where nothing is
+    /// closed yet: what another, reached, replica registered `Fail` stays `Fail`.
+    #[test]
+    fn a_replica_not_yet_reached_never_opens_what_another_closed() {
+        let open = desired(&Registration { fail_closed: false, ..registration() }).unwrap();
+        let closed = desired(&registration()).unwrap();
+        let policies = |webhooks: &Value| -> Vec<String> {
+            webhooks
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["failurePolicy"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let mut wanted = open[0].webhooks.clone();
+        keep_failing_closed(&mut wanted, Some(&closed[0].webhooks));
+        assert_eq!(
+            policies(&wanted),
+            policies(&closed[0].webhooks),
+            "as the reached replica registered them"
+        );
+        let mut first = open[0].webhooks.clone();
+        keep_failing_closed(&mut first, None);
+        assert!(policies(&first).iter().all(|p| p == "Ignore"), "a first install waits for the probe");
     }
 
     #[test]
