@@ -148,6 +148,24 @@ fn job_pod(namespace: &str) -> Value {
     pod
 }
 
+/// `helm create`'s chart, packaged by `helm`: the scratch directory holding it, and its path.
+fn packaged_chart(helm: &str) -> (tempfile::TempDir, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    let chart_dir = scratch.path().join("demo");
+    assert!(run(&[helm, "create", chart_dir.to_str().unwrap()]).status.success());
+    let packaged =
+        run(&[helm, "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
+    assert!(packaged.status.success(), "{}", said(&packaged));
+    let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
+    (scratch, chart)
+}
+
+/// Whether the Job of `namespace` has completed.
+fn job_complete(namespace: &str) -> bool {
+    let job = kubectl_json(&["get", "job", "helm-install-web", "-n", namespace]);
+    job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
+}
+
 fn restarts(namespace: &str) -> u64 {
     let pod = job_pod(namespace);
     pod["status"]["containerStatuses"][0]["restartCount"].as_u64().unwrap_or(0)
@@ -181,13 +199,7 @@ impl Drop for Cleanup {
 #[ignore = "needs a real API server with a node, the image, podman and KLIPPER_HELM_GIT: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
 fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let scratch = tempfile::tempdir().unwrap();
-    let chart_dir = scratch.path().join("demo");
-    assert!(run(&["helm3", "create", chart_dir.to_str().unwrap()]).status.success());
-    let packaged =
-        run(&["helm3", "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
-    assert!(packaged.status.success(), "{}", said(&packaged));
-    let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
+    let (_scratch, chart) = packaged_chart("helm3");
     klipper_image(OLD, &chart);
     let pid = std::process::id();
     let [guarded, twin] = [format!("jobs-guarded-{pid}"), format!("jobs-twin-{pid}")];
@@ -217,13 +229,9 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
     let logs = run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]);
     assert!(said(&logs).contains("cannot re-use a name that is still in use"), "{}", said(&logs));
     assert_eq!(history(&twin), ["superseded"]);
-    let twin_job = kubectl_json(&["get", "job", "helm-install-web", "-n", &twin]);
-    assert!(twin_job["status"]["succeeded"].as_u64().unwrap_or(0) == 0, "{twin_job}");
+    assert!(!job_complete(&twin), "the twin's Job never completes");
     // Guarded: the pod rewritten to `upgrade`; its first run upgrades the release, the Job completes.
-    until(Duration::from_secs(120), "the guarded Job complete", || {
-        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", &guarded]);
-        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
-    });
+    until(Duration::from_secs(120), "the guarded Job complete", || job_complete(&guarded));
     let pod = job_pod(&guarded);
     assert_eq!(pod["spec"]["containers"][0]["args"][0], "upgrade", "{pod}");
     assert_eq!(pod["metadata"]["annotations"]["helm-guard.io/rewritten-from"], "install");
@@ -246,13 +254,7 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
 #[ignore = "needs a real API server with a node, the image, podman and KLIPPER_HELM_GIT: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
 fn a_protected_release_failed_on_a_field_conflict_is_upgraded_with_force_not_reinstalled() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let scratch = tempfile::tempdir().unwrap();
-    let chart_dir = scratch.path().join("demo");
-    assert!(run(&["helm", "create", chart_dir.to_str().unwrap()]).status.success());
-    let packaged =
-        run(&["helm", "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
-    assert!(packaged.status.success(), "{}", said(&packaged));
-    let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
+    let (_scratch, chart) = packaged_chart("helm");
     klipper_image(HEAD, &chart);
     let pid = std::process::id();
     let [guarded, twin] = [format!("conflict-guarded-{pid}"), format!("conflict-twin-{pid}")];
@@ -281,11 +283,7 @@ fn a_protected_release_failed_on_a_field_conflict_is_upgraded_with_force_not_rei
     for namespace in [&twin, &guarded] {
         helm_install_job(namespace, HEAD.0, &settings);
     }
-    let complete = |namespace: &str| {
-        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", namespace]);
-        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
-    };
-    until(Duration::from_secs(180), "both Jobs complete", || complete(&twin) && complete(&guarded));
+    until(Duration::from_secs(180), "both Jobs complete", || job_complete(&twin) && job_complete(&guarded));
     // Unguarded: uninstalled, every resource of the release gone, then installed afresh.
     assert_eq!(history(&twin), ["deployed"], "reinstalled: a history of one");
     let logs = said(&run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]));
@@ -317,13 +315,7 @@ fn a_protected_release_failed_on_a_field_conflict_is_upgraded_with_force_not_rei
 #[ignore = "needs a real API server with a node, the image, podman and KLIPPER_HELM_GIT: cargo test --test e2e_deployed -- --ignored --test-threads 1"]
 fn heads_flag_bug_reinstalls_unguarded_and_is_healed_guarded() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let scratch = tempfile::tempdir().unwrap();
-    let chart_dir = scratch.path().join("demo");
-    assert!(run(&["helm", "create", chart_dir.to_str().unwrap()]).status.success());
-    let packaged =
-        run(&["helm", "package", chart_dir.to_str().unwrap(), "-d", scratch.path().to_str().unwrap()]);
-    assert!(packaged.status.success(), "{}", said(&packaged));
-    let chart = scratch.path().join("demo-0.1.0.tgz").display().to_string();
+    let (_scratch, chart) = packaged_chart("helm");
     klipper_image(HEAD, &chart);
     let pid = std::process::id();
     let [guarded, twin] = [format!("flags-guarded-{pid}"), format!("flags-twin-{pid}")];
@@ -340,19 +332,13 @@ fn heads_flag_bug_reinstalls_unguarded_and_is_healed_guarded() {
     for namespace in [&twin, &guarded] {
         helm_install_job(namespace, HEAD.0, &settings);
     }
-    until(Duration::from_secs(120), "the twin's Job complete", || {
-        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", &twin]);
-        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
-    });
+    until(Duration::from_secs(120), "the twin's Job complete", || job_complete(&twin));
     let logs = said(&run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]));
     assert!(logs.contains("helm uninstall web"), "the second run uninstalls: {logs}");
     assert!(logs.contains("--server-side=false --force-conflicts=true"), "the bug's command line: {logs}");
     assert!(restarts(&twin) >= 1, "the refused upgrade failed the first run");
     assert_eq!(history(&twin), ["deployed"], "uninstalled and installed afresh: a history of one");
-    until(Duration::from_secs(120), "the guarded Job complete", || {
-        let job = kubectl_json(&["get", "job", "helm-install-web", "-n", &guarded]);
-        job["status"]["succeeded"].as_u64().unwrap_or(0) == 1
-    });
+    until(Duration::from_secs(120), "the guarded Job complete", || job_complete(&guarded));
     let pod = job_pod(&guarded);
     assert!(
         pod["metadata"]["annotations"]["helm-guard.io/force-conflicts-from"]
