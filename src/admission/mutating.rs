@@ -96,19 +96,15 @@ async fn patch(
     let (chart_namespace, chart_name) = &target.chart;
     let namespace_protects = admission.index().namespace(chart_namespace).protect;
     let protected_charts = &admission.settings().policy.protected_charts;
-    let protected = match admission.index().charts.get(chart_namespace, chart_name) {
-        Some(chart) => chart.protected_by(namespace_protects, protected_charts),
-        // A pod whose chart the guard has not seen (no CRD watch yet): by namespace and name.
-        None => crate::cluster::helmcharts::HelmChart {
-            namespace: chart_namespace.clone(),
-            name: chart_name.clone(),
-            uid: None,
-            target_namespace: target.namespace.clone(),
-            protect: false,
-            failure_policy: None,
-        }
-        .protected_by(namespace_protects, protected_charts),
-    };
+    let labelled =
+        admission.index().charts.get(chart_namespace, chart_name).is_some_and(|chart| chart.protect);
+    let protected = crate::cluster::helmcharts::protection(
+        chart_namespace,
+        chart_name,
+        labelled,
+        namespace_protects,
+        protected_charts,
+    );
     let plan = pod::plan(target, &state, protected.as_deref());
     let changes: Vec<String> = [
         plan.rewrite_to_upgrade.then(|| "install -> upgrade".to_owned()),

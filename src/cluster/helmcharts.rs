@@ -67,16 +67,7 @@ impl HelmChart {
         namespace_protects: bool,
         protected_charts: &[String],
     ) -> Option<String> {
-        let by_name = format!("{}/{}", self.namespace, self.name);
-        if self.protect {
-            Some(self.describe())
-        } else if namespace_protects {
-            Some(format!("namespace {}", self.namespace))
-        } else if protected_charts.contains(&by_name) {
-            Some(format!("helmchart {by_name}, a chart the cluster cannot lose: --protected-chart"))
-        } else {
-            None
-        }
+        protection(&self.namespace, &self.name, self.protect, namespace_protects, protected_charts)
     }
 
     /// Whether a failed release of this chart is uninstalled and installed afresh by its job:
@@ -89,10 +80,28 @@ impl HelmChart {
         self.failure_policy.as_deref().is_none_or(|p| p == "reinstall")
             && self.protected_by(namespace_protects, protected_charts).is_none()
     }
+}
 
-    /// The chart as a Kubernetes reference names it (`helmchart kube-system/traefik`).
-    pub(crate) fn describe(&self) -> String {
-        format!("helmchart {}/{}", self.namespace, self.name)
+/// What protects the release of chart `namespace/name` from a reinstall: `helm-guard.io/protect`
+/// on the chart (`labelled`) or its namespace (`namespace_protects`), or its name in
+/// `--protected-chart`; said as the annotation and the Event say it. A chart the guard has not
+/// seen (no HelmChart watch yet) is judged by its namespace and name alone.
+pub(crate) fn protection(
+    namespace: &str,
+    name: &str,
+    labelled: bool,
+    namespace_protects: bool,
+    protected_charts: &[String],
+) -> Option<String> {
+    let by_name = format!("{namespace}/{name}");
+    if labelled {
+        Some(format!("helmchart {by_name}"))
+    } else if namespace_protects {
+        Some(format!("namespace {namespace}"))
+    } else if protected_charts.contains(&by_name) {
+        Some(format!("helmchart {by_name}, a chart the cluster cannot lose: --protected-chart"))
+    } else {
+        None
     }
 }
 
