@@ -226,7 +226,8 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
     }
     // Unguarded: `helm install` over the release, refused every time; the pod restarts.
     until(Duration::from_secs(120), "the twin's pod crash-looping", || restarts(&twin) >= 2);
-    let logs = run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]);
+    // A run that has ended (the one under way may not have got to Helm yet).
+    let logs = run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web", "--previous"]);
     assert!(said(&logs).contains("cannot re-use a name that is still in use"), "{}", said(&logs));
     assert_eq!(history(&twin), ["superseded"]);
     assert!(!job_complete(&twin), "the twin's Job never completes");
