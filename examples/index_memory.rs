@@ -60,7 +60,9 @@ fn main() {
     index.set_ready(true);
     let after = rss_bytes();
     let started = std::time::Instant::now();
-    let census = index.census(1_795_968_000, 900, &|_, _| helm_guard::release::writer::Liveness::Unknown);
+    let census = helm_guard::cluster::census::census(&index, 1_795_968_000, 900, &|_, _| {
+        helm_guard::release::writer::Liveness::Unknown
+    });
     let census_took = started.elapsed();
     println!("revisions indexed:        {}", census.revisions);
     println!("releases:                 {}", census.states.values().sum::<usize>());

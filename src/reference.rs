@@ -56,8 +56,8 @@ fn metrics_page() -> String {
         },
         std::time::Duration::ZERO,
     );
-    let ignored = crate::cluster::index::NamespaceInfo { ignored: true, ..Default::default() };
-    index.set_namespace("ignored", ignored);
+    let ignored = crate::cluster::NamespaceInfo { ignored: true, ..Default::default() };
+    index.namespaces().set("ignored", ignored);
     let text = metrics.render(
         &index,
         &|_, _| crate::release::writer::Liveness::Unknown,

@@ -243,7 +243,7 @@ impl Admission {
     /// release; for a rewritten helm-install pod, on the HelmChart that made it.
     fn notices(&self, entry: &LedgerEntry) -> Vec<crate::cluster::events::Notice> {
         if let Some((namespace, name)) = &entry.about.helm_chart {
-            let chart = self.index.charts.get(namespace, name);
+            let chart = self.index.charts().get(namespace, name);
             return chart.and_then(|chart| entry.pod_notice(&chart)).into_iter().collect();
         }
         let Some(mut notice) = entry.notice() else { return Vec::new() };
@@ -262,7 +262,7 @@ impl Admission {
                 notice.uid.is_some() && self.index.holds(&key, &notice.name, notice.uid.as_deref());
         }
         let managing =
-            release.and_then(|(namespace, release)| self.index.charts.managing(namespace, release));
+            release.and_then(|(namespace, release)| self.index.charts().managing(namespace, release));
         let on_chart = managing.map(|chart| notice.about_chart(&chart));
         std::iter::once(notice).chain(on_chart).collect()
     }
@@ -297,7 +297,7 @@ impl Admission {
     /// What the index knows of a namespace, and its mode: the `helm-guard.io/mode` label, else
     /// the global default.
     fn namespace(&self, namespace: &str) -> (crate::cluster::NamespaceInfo, crate::policy::Mode) {
-        let info = self.index.namespace(namespace);
+        let info = self.index.namespaces().get(namespace);
         let mode = info.mode.unwrap_or(self.settings.policy.default_mode);
         (info, mode)
     }

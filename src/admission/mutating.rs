@@ -94,10 +94,10 @@ async fn patch(
     let state = classify(&history, now, admission.settings().policy.stuck_after_secs())
         .judged_by(|revision| admission.writer_liveness(&key, revision));
     let (chart_namespace, chart_name) = &target.chart;
-    let namespace_protects = admission.index().namespace(chart_namespace).protect;
+    let namespace_protects = admission.index().namespaces().get(chart_namespace).protect;
     let protected_charts = &admission.settings().policy.protected_charts;
     let labelled =
-        admission.index().charts.get(chart_namespace, chart_name).is_some_and(|chart| chart.protect);
+        admission.index().charts().get(chart_namespace, chart_name).is_some_and(|chart| chart.protect);
     let protected = crate::cluster::helmcharts::protection(
         chart_namespace,
         chart_name,

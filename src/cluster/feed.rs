@@ -11,7 +11,8 @@ use kube::runtime::watcher::Event;
 
 use super::helmcharts::HelmChart;
 
-use super::index::{IndexedRecord, NamespaceInfo, ReleaseIndex};
+use super::index::{IndexedRecord, ReleaseIndex};
+use super::namespaces::NamespaceInfo;
 use crate::release::Driver;
 use crate::release::history::{PayloadStatus, RevisionFacts};
 use crate::release::record::{release_key, status_label, version_hint};
@@ -175,7 +176,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     }
 
     fn progressed(&self, index: &ReleaseIndex, resource_version: u64) {
-        index.progress.applied(self.0, resource_version);
+        index.progress().applied(self.0, resource_version);
     }
 }
 
@@ -192,16 +193,16 @@ impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
     }
 
     fn replace(&self, index: &ReleaseIndex, items: Vec<(String, NamespaceInfo)>) {
-        index.replace_namespaces(items);
+        index.namespaces().replace(items);
     }
 
     fn upsert(&self, index: &ReleaseIndex, (name, info): (String, NamespaceInfo)) {
-        index.set_namespace(&name, info);
+        index.namespaces().set(&name, info);
     }
 
     fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
         if let Some(name) = object.metadata.name.as_deref() {
-            index.remove_namespace(name);
+            index.namespaces().remove(name);
         }
     }
 }
@@ -219,16 +220,16 @@ impl IndexSink<DynamicObject> for ChartSink {
     }
 
     fn replace(&self, index: &ReleaseIndex, items: Vec<HelmChart>) {
-        index.charts.replace(items);
+        index.charts().replace(items);
     }
 
     fn upsert(&self, index: &ReleaseIndex, item: HelmChart) {
-        index.charts.upsert(item);
+        index.charts().upsert(item);
     }
 
     fn remove(&self, index: &ReleaseIndex, object: &DynamicObject) {
         if let Some(chart) = HelmChart::from_object(object) {
-            index.charts.remove(&chart.namespace, &chart.name);
+            index.charts().remove(&chart.namespace, &chart.name);
         }
     }
 }

@@ -33,7 +33,7 @@ pub(crate) const FENCE_NAME: &str = "helm-guard-fence";
 /// How far each driver's record watch has been applied to the index: the highest resourceVersion
 /// of an event the index holds (a (re-)list counts once swapped in whole).
 #[derive(Debug, Default)]
-pub struct WatchProgress {
+pub(crate) struct WatchProgress {
     applied: PerDriver<watch::Sender<u64>>,
 }
 

@@ -6,6 +6,7 @@
 //! ([`crate::object`]), their payloads kept as slices of the text, not through k8s-openapi's
 //! types: a Secret's data would be base64-decoded into them only to be encoded again.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -21,6 +22,7 @@ use super::index::{IndexedRecord, ReleaseIndex};
 use super::{Fetched, PayloadFetcher, Payloads, ReadRecord};
 use crate::object::ReviewObject;
 use crate::release::decode::fields::borrowing_from;
+use crate::release::history::PayloadStatus;
 use crate::release::record::DecodedRecord;
 use crate::release::{DecodeLimits, Driver, Record, ReleaseKey};
 use bytes::Bytes;
@@ -175,7 +177,7 @@ impl ApiPayloadFetcher {
         }
         let started = std::time::Instant::now();
         'drivers: for driver in [Driver::Secret, Driver::ConfigMap] {
-            for namespace in index.namespaces_unread(driver) {
+            for namespace in namespaces_unread(&index, driver) {
                 let mut params = ListParams::default().labels(RECORD_LABELS).limit(PAGE);
                 loop {
                     self.yield_to_verdicts().await;
@@ -206,7 +208,7 @@ impl ApiPayloadFetcher {
         tracing::info!(seconds = started.elapsed().as_secs(), "payloads read ahead");
         loop {
             tokio::time::sleep(READ_AHEAD_EVERY).await;
-            let unread = index.unread(256);
+            let unread = unread(&index, 256);
             let (idle, index, reads) = (&idle, &index, &reads);
             futures::stream::iter(unread)
                 .map(|(key, object, version)| async move {
@@ -493,6 +495,37 @@ impl ApiPayloadFetcher {
         }
         done
     }
+}
+
+/// Up to `limit` records anywhere whose payload the index has not read at their current
+/// resourceVersion: what the read-ahead reads next.
+fn unread(index: &ReleaseIndex, limit: usize) -> Vec<(ReleaseKey, String, Option<String>)> {
+    let mut unread = Vec::new();
+    index.each_release(|key, records| {
+        for record in
+            records.filter(|record| record.visible && record.facts.payload == PayloadStatus::NotLoaded)
+        {
+            if unread.len() >= limit {
+                return ControlFlow::Break(());
+            }
+            unread.push((key.clone(), record.object.to_owned(), record.resource_version.map(str::to_owned)));
+        }
+        ControlFlow::Continue(())
+    });
+    unread
+}
+
+/// The namespaces holding a record of `driver` whose payload is unread, in order: what the
+/// read-ahead lists first.
+fn namespaces_unread(index: &ReleaseIndex, driver: Driver) -> Vec<String> {
+    let mut namespaces = std::collections::BTreeSet::new();
+    index.each_release(|key, mut records| {
+        if key.driver == driver && records.any(|record| record.facts.payload == PayloadStatus::NotLoaded) {
+            namespaces.insert(key.namespace.clone());
+        }
+        ControlFlow::Continue(())
+    });
+    namespaces.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -107,7 +107,7 @@ pub(crate) fn protection(
 
 /// The HelmCharts of the cluster, by namespace and name.
 #[derive(Debug, Default)]
-pub struct HelmCharts {
+pub(crate) struct HelmCharts {
     charts: RwLock<HashMap<(String, String), HelmChart>>,
 }
 

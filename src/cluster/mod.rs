@@ -8,6 +8,8 @@
 //! Events) and [`helmcharts`] (K3s's HelmCharts) are the rest of what the guard keeps of the
 //! cluster.
 
+pub mod census;
+pub(crate) mod changes;
 pub(crate) mod claim_books;
 pub(crate) mod connect;
 pub mod coordination;
@@ -19,6 +21,7 @@ pub(crate) mod freshness;
 pub(crate) mod helmcharts;
 pub(crate) mod index;
 pub(crate) mod listing;
+pub(crate) mod namespaces;
 pub(crate) mod registration;
 pub mod snapshot;
 pub(crate) mod unlock;
@@ -29,7 +32,8 @@ pub(crate) use coordination::DeleteCoordinator;
 
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.
 pub(crate) const RECORD_LABELS: &str = "owner=helm";
-pub use index::{IndexChange, IndexedRecord, NamespaceInfo, ReleaseIndex, SourceKind};
+pub use index::{IndexChange, IndexedRecord, ReleaseIndex, SourceKind};
+pub use namespaces::NamespaceInfo;
 
 use std::time::Instant;
 

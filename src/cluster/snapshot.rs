@@ -6,7 +6,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::Value;
 
-use super::index::{NamespaceInfo, ReleaseIndex};
+use super::index::ReleaseIndex;
+use super::namespaces::NamespaceInfo;
 use crate::release::objects::parse_objects;
 use crate::release::scan::{Problem, collect_records};
 use crate::release::{DecodeLimits, Driver};
@@ -47,7 +48,7 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
         .collect();
     let loaded =
         Loaded { records: records.len(), namespaces: namespaces.len(), charts: charts.len(), problems };
-    index.charts.replace(charts);
+    index.charts().replace(charts);
     index.replace_records(
         &[Driver::Secret, Driver::ConfigMap],
         records.iter().map(|r| super::index::IndexedRecord {
@@ -58,7 +59,7 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
             resource_version: None,
         }),
     );
-    index.replace_namespaces(namespaces);
+    index.namespaces().replace(namespaces);
     index.set_ready(true);
     Ok(loaded)
 }

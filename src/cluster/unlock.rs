@@ -41,7 +41,7 @@ pub(crate) async fn run(
     loop {
         every.tick().await;
         let mut judged = std::collections::HashMap::new();
-        for (key, revision) in index.pending_latest() {
+        for (key, revision) in super::census::pending_latest(&index) {
             let writer = writers.writer_of(&key.namespace, &key.release, revision);
             let liveness = writers.liveness(writer.as_ref()).await;
             judged.insert(key.clone(), (revision, liveness));

@@ -40,7 +40,7 @@ pub(crate) fn watch(
     if let Some(fence) = &fence {
         for driver in [Driver::Secret, Driver::ConfigMap] {
             let (fence, index) = (fence.clone(), index.clone());
-            tasks.spawn(async move { fence.run(driver, &index.progress).await });
+            tasks.spawn(async move { fence.run(driver, index.progress()).await });
         }
     }
     let fetcher = ApiPayloadFetcher { client, limits, fence, waiting: Arc::default() };

@@ -291,7 +291,7 @@ fn churn(index: &ReleaseIndex, events: &EventQueue, offer: &Offer, object: &str)
         type_: "Warning",
         watched: false,
     };
-    if let Some(chart) = index.charts.managing(namespace, release) {
+    if let Some(chart) = index.charts().managing(namespace, release) {
         events.offer(notice.about_chart(&chart));
     }
     events.offer(notice);

@@ -22,7 +22,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::build::{self, POLICY, ReportApi};
-use crate::cluster::index::NAMESPACES_TOUCHED;
+use crate::cluster::changes::NAMESPACES_CHANGED;
 use crate::cluster::{ReleaseIndex, helmcharts};
 use crate::policy::Mode;
 use crate::release::Status;
@@ -117,7 +117,7 @@ pub(crate) async fn run(
     if options.apis == ApiChoice::Off {
         return;
     }
-    index.track_touched();
+    index.changes().track();
     let manager = loop {
         let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
             .with_namespace(options.lease_namespace.clone())
@@ -257,7 +257,7 @@ impl Writer {
     /// One round: what changed (everything when `full`) is classified and written, a chunk of
     /// namespaces at a time with [`WRITES_AT_ONCE`] writes under way.
     async fn round(&mut self, full: bool) {
-        let touched = self.index.take_touched();
+        let touched = self.index.changes().take();
         if full {
             for api in self.served.clone() {
                 self.read_back(api).await;
@@ -266,10 +266,10 @@ impl Writer {
         let wanted: Option<BTreeSet<String>> =
             (!full).then(|| touched.iter().chain(&self.pending).cloned().collect());
         let now = jiff::Timestamp::now().as_second();
-        let releases = self.index.releases_in(wanted.as_ref());
+        let releases = crate::cluster::census::releases_in(&self.index, wanted.as_ref());
         let mut namespaces: BTreeSet<String> = releases.keys().cloned().collect();
         namespaces.extend(wanted.unwrap_or_else(|| self.written.keys().map(|(_, ns)| ns.clone()).collect()));
-        namespaces.remove(NAMESPACES_TOUCHED);
+        namespaces.remove(NAMESPACES_CHANGED);
         let mut kept = 0usize;
         let mut jobs = Vec::new();
         for namespace in namespaces {
@@ -291,7 +291,7 @@ impl Writer {
                     self.pending.insert(namespace.clone());
                 }
                 let mut result = build::release_result(&report);
-                if let Some(chart) = self.index.charts.managing(&key.namespace, &key.release) {
+                if let Some(chart) = self.index.charts().managing(&key.namespace, &key.release) {
                     let chart = json!({"apiVersion": helmcharts::API_VERSION, "kind": helmcharts::KIND,
                         "namespace": chart.namespace, "name": chart.name, "uid": chart.uid});
                     build::add_resource(&mut result, chart);
@@ -434,7 +434,7 @@ impl Writer {
     /// The cluster report's results: opted-out namespaces, the recycle bin's copies, and the
     /// HelmCharts that would reinstall their release on failure.
     async fn cluster_results(&mut self) -> Vec<(String, Value)> {
-        let opted_out = self.index.opted_out(self.options.default_mode);
+        let opted_out = self.index.namespaces().opted_out(self.options.default_mode);
         let bin = match &self.options.bin_namespace {
             Some(namespace) => {
                 match crate::recycle_bin::api::list_bin(&self.client, namespace, None, None).await {
@@ -451,11 +451,11 @@ impl Writer {
         let guard_namespace = self.options.bin_namespace.as_deref().unwrap_or(&self.options.lease_namespace);
         let reinstalling: Vec<helmcharts::HelmChart> = self
             .index
-            .charts
+            .charts()
             .all()
             .into_iter()
             .filter(|chart| {
-                let namespace_protects = self.index.namespace(&chart.namespace).protect;
+                let namespace_protects = self.index.namespaces().get(&chart.namespace).protect;
                 chart.reinstalls_on_failure(namespace_protects, &self.options.protected_charts)
             })
             .collect();

@@ -397,7 +397,7 @@ impl Metrics {
         seconds_since_sync: f64,
     ) -> String {
         let now = jiff::Timestamp::now().as_second();
-        let census = index.census(now, stuck_after_secs, writer);
+        let census = crate::cluster::census::census(index, now, stuck_after_secs, writer);
         for &state in <ReleaseState as strum::VariantArray>::VARIANTS {
             let count = census.states.get(&state).copied().unwrap_or_default();
             self.releases.get_or_create(&StateLabels { state }).set(count as i64);
@@ -413,7 +413,7 @@ impl Metrics {
         self.revisions.set(census.revisions as i64);
         // Namespaces come and go: the family is rebuilt, so one that opted back in disappears.
         self.opted_out.clear();
-        for opted in index.opted_out(default_mode) {
+        for opted in index.namespaces().opted_out(default_mode) {
             let labels = OptedOutLabels { namespace: opted.namespace, protection: opted.protection };
             self.opted_out.get_or_create(&labels).set(opted.since.unwrap_or_default());
         }

@@ -129,11 +129,11 @@ fn namespace_events_carry_the_mode_label_and_teardown() {
     feed.apply(&index, Event::<PartialObjectMeta<Namespace>>::Init);
     feed.apply(&index, Event::InitApply(meta::<Namespace>(&labelled)));
     assert!(feed.apply(&index, Event::<PartialObjectMeta<Namespace>>::InitDone));
-    assert_eq!(index.namespace("demo").mode, Some(helm_guard::policy::Mode::Audit));
+    assert_eq!(index.namespaces().get("demo").mode, Some(helm_guard::policy::Mode::Audit));
     feed.apply(&index, Event::Apply(meta::<Namespace>(&going)));
-    assert!(index.namespace("old").terminating);
+    assert!(index.namespaces().get("old").terminating);
     feed.apply(&index, Event::Delete(meta::<Namespace>(&going)));
-    assert!(!index.namespace("old").terminating);
+    assert!(!index.namespaces().get("old").terminating);
 }
 
 /// How far the index holds the record watch (what a fence round waits for): a (re-)list counts
@@ -151,19 +151,19 @@ fn the_watch_progress_is_what_the_index_holds() {
     feed.apply(&index, Event::<PartialObjectMeta<Secret>>::Init);
     feed.apply(&index, Event::InitApply(at(items[0].clone(), "10")));
     feed.apply(&index, Event::InitApply(at(items[1].clone(), "12")));
-    assert_eq!(index.progress.through(Driver::Secret), 0, "half a list is not held yet");
+    assert_eq!(index.progress().through(Driver::Secret), 0, "half a list is not held yet");
     feed.apply(&index, Event::<PartialObjectMeta<Secret>>::InitDone);
-    assert_eq!(index.progress.through(Driver::Secret), 12);
+    assert_eq!(index.progress().through(Driver::Secret), 12);
     let revisions = index.revision_count();
     let (name, value) = helm_guard::cluster::fence::FENCE_LABEL;
     let fence = json!({"metadata": {"name": helm_guard::cluster::fence::FENCE_NAME, "namespace": "helm-guard",
         "labels": {name: value}, "resourceVersion": "15"}});
     feed.apply(&index, Event::Apply(meta::<Secret>(&fence)));
-    assert_eq!(index.progress.through(Driver::Secret), 15, "the fence's own event");
+    assert_eq!(index.progress().through(Driver::Secret), 15, "the fence's own event");
     assert_eq!(index.revision_count(), revisions, "a fence is not a record");
     feed.apply(&index, Event::Delete(at(items[0].clone(), "16")));
-    assert_eq!(index.progress.through(Driver::Secret), 16);
+    assert_eq!(index.progress().through(Driver::Secret), 16);
     feed.apply(&index, Event::Apply(at(items[1].clone(), "14")));
-    assert_eq!(index.progress.through(Driver::Secret), 16, "never backwards");
-    assert_eq!(index.progress.through(Driver::ConfigMap), 0, "the other driver's watch is its own");
+    assert_eq!(index.progress().through(Driver::Secret), 16, "never backwards");
+    assert_eq!(index.progress().through(Driver::ConfigMap), 0, "the other driver's watch is its own");
 }

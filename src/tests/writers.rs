@@ -37,12 +37,12 @@ fn index() -> ReleaseIndex {
 #[test]
 fn the_census_counts_a_release_stuck_by_its_writer_and_not_by_age_while_its_writer_runs() {
     let index = index();
-    assert_eq!(index.pending_latest().len(), 2);
+    assert_eq!(crate::cluster::census::pending_latest(&index).len(), 2);
     // Nothing known of the writers: the age rule (900 s), so only `old` is stuck.
-    let unknown = index.census(1_010, 900, &|_, _| Liveness::Unknown);
+    let unknown = crate::cluster::census::census(&index, 1_010, 900, &|_, _| Liveness::Unknown);
     assert_eq!(unknown.stuck, [(StuckBecause::Age, 1)].into());
     // `young`'s writer gone, `old`'s still running (a long --wait): `young` alone, at once.
-    let judged = index.census(1_010, 900, &|key, revision| {
+    let judged = crate::cluster::census::census(&index, 1_010, 900, &|key, revision| {
         assert_eq!(revision, 2, "judged by the pending latest revision's writer");
         if key.release == "young" { Liveness::Gone } else { Liveness::Alive }
     });
