@@ -469,15 +469,14 @@ impl<R: Read> Walk<R> {
                 Ok(secs == parse_go_time(b"0001-01-01T00:00:00Z").unwrap_or_default())
             }
             (Ty::Bytes, Kind::String) => {
-                let mut check = Base64Check::default();
+                let mut bytes = super::codec::GoBytes::default();
                 match fingerprint {
-                    Some(p) => self.json.string(&mut (&mut check, p))?,
-                    None => self.json.string(&mut check)?,
+                    Some(p) => self.json.string(&mut (&mut bytes, p))?,
+                    None => self.json.string(&mut bytes)?,
                 }
-                if !check.valid() {
-                    return Err(self.helm("is not base64 as Go decodes a []byte"));
-                }
-                Ok(check.len == 0)
+                bytes
+                    .finish()
+                    .map_err(|error| self.helm(&format!("is not base64 as Go decodes a []byte ({error})")))
             }
             (Ty::Bytes, Kind::Array) => {
                 // Go also decodes an array of numbers 0-255 into a []byte.
@@ -702,57 +701,6 @@ impl Repeats {
     }
 }
 
-/// Checks base64 as Go's `base64.StdEncoding` decodes a `[]byte` (newlines ignored, padding
-/// required, any trailing bits).
-#[derive(Debug, Default)]
-struct Base64Check {
-    len: u64,
-    padding: u8,
-    bad: bool,
-}
-
-/// Bytes of the standard base64 alphabet.
-// A `u8` index into 256 entries cannot be out of bounds; in a const block `.get` is no option.
-#[allow(clippy::indexing_slicing)]
-const BASE64_ALPHABET: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = matches!(b as u8, b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/');
-        b += 1;
-    }
-    table
-};
-
-impl super::gojson::StringSink for Base64Check {
-    fn put(&mut self, mut bytes: &[u8]) {
-        if self.padding == 0 {
-            // The common case, a run of the alphabet, by table.
-            // A `u8` index into 256 entries is always in bounds.
-            #[allow(clippy::indexing_slicing)]
-            let run = bytes.iter().take_while(|b| BASE64_ALPHABET[usize::from(**b)]).count();
-            self.len += run as u64;
-            bytes = bytes.get(run..).unwrap_or_default();
-        }
-        for &b in bytes {
-            match b {
-                b'\r' | b'\n' => continue,
-                // Saturating: 256 of them must not count as none (the gojson fuzzer's find).
-                b'=' => self.padding = self.padding.saturating_add(1),
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' if self.padding == 0 => {}
-                _ => self.bad = true,
-            }
-            self.len += 1;
-        }
-    }
-}
-
-impl Base64Check {
-    fn valid(&self) -> bool {
-        !self.bad && self.len.is_multiple_of(4) && self.padding <= 2
-    }
-}
-
 impl From<JsonError> for DecodeError {
     fn from(error: JsonError) -> DecodeError {
         match error {
@@ -829,25 +777,4 @@ pub(crate) fn read_release<R: Read>(
         chart,
         content: (fingerprinting == Fingerprinting::Take).then(|| content.finish()),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Base64Check;
-    use crate::release::decode::gojson::StringSink as _;
-
-    fn valid(text: &str) -> bool {
-        let mut check = Base64Check::default();
-        check.put(text.as_bytes());
-        check.valid()
-    }
-
-    #[test]
-    fn base64_is_checked_as_go_decodes_a_byte_slice() {
-        assert!(valid("") && valid("AAAA") && valid("AAA=") && valid("AA==") && valid("AA\r\n=="));
-        assert!(!valid("AAA") && !valid("A===") && !valid("AA=A") && !valid("AA==AAAA") && !valid("AA-_"));
-        // 256 `=` counted in a byte wrapped to none, and the base64 after them read as valid.
-        assert!(!valid(&format!("AAAA{}AAAA", "=".repeat(256))));
-        assert!(!valid(&format!("AAAA{}", "=".repeat(1024))));
-    }
 }
