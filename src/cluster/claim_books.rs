@@ -32,14 +32,13 @@ use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::coordination::{
     CLAIMS_ANNOTATION, Claim, Claimed, ClaimedRecord, Claims, CoordinationError, DeleteCoordinator,
     MAX_BOOK_CLAIMS, now_ms,
 };
 use super::feed::{Feed, IndexSink};
-use super::fence::GroupCommit;
+use super::rounds::{self, GroupCommit, Mark, Pacing, RoundFailed, RoundWriter};
 use crate::release::ReleaseKey;
 
 /// Labels of every claim book (the sweep lists by them).
@@ -97,7 +96,7 @@ struct Books {
     mine: Mutex<Vec<Mine>>,
     rounds: GroupCommit,
     /// The highest resourceVersion of a book event applied to `others`.
-    applied: watch::Sender<u64>,
+    applied: Mark,
 }
 
 /// Claims in per-replica books, read from a watch (see the module doc).
@@ -145,10 +144,13 @@ impl BookCoordinator {
             unreadable: Mutex::default(),
             mine: Mutex::default(),
             rounds: GroupCommit::default(),
-            applied: watch::Sender::new(0),
+            applied: Mark::default(),
         });
         tasks.spawn(watch_books(books.clone()));
-        tasks.spawn(write_rounds(books.clone()));
+        tasks.spawn({
+            let books = books.clone();
+            async move { rounds::run(&books.rounds, &*books, &books.applied, PACING).await }
+        });
         BookCoordinator { books, ttl }
     }
 
@@ -243,53 +245,57 @@ impl BookCoordinator {
     }
 }
 
-/// Writes this replica's book, one round at a time, each begun when an approval waits for one;
-/// a round is done once the book watch has brought its write back.
-async fn write_rounds(books: Arc<Books>) {
-    loop {
-        let round = books.rounds.begin().await;
+/// One round at a time: each writes the whole book (every claim added since the last round
+/// rides on one write), so a round under way holds back the next.
+const PACING: Pacing = Pacing { in_flight: 1, max_gather: Duration::ZERO };
+
+/// This replica's book, as a round writer: each round writes the claims held (dropping the
+/// expired, and those whose deletion this replica's watch has shown for `keep_after_deletion`),
+/// and marks the claims it held written once the book watch brings it back.
+impl RoundWriter for Books {
+    type Written = Vec<(String, Claim)>;
+
+    async fn write(&self, _round: u64) -> Result<(u64, Self::Written), kube::Error> {
         let (now, instant) = (now_ms(), Instant::now());
         let (written, claims): (Vec<(String, Claim)>, Vec<BookClaim>) = {
-            let mut mine = lock(&books.mine);
+            let mut mine = lock(&self.mine);
             for m in mine.iter_mut().filter(|m| m.written_at.is_some() && m.deletion_seen.is_none()) {
                 let claim = &m.claim.claim;
-                if !books.index.holds(&m.key, &claim.object, claim.uid.as_deref()) {
+                if !self.index.holds(&m.key, &claim.object, claim.uid.as_deref()) {
                     m.deletion_seen = Some(instant);
                 }
             }
             mine.retain(|m| {
                 m.claim.claim.until > now
-                    && m.deletion_seen.is_none_or(|seen| instant < seen + books.keep_after_deletion)
+                    && m.deletion_seen.is_none_or(|seen| instant < seen + self.keep_after_deletion)
             });
             let claims: Vec<BookClaim> = mine.iter().map(|m| m.claim.clone()).collect();
             (claims.iter().map(|c| (c.release.clone(), c.claim.clone())).collect(), claims)
         };
-        let version = match write_book(&books, &claims).await {
-            Ok(version) => version,
-            Err(error) => {
-                // As the fence does: the round's waiters stop waiting at once (their approvals
-                // are refused, "retry") rather than for a later round that may come too late.
-                tracing::warn!(%error, "could not write this replica's claim book; the approvals waiting on it are refused");
-                books.rounds.fail(round);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let mut applied = books.applied.subscribe();
-        let reached = tokio::time::timeout(Duration::from_secs(5), applied.wait_for(|a| *a >= version)).await;
-        if !matches!(reached, Ok(Ok(_))) {
-            tracing::warn!("the claim books' watch did not bring this replica's write back in time");
-            books.rounds.fail(round);
-            continue;
-        }
-        for m in lock(&books.mine).iter_mut() {
+        Ok((write_book(self, &claims).await?, written))
+    }
+
+    fn back(&self, written: Self::Written, version: u64) {
+        for m in lock(&self.mine).iter_mut() {
             if m.written_at.is_none()
                 && written.iter().any(|(r, c)| *r == m.claim.release && *c == m.claim.claim)
             {
                 m.written_at = Some(version);
             }
         }
-        books.rounds.finish(round);
+    }
+
+    /// As the fence's: the round's waiters stop waiting at once (their approvals are refused,
+    /// "retry") rather than for a later round that may come too late.
+    fn failed(&self, failure: &RoundFailed) {
+        match failure {
+            RoundFailed::Write(error) => {
+                tracing::warn!(%error, "could not write this replica's claim book; the approvals waiting on it are refused");
+            }
+            RoundFailed::NotBack => {
+                tracing::warn!("the claim books' watch did not bring this replica's write back in time");
+            }
+        }
     }
 }
 
@@ -308,7 +314,7 @@ async fn write_book(books: &Books, claims: &[BookClaim]) -> Result<u64, kube::Er
         "metadata": {"name": books.book, "labels": labels, "annotations": {CLAIMS_ANNOTATION: text, FORMAT_ANNOTATION: FORMAT}},
         "spec": {"holderIdentity": books.identity},
     });
-    super::fence::apply(&books.leases, &books.book, &object).await
+    rounds::apply(&books.leases, &books.book, &object).await
 }
 
 /// Keeps `others` as the books are, and how far the watch has come: the watch's events through a
@@ -401,11 +407,11 @@ impl IndexSink<Lease> for BookSink {
     }
 
     fn version(&self, lease: &Lease) -> Option<u64> {
-        super::fence::revision(lease.metadata.resource_version.as_deref())
+        rounds::revision(lease.metadata.resource_version.as_deref())
     }
 
     fn progressed(&self, books: &Books, version: u64) {
-        super::fence::raise(&books.applied, version);
+        books.applied.raise(version);
     }
 }
 
@@ -517,7 +523,7 @@ mod tests {
             unreadable: Mutex::default(),
             mine: Mutex::default(),
             rounds: GroupCommit::default(),
-            applied: watch::Sender::new(0),
+            applied: Mark::default(),
         };
         let since = |book: &str, object: &str| {
             lock(&books.others)[book].iter().find(|t| t.claim.claim.object == object).map(|t| t.since)
@@ -530,7 +536,7 @@ mod tests {
         feed.apply(&books, watcher::Event::InitDone);
         assert_eq!(since("b", "v1"), Some(0), "order unknown: written before any");
         assert!(!lock(&books.others).contains_key("mine"));
-        assert_eq!(*books.applied.borrow(), 9);
+        assert_eq!(books.applied.through(), 9);
 
         feed.apply(&books, watcher::Event::Apply(lease("b", 12, Some(&[claim("v1"), claim("v2")]))));
         assert_eq!((since("b", "v1"), since("b", "v2")), (Some(0), Some(12)));
@@ -539,6 +545,6 @@ mod tests {
         feed.apply(&books, watcher::Event::Delete(lease("c", 14, None)));
         assert!(lock(&books.unreadable).is_empty(), "gone: it no longer refuses");
         feed.apply(&books, watcher::Event::Apply(lease("mine", 15, Some(&[]))));
-        assert_eq!(*books.applied.borrow(), 15);
+        assert_eq!(books.applied.through(), 15);
     }
 }

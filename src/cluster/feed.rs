@@ -172,7 +172,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
 
     // Every object of the watch counts, records and fences alike: the stream is in order.
     fn version(&self, object: &PartialObjectMeta<K>) -> Option<u64> {
-        super::fence::revision(object.metadata.resource_version.as_deref())
+        super::rounds::revision(object.metadata.resource_version.as_deref())
     }
 
     fn progressed(&self, index: &ReleaseIndex, resource_version: u64) {

@@ -23,6 +23,7 @@ pub(crate) mod index;
 pub(crate) mod listing;
 pub(crate) mod namespaces;
 pub(crate) mod registration;
+pub(crate) mod rounds;
 pub mod snapshot;
 pub(crate) mod unlock;
 pub(crate) mod watch;
