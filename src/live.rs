@@ -119,8 +119,6 @@ pub fn admission(
         let every = (options.tombstone_ttl * 2).max(Duration::from_secs(10));
         tracing::info!(%namespace, identity = %options.identity, "deletions agreed through claim books read from a watch");
         tasks.spawn(coordination::sweep(leases.clone(), claim_books::BOOK_LABELS, every));
-        // The Leases per release of versions that offered that way, left after an upgrade.
-        tasks.spawn(coordination::sweep(leases.clone(), coordination::LEASE_LABELS, every));
         let books = BookCoordinator::start(
             leases,
             options.identity.clone(),

@@ -30,10 +30,6 @@ use futures::future::BoxFuture;
 
 /// The annotation holding a Lease's claims, as JSON.
 pub(crate) const CLAIMS_ANNOTATION: &str = "helm-guard.io/deletions";
-/// Labels of the Leases per release that versions before 0.2 wrote (`--coordination lease`): an
-/// upgraded guard sweeps what they left.
-pub(crate) const LEASE_LABELS: &str =
-    "app.kubernetes.io/managed-by=helm-guard,helm-guard.io/lease=release-deletions";
 
 /// One approved deletion, visible to every replica until it expires.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,7 +167,7 @@ fn is_conflict(error: &kube::Error) -> bool {
 }
 
 /// Deletes the Leases labelled `labels` whose claims have all expired, every `every`, so that
-/// one Lease per release ever pruned (or a claim book of a replica long gone) does not pile up.
+/// the claim books of replicas long gone do not pile up.
 /// The delete is conditional on the version read: a Lease claimed meanwhile stays.
 pub(crate) async fn sweep(leases: Api<Lease>, labels: &'static str, every: Duration) {
     let mut ticker = tokio::time::interval(every);
