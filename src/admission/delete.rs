@@ -1,4 +1,5 @@
-//! A DELETE of a release record, its four steps in order, each a function that returns a value:
+//! A DELETE of a release record, its four steps in order, each a method that returns the next
+//! step ([`Next`]: answer, confirm, keep a copy, agree):
 //!
 //! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D10) on the release as the index holds it,
 //!    pure and synchronous under the index's lock;
@@ -33,7 +34,7 @@ use crate::release::record::DecodedRecord;
 use crate::release::{History, Record, ReleaseKey};
 
 /// Decides the DELETE of `record`: its four steps, each past the first taken only when the one
-/// before leaves an approval that needs it. The API calls end by `deadline`.
+/// before leaves an approval that needs it ([`Next`]). The API calls end by `deadline`.
 pub(super) async fn delete(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
@@ -42,16 +43,33 @@ pub(super) async fn delete(
 ) -> Decided {
     let glass = break_glass_reason(&record.record.annotations);
     let deletion = Deletion::new(admission, request, record, glass.as_deref());
-    let first = deletion.decide(Stage::First);
-    let confirmed = match deletion.confirm(first, deadline).await {
-        Ok(confirmed) => confirmed,
-        Err(refused) => return refused,
-    };
-    let decided = match confirmed {
-        (decided, true) => deletion.keep_copy(decided, deadline).await,
-        (decided, false) => decided,
-    };
-    deletion.agree(decided, deadline).await
+    let mut next = deletion.next(deletion.decide(Stage::First), Stage::First);
+    loop {
+        next = match next {
+            Next::Answer(decided) => return decided,
+            Next::Confirm(ruled) => deletion.confirm(ruled, deadline).await,
+            Next::KeepCopy(decided) => deletion.keep_copy(decided, deadline).await,
+            Next::Agree(decided) => Next::Answer(deletion.agree(decided, deadline).await),
+        };
+    }
+}
+
+/// What the rules said at a stage, and whether the approval keeps a copy in the recycle bin.
+struct Ruled {
+    decided: Decided,
+    keeps_copy: bool,
+}
+
+/// A DELETE's next step.
+enum Next {
+    /// Answer the API server with this: a refusal, or an approval no check is left for.
+    Answer(Decided),
+    /// Decide again on what is stored now (step 2).
+    Confirm(Ruled),
+    /// Store a copy in the recycle bin first (step 3).
+    KeepCopy(Decided),
+    /// Agree the approval with the other replicas (step 4).
+    Agree(Decided),
 }
 
 /// One DELETE as its steps see it: what the rules are told, and which of the live guard's checks
@@ -124,7 +142,7 @@ impl<'a> Deletion<'a> {
     /// holds it now, the mode applied, and whether an approval keeps a copy. Decided under the
     /// index lock, with the one change it makes: an approval that stands at `stage` hides the
     /// record at once.
-    fn decide(&self, stage: Stage) -> (Decided, bool) {
+    fn decide(&self, stage: Stage) -> Ruled {
         let policy = &self.admission.settings().policy;
         let facts = &self.facts;
         self.admission.index().decide(self.key(), Some(self.claimed.object), |others| {
@@ -143,8 +161,27 @@ impl<'a> Deletion<'a> {
                 object: self.claimed.object.to_owned(),
                 uid: self.claimed.uid.map(str::to_owned),
             });
-            ((decided, keep), change)
+            (Ruled { decided, keeps_copy: keep }, change)
         })
+    }
+
+    /// The step after the rules said `ruled` at `stage`: the confirmation (only after step 1),
+    /// the copy, the agreement, each when this guard has it and the verdict needs it; else the
+    /// answer.
+    fn next(&self, ruled: Ruled, stage: Stage) -> Next {
+        let Ruled { decided, keeps_copy } = ruled;
+        if stage == Stage::First && self.needs_confirmation(decided.verdict.reason) {
+            Next::Confirm(Ruled { decided, keeps_copy })
+        } else if keeps_copy {
+            Next::KeepCopy(decided)
+        } else {
+            self.agree_or_answer(decided)
+        }
+    }
+
+    /// Agreement for an approval that needs it, with other replicas to agree with; else the answer.
+    fn agree_or_answer(&self, decided: Decided) -> Next {
+        if decided.agree && self.coordinator.is_some() { Next::Agree(decided) } else { Next::Answer(decided) }
     }
 
     /// Whether a verdict is confirmed against what is stored before it is answered: on a live
@@ -168,17 +205,14 @@ impl<'a> Deletion<'a> {
     /// Step 2: a verdict that rests on the history, decided again on what is stored now (the
     /// watch shown caught up, or the release listed, and every record known only by its labels
     /// read as Helm reads it). Without the confirmation a refusal still stands (it fails
-    /// closed); an approval is refused, "retry" (`Err`).
-    async fn confirm(&self, first: (Decided, bool), deadline: Instant) -> Result<(Decided, bool), Decided> {
-        let Some(freshness) = self.freshness.filter(|_| self.needs_confirmation(first.0.verdict.reason))
-        else {
-            return Ok(first);
-        };
+    /// closed); an approval is refused, "retry".
+    async fn confirm(&self, first: Ruled, deadline: Instant) -> Next {
+        let Some(freshness) = self.freshness else { return self.next(first, Stage::Confirmed) };
         let object = self.claimed.object;
         let confirmed = freshness.confirm(self.key(), Some(object), deadline).await;
-        let (decided, keep) = self.decide(if confirmed { Stage::Confirmed } else { Stage::First });
-        if confirmed || !decided.verdict.allowed {
-            return Ok((decided, keep));
+        let ruled = self.decide(if confirmed { Stage::Confirmed } else { Stage::First });
+        if confirmed || !ruled.decided.verdict.allowed {
+            return self.next(ruled, Stage::Confirmed);
         }
         let key = self.key();
         let verdict = Verdict::deny(
@@ -189,7 +223,7 @@ impl<'a> Deletion<'a> {
                 key.namespace, key.release
             ),
         );
-        Err(self.refused(verdict, self.mode))
+        Next::Answer(self.refused(verdict, self.mode))
     }
 
     /// Step 3: stores a copy of the record in the recycle bin before its deletion is approved;
@@ -199,8 +233,8 @@ impl<'a> Deletion<'a> {
     /// `--recycle-best-effort`. An approval that also needs the replicas' agreement (history
     /// pruning of a record that shares the latest revision while nothing is deployed) is hidden
     /// once agreed, not here.
-    async fn keep_copy(&self, mut decided: Decided, deadline: Instant) -> Decided {
-        let Some(bin) = self.bin else { return decided };
+    async fn keep_copy(&self, mut decided: Decided, deadline: Instant) -> Next {
+        let Some(bin) = self.bin else { return self.agree_or_answer(decided) };
         let (record, key) = (self.record, self.key());
         let keeping = Keeping {
             reason: decided.verdict.reason.as_str(),
@@ -227,7 +261,7 @@ impl<'a> Deletion<'a> {
                     record.describe()
                 ),
             );
-            return self.refused(verdict, Mode::Enforce);
+            return Next::Answer(self.refused(verdict, Mode::Enforce));
         }
         if !decided.agree {
             let gone = IndexChange::Delete { object: record.object_name.clone(), uid: record.uid.clone() };
@@ -260,7 +294,7 @@ impl<'a> Deletion<'a> {
             ),
         };
         decided.outcome.warnings.push(note);
-        decided
+        self.agree_or_answer(decided)
     }
 
     /// Step 4: agrees an approval of a deletion with the other replicas: reads the release's
@@ -287,7 +321,7 @@ impl<'a> Deletion<'a> {
             for claim in claims.claims.iter().filter(|claim| !claim.is(record)) {
                 index.hide(key, &claim.object, claim.uid.as_deref(), local_instant(claim.until, now));
             }
-            let decided = self.decide(Stage::Agreed).0;
+            let decided = self.decide(Stage::Agreed).decided;
             if !decided.agree {
                 return decided;
             }

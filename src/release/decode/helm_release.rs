@@ -469,7 +469,7 @@ impl<R: Read> Walk<R> {
                 Ok(secs == parse_go_time(b"0001-01-01T00:00:00Z").unwrap_or_default())
             }
             (Ty::Bytes, Kind::String) => {
-                let mut bytes = super::codec::GoBytes::default();
+                let mut bytes = super::go_base64::GoBytes::default();
                 match fingerprint {
                     Some(p) => self.json.string(&mut (&mut bytes, p))?,
                     None => self.json.string(&mut bytes)?,

@@ -1,6 +1,6 @@
 //! Helm's storage format, read exactly as Helm reads it: the layers of a record's payload
 //! ([`codec`]: the API's base64, Helm's base64, gzip), the JSON in it with Go's `encoding/json`
-//! semantics ([`gojson`]), Helm's release type walked with that reader ([`helm_release`]), the
+//! semantics ([`gojson`]), Go's base64 (`go_base64`), Helm's release type walked with that reader ([`helm_release`]), the
 //! record fields of dumps and reviews (`fields`), and readings remembered by their bytes
 //! ([`memo`]). Nothing here knows what a release's history means: that is [`super::history`].
 
@@ -12,6 +12,7 @@ pub(crate) mod fields;
 /// of KiB.
 pub(crate) const LARGE_PAYLOAD_BYTES: usize = 256 * 1024;
 
+pub(crate) mod go_base64;
 pub(crate) mod gojson;
 pub(crate) use gojson::JsonError;
 pub(crate) mod helm_release;
