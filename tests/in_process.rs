@@ -37,8 +37,6 @@ mod plugin;
 mod release_records;
 #[path = "repair.rs"]
 mod repair;
-#[path = "replicas.rs"]
-mod replicas;
 #[path = "webhook_helm_view.rs"]
 mod webhook_helm_view;
 #[path = "webhook_mutate.rs"]

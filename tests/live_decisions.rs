@@ -1,7 +1,7 @@
 //! What a live DELETE waits on the API server for, and what it changes: a verdict read off the
 //! rest of the history is confirmed against what is stored (one listing; the watch may lag),
 //! one the rest cannot turn costs nothing, and an approval takes effect in the view only once
-//! it stands. Agreeing with the other replicas: `tests/replicas.rs`; keeping a copy in the
+//! it stands. Agreeing with the other replicas: `src/tests/replicas.rs`; keeping a copy in the
 //! recycle bin first: `src/tests/recycle_bin.rs`, `a_copy_is_stored_before_the_deletion_is_approved`.
 
 #![allow(
@@ -18,11 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use common::leases::{Replica, SharedLeases};
 use common::*;
 use futures::future::BoxFuture;
 use helm_guard::admission::{Admission, LiveParts, Settings};
-use helm_guard::cluster::coordination::DeleteCoordinator;
 use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher, Payloads};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::{Driver, ReleaseKey};
@@ -76,19 +74,16 @@ impl PayloadFetcher for Stored {
 fn a_lagging_index_is_confirmed_by_one_listing() {
     let stored = web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]);
     let lagging = web(&[(1, "superseded"), (2, "deployed")]);
-    let (admission, fetcher) = live_guard(&lagging, &stored, None);
+    let (admission, fetcher) = live_guard(&lagging, &stored);
     assert_eq!(decide(&admission, &delete_review(&stored[1])), (true, "history-pruning".to_owned()));
     assert_eq!(fetcher.listings.load(Ordering::SeqCst), 1, "confirmed by one listing");
 }
 
 /// A live guard whose index holds `indexed` and whose API server stores `stored`.
-fn live_guard(indexed: &[Value], stored: &[Value], coordinator: Option<Replica>) -> (Admission, Arc<Stored>) {
+fn live_guard(indexed: &[Value], stored: &[Value]) -> (Admission, Arc<Stored>) {
     let fetcher = Arc::new(Stored { objects: stored.to_vec(), listings: AtomicUsize::new(0) });
-    let live = LiveParts {
-        fetcher: Some(fetcher.clone() as Arc<dyn PayloadFetcher>),
-        coordinator: coordinator.map(|c| Arc::new(c) as Arc<dyn DeleteCoordinator>),
-        ..LiveParts::default()
-    };
+    let live =
+        LiveParts { fetcher: Some(fetcher.clone() as Arc<dyn PayloadFetcher>), ..LiveParts::default() };
     (common::guard::snapshot_admission_with(indexed, Settings::new(PolicyConfig::default()), live), fetcher)
 }
 
@@ -139,7 +134,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
         ),
     ];
     for (what, stored, review, (allowed, reason), listings) in cases {
-        let (admission, store) = live_guard(&stored, &stored, None);
+        let (admission, store) = live_guard(&stored, &stored);
         assert_eq!(decide(&admission, &review), (allowed, reason.to_owned()), "{what}");
         assert_eq!(store.listings.load(Ordering::SeqCst), listings, "{what}: listings");
     }
@@ -147,7 +142,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
     // A guard just started knows revision 2 by its labels alone (the read-ahead has not read its
     // payload): deciding on the index says "could not read"; the listing reads it, and Helm's
     // pruning of revision 1 is approved.
-    let (admission, store) = live_guard(&[], &records, None);
+    let (admission, store) = live_guard(&[], &records);
     let labels_only = records
         .iter()
         .map(|o| {
@@ -164,31 +159,15 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
 
 /// An approval confirmed against what is stored takes effect in the view at once (the record is
 /// hidden until the watch brings its deletion; `inspect`, the metrics and the reports read the
-/// view); one that still needs the other replicas' agreement takes effect only once agreed,
-/// and not at all when no agreement comes.
+/// view). (One that also needs the replicas' agreement takes effect once agreed, and not at all
+/// when no agreement comes: src/tests/replicas.rs.)
 #[test]
-fn a_confirmed_approval_hides_the_record_unless_the_replicas_have_not_agreed() {
-    // v1 and v2 both deployed, v3 failed: deleting v1 is approved, and needs agreement (deleting
-    // v2 at the same time would leave nothing to roll back to).
+fn a_confirmed_approval_hides_the_record_at_once() {
+    // v1 and v2 both deployed, v3 failed: deleting v1 is approved.
     let records = web(&[(1, "deployed"), (2, "deployed"), (3, "failed")]);
-
-    let (alone, _) = live_guard(&records, &records, None);
+    let (alone, _) = live_guard(&records, &records);
     assert_eq!(decide(&alone, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
     assert_eq!(revisions(&alone), [2, 3], "hidden once confirmed");
-
-    let leases = Arc::new(SharedLeases::new(0));
-    let (agreed, _) = live_guard(&records, &records, Some(Replica { leases: leases.clone(), name: "a" }));
-    assert_eq!(decide(&agreed, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
-    assert_eq!(revisions(&agreed), [2, 3], "hidden once agreed");
-
-    let mut silent = SharedLeases::new(0);
-    silent.unavailable = true;
-    let (unagreed, _) = live_guard(&records, &records, Some(Replica { leases: Arc::new(silent), name: "a" }));
-    assert_eq!(
-        decide(&unagreed, &delete_review(&records[0])),
-        (false, "coordination-unavailable".to_owned())
-    );
-    assert_eq!(revisions(&unagreed), [1, 2, 3], "still there: the deletion did not happen");
 }
 
 /// An API server that answers a release's listing only once released: every decision that

@@ -1,25 +1,25 @@
-//! Replicas that agree at the speed of the watch (`--coordination watch`): each replica keeps its
-//! claims ([`super::coordination::Claim`]) in one Lease of its own, its *claim book*, and reads
-//! the others' books from a watch instead of reading a Lease per release.
+//! Replicas that agree at the speed of the watch: each replica keeps its claims
+//! ([`super::coordination::Claim`]) in one Lease of its own, its *claim book*, and reads the
+//! others' books from a watch.
 //!
-//! An approval that needs agreement adds its claim to this replica's book; a round writes the
-//! book (one write for every claim added since the last round: a group commit) and waits until
-//! the book watch brings the write back. The watch delivers the namespace's Lease events in
-//! resourceVersion order, so every claim written before this one is then known, each with the
-//! resourceVersion it first appeared at. A claim of another replica on the same release written
-//! before this one that the decision did not account for is a conflict (the verdict is decided
-//! again with it hidden, as with a Lease per release); one written after this one is the other
-//! replica's to account for (it will see this one). So two racing approvals are serialised in
-//! the order of their writes, and exactly one of two that conflict stands: the guarantee a Lease
-//! per release gives, for one write per round instead of a read and a write per approval. A
-//! claim first seen in a (re-)list counts as written before any (its order is unknown).
+//! An approval that needs agreement adds its claim to this replica's book; a round
+//! ([`super::rounds`], one at a time) writes the book (one write for every claim added since the
+//! last round: a group commit) and waits until the book watch brings the write back. The watch
+//! delivers the namespace's Lease events in resourceVersion order, so every claim written before
+//! this one is then known, each with the resourceVersion it first appeared at. A claim of
+//! another replica on the same release written before this one that the decision did not account
+//! for is a conflict (the verdict is decided again with it hidden); one written after this one is
+//! the other replica's to account for (it will see this one). So two racing approvals are
+//! serialised in the order of their writes, and exactly one of two that conflict stands, for one
+//! write per round rather than a read and a write per approval. A claim first seen in a
+//! (re-)list counts as written before any (its order is unknown).
 //!
 //! A claim leaves the book `keep_after_deletion` after this replica's watch has brought the
 //! deletion it claims (at the latest when it expires): a verdict of another replica that arrives
 //! after the deletion sees it in its own view (its fence round began after it arrived), and one
 //! that arrived before checks the books within its decision deadline, which
-//! `keep_after_deletion` outlasts. So books hold the claims of seconds, not of the whole TTL. Claims expire after `--tombstone-ttl`; a book
-//! whose claims have all expired is swept like a release's Lease.
+//! `keep_after_deletion` outlasts. So books hold the claims of seconds, not of the whole TTL.
+//! Claims expire after `--tombstone-ttl`; a book whose claims have all expired is swept.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -173,7 +173,7 @@ impl DeleteCoordinator for BookCoordinator {
         key: &'a ReleaseKey,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<Claims, CoordinationError>> {
-        let claims = Claims { claims: self.others_on(&release_of(key), u64::MAX), version: None };
+        let claims = Claims { claims: self.others_on(&release_of(key), u64::MAX) };
         Box::pin(std::future::ready(Ok(claims)))
     }
 

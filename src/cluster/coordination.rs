@@ -47,20 +47,18 @@ pub struct Claim {
     pub by: String,
 }
 
-/// The unexpired claims on a release as last read, and the version to update against.
+/// The unexpired claims on a release as last read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claims {
     /// The claims, unexpired.
     pub claims: Vec<Claim>,
-    /// The Lease's resourceVersion; `None` when there is no Lease yet.
-    pub version: Option<String>,
 }
 
 impl Claims {
     /// Reads a Lease's claim annotation; expired claims are dropped. Text that is not a claim
     /// list counts as none (only the guard's own namespace can hold it; the next write repairs
     /// it), with a warning.
-    pub fn read(annotation: Option<&str>, version: Option<String>, now_ms: i64) -> Claims {
+    pub fn read(annotation: Option<&str>, now_ms: i64) -> Claims {
         let mut claims: Vec<Claim> = match annotation.map(serde_json::from_str::<Vec<Claim>>) {
             None => Vec::new(),
             Some(Ok(claims)) => claims,
@@ -70,14 +68,14 @@ impl Claims {
             }
         };
         claims.retain(|claim| claim.until > now_ms);
-        Claims { claims, version }
+        Claims { claims }
     }
 
-    /// A Lease's unexpired claims, and its version.
+    /// A Lease's unexpired claims.
     pub(crate) fn of(lease: &Lease, now_ms: i64) -> Claims {
         let annotation =
             lease.metadata.annotations.as_ref().and_then(|a| a.get(CLAIMS_ANNOTATION)).map(String::as_str);
-        Claims::read(annotation, lease.metadata.resource_version.clone(), now_ms)
+        Claims::read(annotation, now_ms)
     }
 }
 
@@ -183,11 +181,10 @@ pub(crate) async fn sweep(leases: Api<Lease>, labels: &'static str, every: Durat
         };
         let now = now_ms();
         for lease in listed {
-            let claims = Claims::of(&lease, now);
-            if !claims.claims.is_empty() {
+            if !Claims::of(&lease, now).claims.is_empty() {
                 continue;
             }
-            let version = claims.version;
+            let version = lease.metadata.resource_version.clone();
             let Some(name) = lease.metadata.name.as_deref() else { continue };
             let params = DeleteParams {
                 preconditions: Some(Preconditions { resource_version: version, uid: None }),
@@ -213,11 +210,10 @@ mod tests {
     #[test]
     fn expired_claims_are_dropped_and_garbage_counts_as_none() {
         let text = serde_json::to_string(&[claim("v1", 100), claim("v2", 300)]).unwrap();
-        let claims = Claims::read(Some(&text), Some("7".into()), 200);
+        let claims = Claims::read(Some(&text), 200);
         assert_eq!(claims.claims, vec![claim("v2", 300)]);
-        assert_eq!(claims.version.as_deref(), Some("7"));
-        assert!(Claims::read(Some("{not json"), None, 0).claims.is_empty());
-        assert!(Claims::read(None, None, 0).claims.is_empty());
+        assert!(Claims::read(Some("{not json"), 0).claims.is_empty());
+        assert!(Claims::read(None, 0).claims.is_empty());
     }
 
     #[test]
@@ -234,7 +230,7 @@ mod tests {
     fn claims_written_before_uids_still_read_and_stand_for_their_name() {
         // What a guard of the previous release writes, and what it makes of this release's claims.
         let older = r#"[{"object":"sh.helm.release.v1.web.v2","until":300,"by":"old-replica"}]"#;
-        let claims = Claims::read(Some(older), Some("3".into()), 200);
+        let claims = Claims::read(Some(older), 200);
         assert_eq!(claims.claims.len(), 1);
         assert_eq!(claims.claims[0].uid, None);
         let any = ClaimedRecord { object: "sh.helm.release.v1.web.v2", uid: Some("whatever") };

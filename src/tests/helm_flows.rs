@@ -1,8 +1,8 @@
 //! Every Helm flow passes, shown generatively and without a cluster: random, seeded sequences of
 //! Helm operations become the storage calls Helm 3.17 and 4.1 make for them (modelled from
 //! `pkg/action` and `pkg/storage`, POLICY.md "The transitions"), each sent as the API server's
-//! AdmissionReview to one of two in-process replicas that share an in-memory Lease and read a
-//! shared store. Watch events reach each replica late and out of order (each object's own in
+//! AdmissionReview to one of two in-process replicas that agree through their claim books (as
+//! shipped, against the stub of the API server's Leases) and read a shared store. Watch events reach each replica late and out of order (each object's own in
 //! order, as a watch keeps them). Helm's other writers (Fleet's forget and its failed-rollback
 //! cleanup, Flux's unlock, helm-mapkubeapis) write among Helm's flows as their own identities.
 //! Every review Helm or those writers send must be allowed; a hand deletion must be refused
@@ -18,14 +18,12 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
+use super::lease_stub::LeaseServer;
 use common::flows::{FLEET_AGENT, FLUX, HelmOp, KLIPPER, deletion_allowed, random_op, seeds};
-use common::leases::{Replica, SharedLeases};
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::feed::RecordFeed;
-use helm_guard::cluster::{
-    DeleteCoordinator, Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind,
-};
+use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::recycle_bin::api::{BinError, RecycleBin};
 use helm_guard::recycle_bin::copy::Keeping;
@@ -165,6 +163,10 @@ pub(super) struct World {
     seed: u64,
     /// Who writes now: Helm as a person (`None`), or another writer of Helm's storage.
     pub(super) writer: Option<(&'static str, &'static [&'static str])>,
+    /// Where the replicas' claim books are kept.
+    _books: LeaseServer,
+    /// What runs the verdicts, the books' watches and rounds, and the stub (dropped last).
+    runtime: tokio::runtime::Runtime,
 }
 
 /// How an upgrade ends once its pending revision is stored.
@@ -187,22 +189,25 @@ impl World {
         let mut rng = fastrand::Rng::with_seed(seed);
         let store = Arc::new(Mutex::new(Store::default()));
         let bin = Arc::new(KeptCopies::default());
-        let leases = Arc::new(SharedLeases::new(0));
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let books = runtime.block_on(LeaseServer::start(seed, 0, 0));
         let guards = ["a", "b"]
             .into_iter()
             .map(|name| {
                 let index =
                     Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
                 index.set_ready(true);
-                let coordinator = Replica { leases: leases.clone(), name };
+                let tasks = Arc::new(helm_guard::tasks::Tasks::default());
+                let coordinator = runtime.block_on(books.book(name, index.clone(), &tasks));
                 let live = LiveParts {
                     fetcher: Some(Arc::new(StoreReader(store.clone())) as Arc<dyn PayloadFetcher>),
-                    coordinator: Some(Arc::new(coordinator) as Arc<dyn DeleteCoordinator>),
+                    coordinator: Some(coordinator),
                     recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>),
                     ..LiveParts::default()
                 };
                 let settings = Settings::new(PolicyConfig::default());
-                let admission = Admission::new(index, settings, live, Default::default());
+                let admission = Admission::new(index, settings, live, Default::default()).with_tasks(tasks);
                 Guard { admission, feed: RecordFeed::new(Driver::Secret), watch: VecDeque::new() }
             })
             .collect();
@@ -234,6 +239,8 @@ impl World {
             log: Vec::new(),
             seed,
             writer: None,
+            _books: books,
+            runtime,
         }
     }
 
@@ -296,7 +303,8 @@ impl World {
         };
         let body = serde_json::to_vec(review).unwrap();
         let request = admission_review::parse(&body).unwrap();
-        let reviewed = self.guards[replica].admission.review_now(Webhook::Validate, request);
+        let reviewed =
+            self.runtime.block_on(self.guards[replica].admission.review(Webhook::Validate, request));
         let response = reviewed.response;
         let reason = response.audit_annotations.get("reason").cloned().unwrap_or_default();
         (response.allowed, reason, response.result.message)

@@ -7,10 +7,12 @@
 mod claim_books;
 mod events;
 mod helm_flows;
+mod lease_stub;
 mod live_apiserver;
 mod live_feed;
 mod recycle_bin;
 mod recycle_bin_api;
 mod red_team;
+mod replicas;
 mod webhook_namespaces;
 mod writers;

@@ -188,10 +188,16 @@ pub fn snapshot_admission_with(
 
 /// An index of `records`, loaded as a snapshot, ready.
 pub fn snapshot_index(records: &[serde_json::Value]) -> Arc<ReleaseIndex> {
+    index_of(records, SourceKind::Snapshot)
+}
+
+/// An index of `records` as `source` keeps it (a live one hides an approved deletion until the
+/// watch brings it), loaded from a dump, ready.
+pub fn index_of(records: &[serde_json::Value], source: SourceKind) -> Arc<ReleaseIndex> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("snapshot.json");
     std::fs::write(&path, serde_json::to_vec(&super::list(records.to_vec())).unwrap()).unwrap();
-    let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
+    let index = Arc::new(ReleaseIndex::new(source));
     snapshot::load(&index, &path, DecodeLimits::default()).unwrap();
     index.set_ready(true);
     index

@@ -7,7 +7,6 @@ pub mod crafted;
 pub mod flows;
 pub mod guard;
 pub mod helm_twins;
-pub mod leases;
 pub mod stub_apiserver;
 pub mod writers;
 
