@@ -35,7 +35,8 @@
 //! starts them and the rest of the live guard (Events, agreement, the recycle bin, the
 //! [`policy_reports`] writer, which keeps release health as PolicyReports) once, for `serve` and
 //! the tests, each a task of one [`tasks::Tasks`] that the server stops after it has drained.
-//! The command line is in [`cli`]; the webhook's certificates in
+//! The command line is in [`cli`], private: its one runtime, its commands and their exit codes
+//! are the binary's interface (reached through [`main`]); the webhook's certificates are in
 //! [`certs`].
 //!
 //! The pure core ([`release`], [`policy`]) does no I/O and can be used on its own:
@@ -85,7 +86,7 @@
 
 pub mod admission;
 pub mod certs;
-pub mod cli;
+pub(crate) mod cli;
 pub mod cluster;
 pub mod live;
 pub mod object;
@@ -109,6 +110,19 @@ pub mod tasks;
 #[cfg(test)]
 #[allow(unreachable_pub)]
 mod tests;
+
+/// The `helm-guard` command: parses the process's arguments, runs the command, and ends as
+/// `helm-guard --help` says (0 done, 1 findings, 2 bad input, 3 failed). The command line is the
+/// binary's interface, not this library's: this and [`command`] are all of it here.
+pub fn main() -> std::process::ExitCode {
+    cli::main()
+}
+
+/// The command line's definition, for whatever checks an argument list without running it (the
+/// chart's and the manifests' arguments, in tests).
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
+}
 
 /// What this binary is: the crate version, the git commit it was built from and when (set by
 /// `build.rs`), as `--version` and the `helm_guard_build_info` metric report them.

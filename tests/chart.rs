@@ -153,7 +153,7 @@ fn the_default_render_is_what_platform_teams_check() {
     assert!(grace > seconds("--shutdown-delay=") + seconds("--shutdown-grace="), "{grace} s");
     let mut argv = vec!["helm-guard"];
     argv.extend(&args);
-    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    let parsed = helm_guard::command().try_get_matches_from(&argv);
     assert!(parsed.is_ok(), "serve accepts the chart's args: {:?}", parsed.err().map(|e| e.to_string()));
     assert_eq!(one(&objects, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
     let policy = &one(&objects, "NetworkPolicy")["spec"];
@@ -547,7 +547,7 @@ fn the_recycle_bin_values_reach_the_guard_and_its_role_is_in_its_namespace() {
     }
     let mut argv = vec!["helm-guard".to_owned()];
     argv.extend(changed);
-    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    let parsed = helm_guard::command().try_get_matches_from(&argv);
     assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
 
     // A bin of its own: the flag, and the Role and its binding move there (and nowhere else).
@@ -590,7 +590,7 @@ fn policy_reports_are_on_by_default_and_one_value_turns_them_and_their_role_off(
     assert!(one_api.iter().any(|a| a == "--policy-reports=openreports"), "{one_api:?}");
     let mut argv = vec!["helm-guard".to_owned()];
     argv.extend(one_api);
-    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    let parsed = helm_guard::command().try_get_matches_from(&argv);
     assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
 }
 
@@ -691,7 +691,7 @@ fn forgetters_are_the_guards_default_unless_the_values_name_others() {
     }
     let mut argv = vec!["helm-guard".to_owned()];
     argv.extend(named);
-    let parsed = <helm_guard::cli::Cli as clap::Parser>::try_parse_from(&argv);
+    let parsed = helm_guard::command().try_get_matches_from(&argv);
     assert!(parsed.is_ok(), "serve accepts them: {:?}", parsed.err().map(|e| e.to_string()));
 }
 

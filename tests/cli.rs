@@ -770,7 +770,7 @@ fn version_names_the_commit_and_completions_are_generated() {
 
 #[test]
 fn every_command_shows_examples_and_its_exit_status() {
-    let cli = <helm_guard::cli::Cli as clap::CommandFactory>::command();
+    let cli = helm_guard::command();
     let commands: Vec<&str> =
         cli.get_subcommands().filter(|c| !c.is_hide_set()).map(clap::Command::get_name).collect();
     assert!(commands.len() >= 11, "{commands:?}");
@@ -990,9 +990,8 @@ fn scan_writes_a_policy_report_per_namespace_with_a_result_per_release() {
 /// versions), and the ways that are gone say so and what to do.
 #[test]
 fn only_the_one_agreement_protocol_is_accepted() {
-    use clap::Parser as _;
     let parse = |value: &str| {
-        helm_guard::cli::Cli::try_parse_from([
+        helm_guard::command().try_get_matches_from([
             "helm-guard",
             "serve",
             "--snapshot",
@@ -1010,8 +1009,10 @@ fn only_the_one_agreement_protocol_is_accepted() {
             "{error}"
         );
     }
-    let help =
-        helm_guard::cli::Cli::try_parse_from(["helm-guard", "serve", "--help"]).unwrap_err().to_string();
+    let help = helm_guard::command()
+        .try_get_matches_from(["helm-guard", "serve", "--help"])
+        .unwrap_err()
+        .to_string();
     assert!(!help.contains("--coordination"), "not in a user's help");
 }
 

@@ -2,8 +2,6 @@
 //! select what POLICY.md is about.
 
 use base64::Engine as _;
-use clap::Parser;
-use helm_guard::cli::Cli;
 use serde_json::Value;
 
 fn documents(file: &str) -> Vec<Value> {
@@ -17,7 +15,7 @@ fn the_deployment_args_are_flags_serve_accepts() {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut argv = vec!["helm-guard".to_owned()];
     argv.extend(container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()));
-    let parsed = Cli::try_parse_from(&argv);
+    let parsed = helm_guard::command().try_get_matches_from(&argv);
     assert!(parsed.is_ok(), "{:?}", parsed.err().map(|e| e.to_string()));
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap();

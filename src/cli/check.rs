@@ -63,12 +63,8 @@ impl Check {
     }
 }
 
-pub(super) fn run(args: &CheckArgs) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(check(args))
-}
-
-async fn check(args: &CheckArgs) -> anyhow::Result<u8> {
+/// Runs `helm-guard check`.
+pub(super) async fn run(args: &CheckArgs) -> anyhow::Result<u8> {
     let (client, _) = match args.cluster.connect_in(None).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),

@@ -45,12 +45,8 @@ pub(crate) struct ForgetArgs {
     pub decode: DecodeArgs,
 }
 
-pub(super) fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(forget(args))
-}
-
-async fn forget(args: &ForgetArgs) -> anyhow::Result<u8> {
+/// Runs `helm-guard forget`.
+pub(super) async fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),

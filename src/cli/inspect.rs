@@ -85,8 +85,8 @@ fn content(record: &DecodedRecord, limits: crate::release::DecodeLimits) -> Cont
 
 const USAGE: &str = "helm-guard inspect [OPTIONS] <FILE>  |  helm-guard inspect -n <NAMESPACE> <RELEASE>";
 
-pub(super) fn run(args: &InspectArgs) -> anyhow::Result<u8> {
-    let (source, inputs) = match read_inputs(args) {
+pub(super) async fn run(args: &InspectArgs) -> anyhow::Result<u8> {
+    let (source, inputs) = match read_inputs(args).await {
         Ok(read) => read,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -145,7 +145,7 @@ pub(super) fn run(args: &InspectArgs) -> anyhow::Result<u8> {
 
 /// The objects to inspect, from the file (or stdin) or, with `-n`, from the cluster; and where
 /// they came from, for messages.
-fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)> {
+async fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)> {
     let Some(namespace) = &args.namespace else {
         anyhow::ensure!(
             args.cluster.kubeconfig.is_none() && args.cluster.context.is_none(),
@@ -166,13 +166,12 @@ fn read_inputs(args: &InspectArgs) -> anyhow::Result<(String, Vec<InputObject>)>
     let Some(release) = &args.target else {
         anyhow::bail!("name the release to read from namespace {namespace}\n\nUsage: {USAGE}");
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let objects = runtime
-        .block_on(async {
-            let client = connect(&args.cluster.access()).await?;
-            anyhow::Ok(list_records(&client, Some(namespace), Some(release)).await?)
-        })
-        .map_err(|error| ClusterUnavailable(error.context("reading the cluster")))?;
+    let objects = async {
+        let client = connect(&args.cluster.access()).await?;
+        anyhow::Ok(list_records(&client, Some(namespace), Some(release)).await?)
+    }
+    .await
+    .map_err(|error| ClusterUnavailable(error.context("reading the cluster")))?;
     let source = format!("release {release} in namespace {namespace}");
     Ok((source, objects.into_iter().map(|object| InputObject { object, side: None }).collect()))
 }

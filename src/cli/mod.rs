@@ -37,7 +37,7 @@ use crate::release::DecodeLimits;
     about = "Keeps Helm release records from being broken, and repairs K3s/RKE2 helm-install jobs"
 )]
 /// The command line.
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     /// The subcommand.
     pub(crate) command: Command,
@@ -288,26 +288,48 @@ pub(crate) const EXIT_OK: u8 = 0;
 /// A broken release was found, or a decision was a denial.
 pub(crate) const EXIT_FINDINGS: u8 = 1;
 /// A failure at run time (binding, TLS, the cluster).
-pub const EXIT_FAILURE: u8 = 3;
+pub(crate) const EXIT_FAILURE: u8 = 3;
 /// Bad input: usage, or a file that is not what the command reads.
 pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 
-/// Runs a parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let code = match cli.command {
-        Command::Inspect(args) => inspect::run(&args),
-        Command::Scan(args) => scan::run(&args),
-        Command::Serve(args) => serve::run(&args),
-        Command::Certs(args) => certs::run(&args),
-        Command::Check(args) => check::run(&args),
-        Command::Audit(args) => audit::run(&args),
-        Command::Repair(args) => repair::run(&args),
-        Command::Restore(args) => restore::run(&args),
-        Command::Prune(args) => prune::run(&args),
-        Command::Forget(args) => forget::run(&args),
-        Command::Completion { shell } => completion(shell),
-        Command::Man { dir } => man(&dir),
-    };
+/// Runs the process's command line: its exit code, the error printed first when it failed at
+/// run time (bad input was answered by the command itself, exit 2).
+pub(crate) fn main() -> ExitCode {
+    use clap::Parser as _;
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+/// Runs a parsed command line, on the one runtime of the process: the guard's many threads, a
+/// command's one.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let runtime = match cli.command {
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build()?;
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Inspect(args) => inspect::run(&args).await,
+            Command::Scan(args) => scan::run(&args).await,
+            Command::Serve(args) => serve::run(&args).await,
+            Command::Certs(args) => certs::run(&args),
+            Command::Check(args) => check::run(&args).await,
+            Command::Audit(args) => audit::run(&args),
+            Command::Repair(args) => repair::run(&args).await,
+            Command::Restore(args) => restore::run(&args).await,
+            Command::Prune(args) => prune::run(&args).await,
+            Command::Forget(args) => forget::run(&args).await,
+            Command::Completion { shell } => completion(shell),
+            Command::Man { dir } => man(&dir),
+        }
+    });
     match code {
         Ok(code) => Ok(ExitCode::from(code)),
         // The reader of our output went away: nothing more to say, and no error of ours.

@@ -44,12 +44,8 @@ pub(crate) struct PruneArgs {
     pub decode: DecodeArgs,
 }
 
-pub(super) fn run(args: &PruneArgs) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(prune(args))
-}
-
-async fn prune(args: &PruneArgs) -> anyhow::Result<u8> {
+/// Runs `helm-guard prune`.
+pub(super) async fn run(args: &PruneArgs) -> anyhow::Result<u8> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),

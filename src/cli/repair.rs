@@ -55,12 +55,8 @@ pub(crate) struct RepairArgs {
     pub decode: DecodeArgs,
 }
 
-pub(super) fn run(args: &RepairArgs) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(repair(args))
-}
-
-async fn repair(args: &RepairArgs) -> anyhow::Result<u8> {
+/// Runs `helm-guard repair`.
+pub(super) async fn run(args: &RepairArgs) -> anyhow::Result<u8> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),

@@ -48,12 +48,8 @@ pub(crate) struct RestoreArgs {
     pub decode: DecodeArgs,
 }
 
-pub(super) fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(restore(args))
-}
-
-async fn restore(args: &RestoreArgs) -> anyhow::Result<u8> {
+/// Runs `helm-guard restore`.
+pub(super) async fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),

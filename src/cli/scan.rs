@@ -125,7 +125,7 @@ impl ScanOutput {
     }
 }
 
-pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     if args.output == ScanOutput::Policyreport && (args.opted_out || args.repair_plan || args.recycle_bin) {
         eprintln!(
             "error: -o policyreport reports releases; it does not go with --opted-out, --repair-plan or --recycle-bin"
@@ -133,11 +133,11 @@ pub(super) fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         return Ok(EXIT_BAD_INPUT);
     }
     if args.recycle_bin {
-        return scan_bin(args);
+        return scan_bin(args).await;
     }
     let (source, objects) = match &args.from_file {
         Some(path) => (input_name(path), read_dump(path, args)),
-        None => ("the cluster".to_owned(), list_cluster(args)),
+        None => ("the cluster".to_owned(), list_cluster(args).await),
     };
     let Listed { records: objects, namespaces, bin, writers } = match objects {
         Ok(listed) => listed,
@@ -351,9 +351,8 @@ struct Listed {
 /// Lists the records of the cluster (or one namespace, or one release), its namespaces (none,
 /// with a warning, for a user who may not list them) and the copies in the recycle bin (none,
 /// quietly, for a user who may not read the guard's namespace, as most may not).
-fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let listed = runtime.block_on(async {
+async fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
+    let listed = async {
         let client = connect(&args.cluster.access()).await?;
         let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
         let records = list_records(&client, namespace, release).await?;
@@ -364,13 +363,14 @@ fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
         let bin = list_bin(&client, args.bin.namespace(), namespace, release).await.unwrap_or_default();
         let writers = pending_writers(&client, &args.bin.guard_namespace, &records).await;
         anyhow::Ok(Listed { records, namespaces, bin, writers })
-    });
+    }
+    .await;
     listed.map_err(|error| ClusterUnavailable(error.context("reading the cluster")).into())
 }
 
 /// `scan --recycle-bin`: the copies in the bin, as a table or a JSON or YAML array.
-fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
-    let entries = match list_bin_entries(args) {
+async fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
+    let entries = match list_bin_entries(args).await {
         Ok(entries) => entries,
         Err(error) => {
             eprintln!("error: reading the recycle bin in namespace {}: {error:#}", args.bin.namespace());
@@ -408,13 +408,10 @@ fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
 }
 
 /// The copies in the bin, as the filters select them.
-fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::recycle_bin::copy::BinEntry>> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let client = connect(&args.cluster.access()).await?;
-        let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
-        anyhow::Ok(list_bin(&client, args.bin.namespace(), namespace, release).await?)
-    })
+async fn list_bin_entries(args: &ScanArgs) -> anyhow::Result<Vec<crate::recycle_bin::copy::BinEntry>> {
+    let client = connect(&args.cluster.access()).await?;
+    let (namespace, release) = (args.namespace.as_deref(), args.release.as_deref());
+    Ok(list_bin(&client, args.bin.namespace(), namespace, release).await?)
 }
 
 /// After the report: the releases with copies in the bin.

@@ -362,7 +362,7 @@ fn init_logging(format: LogFormat) -> anyhow::Result<tracing_appender::non_block
     Ok(flush)
 }
 
-pub(super) fn run(args: &ServeArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &ServeArgs) -> anyhow::Result<u8> {
     if args.dev_certs.is_none() && (args.tls_cert.is_none() || args.tls_key.is_none()) {
         eprintln!(
             "error: no serving certificate: pass --tls-cert FILE and --tls-key FILE (see `helm-guard certs`), or --dev-certs DIR for a local trial"
@@ -382,9 +382,8 @@ pub(super) fn run(args: &ServeArgs) -> anyhow::Result<u8> {
             return Ok(EXIT_BAD_INPUT);
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    // A failure from here on (binding, TLS, the cluster) is the runtime's: exit 1 (main).
-    runtime.block_on(serve(args, snapshot))?;
+    // A failure from here on (binding, TLS, the cluster) is the run's: exit 3 (main).
+    serve(args, snapshot).await?;
     Ok(EXIT_OK)
 }
 

@@ -2,7 +2,7 @@
 //! in step with the index, in every report API the cluster serves.
 //!
 //! Each round (every `debounce`) classifies only the namespaces whose records changed since the
-//! last one (the index notes them, [`ReleaseIndex::track_touched`]) and those holding a pending
+//! last one (the index notes them in its [`crate::cluster::changes::ChangedNamespaces`]) and those holding a pending
 //! release that may have become stuck since, and writes a report only when its content differs
 //! from what was written: a result keeps the time it was first seen, so an unchanged release
 //! costs no write. A full round (on taking the Lease, when an API appears, and every `resync`)
