@@ -10,10 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, NoInput, Output, count, input_name, input_path, print_data,
-    read_input,
-};
+use super::{Exit, NoInput, Output, count, input_name, input_path, print_data, read_input};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -142,20 +139,20 @@ pub(crate) fn read_decisions(reader: impl BufRead) -> anyhow::Result<(Vec<Audite
     Ok((decisions, unreadable))
 }
 
-pub(super) fn run(args: &AuditArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &AuditArgs) -> anyhow::Result<Exit> {
     let missing = NoInput { what: "audit log", usage: "helm-guard audit [OPTIONS] <FILE>" };
     let path = match input_path(args.file.as_deref(), missing) {
         Ok(path) => path,
         Err(error) => {
             eprintln!("error: {error}");
-            return Ok(EXIT_BAD_INPUT);
+            return Ok(Exit::BadInput);
         }
     };
     let text = match read_input(path) {
         Ok(text) => text,
         Err(error) => {
             eprintln!("error: {error:#}");
-            return Ok(EXIT_BAD_INPUT);
+            return Ok(Exit::BadInput);
         }
     };
     let (mut decisions, unreadable) = read_decisions(text.as_slice())?;
@@ -165,7 +162,7 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<u8> {
     }
     if decisions.is_empty() && unreadable > 0 {
         eprintln!("error: {}: no audit events with webhook decisions", input_name(path));
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     if let Some(webhook) = &args.webhook {
         let seen: BTreeSet<String> = decisions.iter().map(|d| d.webhook.clone()).collect();
@@ -211,5 +208,5 @@ pub(super) fn run(args: &AuditArgs) -> anyhow::Result<u8> {
             with("warned")
         )?;
     }
-    Ok(if decisions.iter().any(|d| d.decision != "allowed") { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if decisions.iter().any(|d| d.decision != "allowed") { Exit::Findings } else { Exit::Ok })
 }

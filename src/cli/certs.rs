@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use base64::Engine as _;
 
-use super::EXIT_OK;
+use super::Exit;
 use crate::certs::{FILES, generate, service_names, write};
 
 #[derive(Debug, clap::Args)]
@@ -80,12 +80,12 @@ fn dns_label(label: &str, letter_first: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) fn run(args: &CertsArgs) -> anyhow::Result<u8> {
+pub(super) fn run(args: &CertsArgs) -> anyhow::Result<Exit> {
     if let Some(existing) = FILES.map(|f| args.out.join(f)).into_iter().find(|p| p.exists())
         && !args.force
     {
         eprintln!("error: {} exists; pass --force to overwrite", existing.display());
-        return Ok(super::EXIT_BAD_INPUT);
+        return Ok(super::Exit::BadInput);
     }
     let mut names = service_names(&args.service, &args.namespace);
     names.extend(args.extra_names.iter().cloned());
@@ -94,5 +94,5 @@ pub(super) fn run(args: &CertsArgs) -> anyhow::Result<u8> {
     outln!("wrote {0}/ca.crt, {0}/tls.crt and {0}/tls.key for {1}", args.out.display(), names.join(", "))?;
     outln!("caBundle for the webhook configurations:")?;
     outln!("{}", base64::engine::general_purpose::STANDARD.encode(&bundle.ca_pem))?;
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 
-use super::{ClusterArgs, EXIT_FINDINGS, EXIT_OK, Output, print_data};
+use super::{ClusterArgs, Exit, Output, print_data};
 use crate::cluster::registration::{self, Reach, Registration};
 
 #[derive(Debug, clap::Args)]
@@ -64,7 +64,7 @@ impl Check {
 }
 
 /// Runs `helm-guard check`.
-pub(super) async fn run(args: &CheckArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &CheckArgs) -> anyhow::Result<Exit> {
     let (client, _) = match args.cluster.connect_in(None).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),
@@ -104,7 +104,7 @@ pub(super) async fn run(args: &CheckArgs) -> anyhow::Result<u8> {
             outln!("{failed} of {} checks failed", checks.len())?;
         }
     }
-    Ok(if checks.iter().any(|c| c.result == Result_::Fail) { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if checks.iter().any(|c| c.result == Result_::Fail) { Exit::Findings } else { Exit::Ok })
 }
 
 /// A permission asked of the API server: API group, resource, verb, namespace, name.

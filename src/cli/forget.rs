@@ -9,9 +9,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
-use super::{
-    Applied, ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, Output, count, print_data, table,
-};
+use super::{Applied, ClusterArgs, DecodeArgs, Exit, Output, count, print_data, table};
 use crate::cluster::listing::list_records;
 use crate::policy::BREAK_GLASS_ANNOTATION;
 use crate::recycle_bin::api::read_bin;
@@ -46,7 +44,7 @@ pub(crate) struct ForgetArgs {
 }
 
 /// Runs `helm-guard forget`.
-pub(super) async fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &ForgetArgs) -> anyhow::Result<Exit> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),
@@ -59,7 +57,7 @@ pub(super) async fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
             "error: release {} not found in namespace {namespace} (no Secret or ConfigMap labelled owner=helm,name={})",
             args.release, args.release
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let mut deleted = 0;
     if args.apply {
@@ -87,7 +85,7 @@ pub(super) async fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
                         args.bin.namespace()
                     )
                 );
-                return Ok(EXIT_FAILURE);
+                return Ok(Exit::Failure);
             }
             deleted += 1;
         }
@@ -110,7 +108,7 @@ pub(super) async fn run(args: &ForgetArgs) -> anyhow::Result<u8> {
             outln!("Nothing changed: run again with --apply to forget the release.")?;
         }
     }
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 /// Marks one record with the break-glass annotation (at the version listed: a record changed

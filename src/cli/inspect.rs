@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::ClusterArgs;
 use super::{
-    ClusterUnavailable, DecodeArgs, EXIT_BAD_INPUT, EXIT_OK, NoInput, Output, count, exit_code_of,
-    input_name, input_path, print_data, read_input,
+    ClusterUnavailable, DecodeArgs, Exit, NoInput, Output, count, exit_code_of, input_name, input_path,
+    print_data, read_input,
 };
 use crate::cluster::connect::connect;
 use crate::cluster::listing::list_records;
@@ -85,7 +85,7 @@ fn content(record: &DecodedRecord, limits: crate::release::DecodeLimits) -> Cont
 
 const USAGE: &str = "helm-guard inspect [OPTIONS] <FILE>  |  helm-guard inspect -n <NAMESPACE> <RELEASE>";
 
-pub(super) async fn run(args: &InspectArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &InspectArgs) -> anyhow::Result<Exit> {
     let (source, inputs) = match read_inputs(args).await {
         Ok(read) => read,
         Err(error) => {
@@ -108,7 +108,7 @@ pub(super) async fn run(args: &InspectArgs) -> anyhow::Result<u8> {
     }
     if records.is_empty() && problems.is_empty() {
         eprintln!("error: {source}: {}", nothing_found(args, &inputs));
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let wanted = args.manifest || args.values;
     let decoded: Vec<Inspected> = records
@@ -140,7 +140,7 @@ pub(super) async fn run(args: &InspectArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    Ok(if problems.is_empty() { EXIT_OK } else { EXIT_BAD_INPUT })
+    Ok(if problems.is_empty() { Exit::Ok } else { Exit::BadInput })
 }
 
 /// The objects to inspect, from the file (or stdin) or, with `-n`, from the cluster; and where

@@ -211,7 +211,7 @@ impl ClusterArgs {
 
     /// The cluster, and the namespace a command works in: `namespace`, else the kubeconfig
     /// context's. A cluster that cannot be reached is said on stderr; `Err` is the exit code.
-    pub(crate) async fn connect_in(&self, namespace: Option<&str>) -> Result<(kube::Client, String), u8> {
+    pub(crate) async fn connect_in(&self, namespace: Option<&str>) -> Result<(kube::Client, String), Exit> {
         match crate::cluster::connect::connect(&self.access()).await {
             Ok(client) => {
                 let namespace =
@@ -220,7 +220,7 @@ impl ClusterArgs {
             }
             Err(error) => {
                 eprintln!("error: {error:#}");
-                Err(EXIT_FAILURE)
+                Err(Exit::Failure)
             }
         }
     }
@@ -252,10 +252,10 @@ impl BinArgs {
 #[error("{0:#}")]
 pub(crate) struct ClusterUnavailable(pub anyhow::Error);
 
-/// The exit code a command's error means: [`EXIT_FAILURE`] for the cluster's, [`EXIT_BAD_INPUT`]
+/// The exit code a command's error means: [`Exit::Failure`] for the cluster's, [`Exit::BadInput`]
 /// for the rest (a file, a usage error).
-pub(crate) fn exit_code_of(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<ClusterUnavailable>().is_some() { EXIT_FAILURE } else { EXIT_BAD_INPUT }
+pub(crate) fn exit_code_of(error: &anyhow::Error) -> Exit {
+    if error.downcast_ref::<ClusterUnavailable>().is_some() { Exit::Failure } else { Exit::BadInput }
 }
 
 /// Limits shared by every command that decodes payloads.
@@ -280,17 +280,27 @@ pub(crate) fn bytes(size: ByteSize) -> usize {
     usize::try_from(size.as_u64()).unwrap_or(usize::MAX)
 }
 
-/// Exit codes shared by the subcommands: 0 fine; 1 findings (a broken release, a denial, a
+/// How a command ended, as its exit code: 0 fine; 1 findings (a broken release, a denial, a
 /// failed check); 2 bad input (usage, a file that is not what the command reads, a release that
 /// is not there); 3 a failure at run time (binding, TLS, the cluster: what `main` makes of an
 /// error), so that a script tells "the release is broken" from "the cluster could not be asked".
-pub(crate) const EXIT_OK: u8 = 0;
-/// A broken release was found, or a decision was a denial.
-pub(crate) const EXIT_FINDINGS: u8 = 1;
-/// A failure at run time (binding, TLS, the cluster).
-pub(crate) const EXIT_FAILURE: u8 = 3;
-/// Bad input: usage, or a file that is not what the command reads.
-pub(crate) const EXIT_BAD_INPUT: u8 = 2;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Exit {
+    /// Done, nothing found.
+    Ok = 0,
+    /// A broken release was found, or a decision was a denial.
+    Findings = 1,
+    /// Bad input: usage, or a file that is not what the command reads.
+    BadInput = 2,
+    /// A failure at run time (binding, TLS, the cluster).
+    Failure = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
 
 /// Runs the process's command line: its exit code, the error printed first when it failed at
 /// run time (bad input was answered by the command itself, exit 2).
@@ -300,7 +310,7 @@ pub(crate) fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(EXIT_FAILURE)
+            ExitCode::from(Exit::Failure)
         }
     }
 }
@@ -340,7 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
             }) =>
         {
-            Ok(ExitCode::from(EXIT_OK))
+            Ok(ExitCode::from(Exit::Ok))
         }
         Err(error) => Err(error),
     }
@@ -348,17 +358,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Writes the completion script (built whole first: a closed pipe is then an error we handle,
 /// not a panic inside the generator).
-fn completion(shell: clap_complete::Shell) -> anyhow::Result<u8> {
+fn completion(shell: clap_complete::Shell) -> anyhow::Result<Exit> {
     use clap::CommandFactory as _;
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "helm-guard", &mut script);
     outln!("{}", String::from_utf8_lossy(&script).trim_end())?;
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 /// Writes helm-guard.1 and, for each command, helm-guard-COMMAND.1 (clap_mangen, from the same
 /// definitions as `--help`).
-fn man(dir: &std::path::Path) -> anyhow::Result<u8> {
+fn man(dir: &std::path::Path) -> anyhow::Result<Exit> {
     use clap::CommandFactory as _;
     let write = || -> std::io::Result<usize> {
         std::fs::create_dir_all(dir)?;
@@ -380,11 +390,11 @@ fn man(dir: &std::path::Path) -> anyhow::Result<u8> {
     match write() {
         Ok(count) => {
             outln!("wrote {count} man pages into {}", dir.display())?;
-            Ok(EXIT_OK)
+            Ok(Exit::Ok)
         }
         Err(error) => {
             eprintln!("error: writing man pages into {}: {error}", dir.display());
-            Ok(EXIT_FAILURE)
+            Ok(Exit::Failure)
         }
     }
 }

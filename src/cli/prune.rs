@@ -6,10 +6,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Preconditions};
 
-use super::{
-    Applied, ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, Writes, count,
-    dry_run_then_write, print_data,
-};
+use super::{Applied, ClusterArgs, DecodeArgs, Exit, Output, Writes, count, dry_run_then_write, print_data};
 use crate::cluster::listing::list_records;
 use crate::release::prune::{PrunePlan, PruneStep, plan_prune};
 use crate::release::scan::{by_release, collect_records};
@@ -45,7 +42,7 @@ pub(crate) struct PruneArgs {
 }
 
 /// Runs `helm-guard prune`.
-pub(super) async fn run(args: &PruneArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &PruneArgs) -> anyhow::Result<Exit> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),
@@ -62,7 +59,7 @@ pub(super) async fn run(args: &PruneArgs) -> anyhow::Result<u8> {
             ),
             None => eprintln!("error: no Helm release in namespace {namespace}"),
         }
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let keep = usize::try_from(args.keep).unwrap_or(usize::MAX);
     let plans: Vec<(ReleaseKey, PrunePlan)> = by_release(&records)
@@ -116,5 +113,5 @@ pub(super) async fn run(args: &PruneArgs) -> anyhow::Result<u8> {
             outln!("Nothing changed: run again with --apply to delete {}.", count(steps.len(), "record"))?;
         }
     }
-    Ok(if steps.is_empty() || applied { EXIT_OK } else { EXIT_FINDINGS })
+    Ok(if steps.is_empty() || applied { Exit::Ok } else { Exit::Findings })
 }

@@ -10,10 +10,7 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::Value;
 
 use super::ClusterArgs;
-use super::{
-    Applied, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, Writes, count, dry_run_then_write,
-    now_secs, print_data,
-};
+use super::{Applied, DecodeArgs, Exit, Output, Writes, count, dry_run_then_write, now_secs, print_data};
 use crate::cluster::listing::list_records;
 use crate::cluster::writers::pending_writers;
 use crate::release::Driver;
@@ -56,7 +53,7 @@ pub(crate) struct RepairArgs {
 }
 
 /// Runs `helm-guard repair`.
-pub(super) async fn run(args: &RepairArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &RepairArgs) -> anyhow::Result<Exit> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),
@@ -71,7 +68,7 @@ pub(super) async fn run(args: &RepairArgs) -> anyhow::Result<u8> {
             "error: release {} not found in namespace {namespace} (no Secret or ConfigMap labelled owner=helm,name={})",
             args.release, args.release
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let stuck_after = i64::try_from(args.stuck_after.as_secs()).unwrap_or(i64::MAX);
     let now = now_secs(None);
@@ -128,7 +125,7 @@ pub(super) async fn run(args: &RepairArgs) -> anyhow::Result<u8> {
             || (!o.applied && !o.plan.steps.is_empty())
             || (o.plan.steps.is_empty() && !o.plan.advice.is_empty())
     });
-    Ok(if left_to_do { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if left_to_do { Exit::Findings } else { Exit::Ok })
 }
 
 fn print_plan(plan: &RepairPlan) -> anyhow::Result<()> {

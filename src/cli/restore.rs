@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::{
-    Applied, ClusterArgs, DecodeArgs, EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, Output, Writes, count,
-    dry_run_then_write, now_secs, print_data, table,
+    Applied, ClusterArgs, DecodeArgs, Exit, Output, Writes, count, dry_run_then_write, now_secs, print_data,
+    table,
 };
 use crate::cluster::listing::list_records;
 use crate::recycle_bin::api::read_bin;
@@ -49,7 +49,7 @@ pub(crate) struct RestoreArgs {
 }
 
 /// Runs `helm-guard restore`.
-pub(super) async fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &RestoreArgs) -> anyhow::Result<Exit> {
     let (client, namespace) = match args.cluster.connect_in(args.namespace.as_deref()).await {
         Ok(connected) => connected,
         Err(code) => return Ok(code),
@@ -74,7 +74,7 @@ pub(super) async fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             args.bin.namespace(),
             args.release
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let objects = list_records(&client, Some(&namespace), Some(&args.release)).await?;
     let (live, _) = collect_records(&objects, args.decode.limits());
@@ -86,7 +86,7 @@ pub(super) async fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             args.revisions.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
             args.release
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let steps: Vec<RestoreStep> = plans.iter().flat_map(RestorePlan::to_restore).cloned().collect();
     let mut applied = false;
@@ -116,7 +116,7 @@ pub(super) async fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             )?;
         }
     }
-    Ok(if steps.is_empty() { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if steps.is_empty() { Exit::Findings } else { Exit::Ok })
 }
 
 /// Creates one record as it was; a dry run only asks whether the API server (and the guard)

@@ -8,8 +8,7 @@ use serde_json::Value;
 
 use super::{ClusterArgs, table};
 use super::{
-    ClusterUnavailable, DecodeArgs, EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_FINDINGS, EXIT_OK, Output, count,
-    exit_code_of, input_name, now_secs, read_input,
+    ClusterUnavailable, DecodeArgs, Exit, Output, count, exit_code_of, input_name, now_secs, read_input,
 };
 use crate::cluster::connect::connect;
 use crate::cluster::listing::{list_namespaces, list_records};
@@ -125,12 +124,12 @@ impl ScanOutput {
     }
 }
 
-pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<Exit> {
     if args.output == ScanOutput::Policyreport && (args.opted_out || args.repair_plan || args.recycle_bin) {
         eprintln!(
             "error: -o policyreport reports releases; it does not go with --opted-out, --repair-plan or --recycle-bin"
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     if args.recycle_bin {
         return scan_bin(args).await;
@@ -155,7 +154,7 @@ pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         } else {
             print_opted_out(&opted_out, args.output.common())?;
         }
-        return Ok(if opted_out.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
+        return Ok(if opted_out.is_empty() { Exit::Ok } else { Exit::Findings });
     }
     let (records, problems) = collect_records(&objects, args.decode.limits());
     for problem in &problems {
@@ -169,7 +168,7 @@ pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<u8> {
         eprintln!(
             "error: release {release} not found in {source}{namespace} (no Secret or ConfigMap labelled owner=helm,name={release})"
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     if args.broken || args.repair_plan {
         releases.retain(|r| r.broken);
@@ -183,14 +182,14 @@ pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<u8> {
             &writers,
             args.output.common(),
         )?;
-        return Ok(if releases.is_empty() { EXIT_OK } else { EXIT_FINDINGS });
+        return Ok(if releases.is_empty() { Exit::Ok } else { Exit::Findings });
     }
     if args.output == ScanOutput::Policyreport {
         // scan reads release records, not HelmCharts: the charts that would reinstall on failure
         // are reported by the guard's writer, which watches them.
         let cluster = cluster_results(&opted_out, &bin, &[], args.bin.namespace());
         print_policy_reports(args.report_api.into(), &releases, cluster, now_secs(args.now.as_ref()))?;
-        return Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK });
+        return Ok(if releases.iter().any(|r| r.broken) { Exit::Findings } else { Exit::Ok });
     }
     if releases.is_empty() && args.output.common() == Output::Text {
         outln!("No {}releases found in {source}{}.", if args.broken { "broken " } else { "" }, scope(args))?;
@@ -204,7 +203,7 @@ pub(super) async fn run(args: &ScanArgs) -> anyhow::Result<u8> {
     if args.output.common() == Output::Text {
         print_bin_summary(&bin)?;
     }
-    Ok(if releases.iter().any(|r| r.broken) { EXIT_FINDINGS } else { EXIT_OK })
+    Ok(if releases.iter().any(|r| r.broken) { Exit::Findings } else { Exit::Ok })
 }
 
 /// Each namespace's report, then the cluster's (opted-out namespaces, the recycle bin's copies)
@@ -369,20 +368,20 @@ async fn list_cluster(args: &ScanArgs) -> anyhow::Result<Listed> {
 }
 
 /// `scan --recycle-bin`: the copies in the bin, as a table or a JSON or YAML array.
-async fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
+async fn scan_bin(args: &ScanArgs) -> anyhow::Result<Exit> {
     let entries = match list_bin_entries(args).await {
         Ok(entries) => entries,
         Err(error) => {
             eprintln!("error: reading the recycle bin in namespace {}: {error:#}", args.bin.namespace());
-            return Ok(EXIT_FAILURE);
+            return Ok(Exit::Failure);
         }
     };
     if super::print_data(&entries, args.output.common())? {
-        return Ok(EXIT_OK);
+        return Ok(Exit::Ok);
     }
     if entries.is_empty() {
         outln!("The recycle bin in namespace {} holds no copies{}.", args.bin.namespace(), scope(args))?;
-        return Ok(EXIT_OK);
+        return Ok(Exit::Ok);
     }
     let rows: Vec<Vec<String>> = entries
         .iter()
@@ -404,7 +403,7 @@ async fn scan_bin(args: &ScanArgs) -> anyhow::Result<u8> {
         "\n{} (`helm-guard restore RELEASE -n NAMESPACE` brings them back)",
         count(entries.len(), "copy")
     )?;
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 /// The copies in the bin, as the filters select them.

@@ -10,7 +10,7 @@ use bytesize::ByteSize;
 use clap::ValueEnum;
 
 use super::ClusterArgs;
-use super::{DecodeArgs, EXIT_BAD_INPUT, EXIT_OK};
+use super::{DecodeArgs, Exit};
 use crate::admission::{Admission, LiveParts, Settings};
 use crate::cluster::registration::{self, Registration};
 use crate::cluster::{ReleaseIndex, SourceKind, snapshot};
@@ -362,16 +362,16 @@ fn init_logging(format: LogFormat) -> anyhow::Result<tracing_appender::non_block
     Ok(flush)
 }
 
-pub(super) async fn run(args: &ServeArgs) -> anyhow::Result<u8> {
+pub(super) async fn run(args: &ServeArgs) -> anyhow::Result<Exit> {
     if args.dev_certs.is_none() && (args.tls_cert.is_none() || args.tls_key.is_none()) {
         eprintln!(
             "error: no serving certificate: pass --tls-cert FILE and --tls-key FILE (see `helm-guard certs`), or --dev-certs DIR for a local trial"
         );
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     if let Err(error) = recycle_bounds(args).check() {
         eprintln!("error: {error}");
-        return Ok(EXIT_BAD_INPUT);
+        return Ok(Exit::BadInput);
     }
     let _flush = init_logging(args.log_format)?;
     // A snapshot that is missing or does not read is bad input, as for `scan --from-file`.
@@ -379,12 +379,12 @@ pub(super) async fn run(args: &ServeArgs) -> anyhow::Result<u8> {
         Ok(snapshot) => snapshot,
         Err(error) => {
             eprintln!("error: {error:#}");
-            return Ok(EXIT_BAD_INPUT);
+            return Ok(Exit::BadInput);
         }
     };
     // A failure from here on (binding, TLS, the cluster) is the run's: exit 3 (main).
     serve(args, snapshot).await?;
-    Ok(EXIT_OK)
+    Ok(Exit::Ok)
 }
 
 async fn serve(args: &ServeArgs, snapshot: Option<Arc<ReleaseIndex>>) -> anyhow::Result<()> {
