@@ -241,7 +241,7 @@ fn random_helm_flows_behind_the_guard_match_an_unguarded_twin() {
 /// `UNINSTALL_WEBHOOK=floor`: the same behind `examples/floor.rs` instead of the guard, the cost
 /// of any validating webhook on those DELETEs.
 #[test]
-#[ignore = "a measurement on a real API server: cargo test --release --test e2e_suites e2e_flows:: -- --ignored uninstall --nocapture"]
+#[ignore = "a measurement on a real API server: cargo test --release --test e2e_suites e2e_flows::uninstall -- --ignored --nocapture"]
 fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
     let rounds: usize = std::env::var("HELM_FLOWS_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let bench = Bench::new();
@@ -291,7 +291,7 @@ fn uninstall_of_ten_revisions_behind_the_guard_and_without() {
 /// upgrade that passes unguarded passes guarded, `BURST_RUNS` times (default 1). The upgrades'
 /// durations are printed (BENCHMARKS.md). Run it on a release build.
 #[test]
-#[ignore = "a burst on a real API server: cargo test --release --test e2e_suites e2e_flows:: -- --ignored burst --nocapture"]
+#[ignore = "a burst on a real API server: cargo test --release --test e2e_suites e2e_flows::a_burst -- --ignored --nocapture"]
 fn a_burst_of_pruning_upgrades_passes_as_it_does_unguarded() {
     let var =
         |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
