@@ -761,25 +761,16 @@ pub(crate) fn parse_go_time(text: &[u8]) -> Option<i64> {
         }
         _ => return None,
     };
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let days_in_month = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return None,
-    };
-    if day < 1 || day > days_in_month || hour > 23 || minute > 59 || second > 59 {
+    // The grammar above is Go's (offsets to 24:00, a comma for the point: RFC 3339 parsers
+    // refuse both); the calendar is jiff's.
+    let date =
+        jiff::civil::Date::new(i16::try_from(year).ok()?, i8::try_from(month).ok()?, i8::try_from(day).ok()?)
+            .ok()?;
+    if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
-    // Days from civil (Howard Hinnant's algorithm).
-    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+    let midnight = date.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp().as_second();
+    Some(midnight + hour * 3600 + minute * 60 + second - offset)
 }
 
 #[cfg(test)]
@@ -901,6 +892,10 @@ mod tests {
         assert_eq!(parse_go_time(b"1970-01-01T01:00:00+01:00"), Some(0));
         assert_eq!(parse_go_time(b"0001-01-01T00:00:00Z"), Some(-62_135_596_800));
         assert_eq!(parse_go_time(b"2026-11-29T16:04:02,5Z"), Some(1_795_968_242));
+        // The calendar: leap days where they are, year 0 as Go takes it.
+        assert_eq!(parse_go_time(b"2024-02-29T00:00:00Z"), Some(1_709_164_800));
+        assert_eq!(parse_go_time(b"2000-02-29T00:00:00Z"), Some(951_782_400));
+        assert_eq!(parse_go_time(b"0000-01-01T00:00:00Z"), Some(-62_167_219_200));
         // Go's fast path takes offsets to +24:00 and minutes to 60 (real Helm 3.17 and 4.1 list
         // such records; +25:00 and +23:61 they skip).
         assert_eq!(parse_go_time(b"2026-11-30T16:04:02+24:00"), Some(1_795_968_242));
@@ -912,6 +907,9 @@ mod tests {
             "2026-11-29",
             "2026-11-29 16:04:02Z",
             "2026-02-30T00:00:00Z",
+            "2100-02-29T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-00-10T00:00:00Z",
             "2026-11-29T24:00:00Z",
             "2026-11-29T16:04:02",
             "2026-11-29T16:04:02.Z",
