@@ -1,4 +1,4 @@
-//! A stub of the API server's Leases in one namespace (list, watch, server-side apply), for the
+//! A stub of the API server's Leases in one namespace (list, watch, merge patch, create), for the
 //! claim books that ship to run against in process: every write kept with its resourceVersion,
 //! every watch replaying what came after its version, each watch lagging by a random time of its
 //! own (in resourceVersion order, as a watch keeps it), and writes that fail when asked.
@@ -103,32 +103,39 @@ async fn list_or_watch(
     Body::from_stream(lines).into_response()
 }
 
-/// A server-side apply of a whole Lease: created when absent, else its fields laid over it (the
-/// guard applies the same fields each time, so a merge is what the API server makes of it).
-async fn apply(
+/// A merge patch of a Lease, as the guard writes its book: its fields laid over the Lease there,
+/// 404 when there is none.
+async fn patch(
     State(stub): State<Stub>,
     Path((_, name)): Path<(String, String)>,
     headers: axum::http::HeaderMap,
     body: String,
 ) -> Response {
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    assert_eq!(
-        content_type, "application/apply-patch+yaml",
-        "the guard writes its books with a server-side apply"
-    );
+    assert_eq!(content_type, "application/merge-patch+json", "the guard writes its book with a merge patch");
     if stub.fails() {
         return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
     }
-    let applied: Value = serde_json::from_str(&body).unwrap();
-    stub.writes.fetch_add(1, Ordering::SeqCst);
+    let patch: Value = serde_json::from_str(&body).unwrap();
     let existing = stub.leases.lock().unwrap().objects.get(&name).cloned();
-    match existing {
-        None => (StatusCode::CREATED, axum::Json(stub.store(&name, applied, "ADDED"))).into_response(),
-        Some(mut object) => {
-            json_patch::merge(&mut object, &applied);
-            axum::Json(stub.store(&name, object, "MODIFIED")).into_response()
-        }
+    let Some(mut object) = existing else { return status(StatusCode::NOT_FOUND, "NotFound") };
+    stub.writes.fetch_add(1, Ordering::SeqCst);
+    json_patch::merge(&mut object, &patch);
+    axum::Json(stub.store(&name, object, "MODIFIED")).into_response()
+}
+
+/// A Lease created (the guard's first write of its book): 409 when one has the name.
+async fn create(State(stub): State<Stub>, body: String) -> Response {
+    if stub.fails() {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
     }
+    let object: Value = serde_json::from_str(&body).unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    if stub.leases.lock().unwrap().objects.contains_key(&name) {
+        return status(StatusCode::CONFLICT, "AlreadyExists");
+    }
+    stub.writes.fetch_add(1, Ordering::SeqCst);
+    (StatusCode::CREATED, axum::Json(stub.store(&name, object, "ADDED"))).into_response()
 }
 
 async fn serve(stub: Stub) -> String {
@@ -136,8 +143,8 @@ async fn serve(stub: Stub) -> String {
     let version = json!({"major": "1", "minor": "36", "gitVersion": "v1.36.2", "platform": "linux/amd64"});
     let app = Router::new()
         .route("/version", get(move || std::future::ready(axum::Json(version.clone()))))
-        .route(leases, get(list_or_watch))
-        .route(&format!("{leases}/{{name}}"), axum::routing::patch(apply))
+        .route(leases, get(list_or_watch).post(create))
+        .route(&format!("{leases}/{{name}}"), axum::routing::patch(patch))
         .with_state(stub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
