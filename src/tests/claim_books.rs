@@ -1,5 +1,5 @@
 //! Replicas that agree, in CI: two and three in-process replicas, each with its own index and its
-//! own claim book, against a stub of the API server's Leases (list, watch, server-side apply)
+//! own claim book, against a stub of the API server's Leases (list, watch, merge patch, create)
 //! whose watches lag by a random time each (in resourceVersion order, as a watch keeps it) and
 //! whose writes sometimes fail. Random pairs of conflicting deletions (two deployed revisions of
 //! one release, each harmless alone) reach two replicas at once: never both approved. And a book
