@@ -284,7 +284,7 @@ pub(crate) fn bytes(size: ByteSize) -> usize {
 /// failed check); 2 bad input (usage, a file that is not what the command reads, a release that
 /// is not there); 3 a failure at run time (binding, TLS, the cluster: what `main` makes of an
 /// error), so that a script tells "the release is broken" from "the cluster could not be asked".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Exit {
     /// Done, nothing found.
     Ok = 0,

@@ -19,11 +19,18 @@ pub(crate) struct ChangedNamespaces {
 impl ChangedNamespaces {
     /// Notes that `namespace` changed ([`NAMESPACES_CHANGED`] for a namespace's own labels).
     pub(crate) fn touch(&self, namespace: &str) {
+        self.touch_each([namespace]);
+    }
+
+    /// Notes that each of `namespaces` changed (a relist's), under one lock; nothing is even
+    /// looked at while no one tracks changes.
+    pub(crate) fn touch_each<'a>(&self, namespaces: impl IntoIterator<Item = &'a str>) {
         let mut changed = self.changed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(changed) = changed.as_mut()
-            && !changed.contains(namespace)
-        {
-            changed.insert(namespace.to_owned());
+        let Some(changed) = changed.as_mut() else { return };
+        for namespace in namespaces {
+            if !changed.contains(namespace) {
+                changed.insert(namespace.to_owned());
+            }
         }
     }
 
@@ -56,5 +63,7 @@ mod tests {
         changes.touch(NAMESPACES_CHANGED);
         assert_eq!(changes.take(), BTreeSet::from(["b".to_owned(), NAMESPACES_CHANGED.to_owned()]));
         assert!(changes.take().is_empty(), "told once");
+        changes.touch_each(["c", "d", "c"]);
+        assert_eq!(changes.take(), BTreeSet::from(["c".to_owned(), "d".to_owned()]), "a relist's, each once");
     }
 }

@@ -41,13 +41,9 @@ impl Default for Mark {
 }
 
 impl Mark {
-    /// Raises the mark to `to` (never lowers it).
+    /// Raises the mark to `to` (never lowers it), waking its waiters when it moved.
     pub(crate) fn raise(&self, to: u64) {
-        Mark::raise_sender(&self.0, to);
-    }
-
-    fn raise_sender(mark: &watch::Sender<u64>, to: u64) {
-        mark.send_if_modified(|now| {
+        self.0.send_if_modified(|now| {
             let newer = to > *now;
             *now = (*now).max(to);
             newer
@@ -80,9 +76,9 @@ pub(crate) struct GroupCommit {
     /// Rounds begun so far, and the latest round a waiter waits for.
     rounds: Mutex<(u64, u64)>,
     /// The latest round done.
-    done: watch::Sender<u64>,
+    done: Mark,
     /// The latest round that failed (its waiters need not wait for it).
-    failed: watch::Sender<u64>,
+    failed: Mark,
     wake: Notify,
 }
 
@@ -102,12 +98,11 @@ impl GroupCommit {
 
     /// Whether round `need` (or a later one) is done by `deadline`; false as soon as it failed.
     pub(crate) async fn done_by(&self, need: u64, deadline: tokio::time::Instant) -> bool {
-        let (mut done, mut failed) = (self.done.subscribe(), self.failed.subscribe());
         let outcome = async {
             tokio::select! {
                 biased;
-                done = done.wait_for(|done| *done >= need) => done.is_ok(),
-                _ = failed.wait_for(|failed| *failed >= need) => false,
+                () = self.done.reached(need) => true,
+                () = self.failed.reached(need) => false,
             }
         };
         tokio::time::timeout_at(deadline, outcome).await.unwrap_or(false)
@@ -130,13 +125,13 @@ impl GroupCommit {
 
     /// For the writer: round `round` is done.
     pub(crate) fn finish(&self, round: u64) {
-        Mark::raise_sender(&self.done, round);
+        self.done.raise(round);
     }
 
     /// For the writer: round `round` failed; its waiters, and those of rounds before it not yet
     /// done, stop waiting (and take another way).
     pub(crate) fn fail(&self, round: u64) {
-        Mark::raise_sender(&self.failed, round);
+        self.failed.raise(round);
     }
 }
 

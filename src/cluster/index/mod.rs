@@ -140,7 +140,6 @@ pub struct ReleaseIndex {
 }
 
 /// A release's records as [`ReleaseIndex::each_release`] shows them, in object-name order.
-#[derive(Clone)]
 pub(crate) struct Records<'a> {
     records: std::collections::btree_map::Iter<'a, Box<str>, Entry>,
     now: Instant,
@@ -295,9 +294,11 @@ impl ReleaseIndex {
                 entry.keep_from(old.get(object));
             }
         }
-        (state.releases.keys().chain(fresh.keys()))
-            .filter(|key| drivers.contains(&key.driver))
-            .for_each(|key| self.changes.touch(&key.namespace));
+        self.changes.touch_each(
+            (state.releases.keys().chain(fresh.keys()))
+                .filter(|key| drivers.contains(&key.driver))
+                .map(|key| key.namespace.as_str()),
+        );
         state.releases.retain(|key, _| !drivers.contains(&key.driver));
         state.releases.extend(fresh);
     }
