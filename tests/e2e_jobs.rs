@@ -83,6 +83,18 @@ fn klipper_image((image, script, helm): (&str, &str, &str), chart: &str) {
     assert!(loaded.status.success(), "{kube_local} load {full}: {}", said(&loaded));
 }
 
+/// The guard installed in enforce mode as `name` and checked, then the Job of HelmChart `web`
+/// with `image` and `settings` in each of `namespaces` (the twin first): the guard, to uninstall
+/// at the test's end.
+fn guard_then_jobs(name: &str, namespaces: [&str; 2], image: &str, settings: &[(&str, &str)]) -> Deployed {
+    let deployed = Deployed::install("helm", name, super::CHART, &["--set", "mode=enforce"]);
+    super::until_checked(&deployed.namespace, &deployed.name);
+    for namespace in namespaces {
+        helm_install_job(namespace, image, settings);
+    }
+    deployed
+}
+
 /// The Job helm-controller makes for HelmChart `web` in `namespace` with `image` (its chart in
 /// the image) and the chart's `settings` in its env, and the ServiceAccount bound to
 /// cluster-admin it runs as.
@@ -219,11 +231,7 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
     // The guarded namespace guarded (anyone may make protection stronger), then the guard.
     let relabelled = run(&["kubectl", "label", "namespace", &guarded, "helm-guard.io/ignore-"]);
     assert!(relabelled.status.success(), "{}", said(&relabelled));
-    let deployed = Deployed::install("helm", "jobs", super::CHART, &["--set", "mode=enforce"]);
-    super::until_checked(&deployed.namespace, &deployed.name);
-    for namespace in [&twin, &guarded] {
-        helm_install_job(namespace, OLD.0, &[]);
-    }
+    let deployed = guard_then_jobs("jobs", [&twin, &guarded], OLD.0, &[]);
     // Unguarded: `helm install` over the release, refused every time; the pod restarts.
     until(Duration::from_secs(120), "the twin's pod crash-looping", || restarts(&twin) >= 2);
     // A run that has ended (the one under way may not have got to Helm yet).
@@ -278,12 +286,8 @@ fn a_protected_release_failed_on_a_field_conflict_is_upgraded_with_force_not_rei
         );
         assert_eq!(history(namespace), ["deployed", "failed"]);
     }
-    let deployed = Deployed::install("helm", "conflict", super::CHART, &["--set", "mode=enforce"]);
-    super::until_checked(&deployed.namespace, &deployed.name);
     let settings = [("FAILURE_POLICY", "reinstall"), ("SERVER_SIDE", "auto")];
-    for namespace in [&twin, &guarded] {
-        helm_install_job(namespace, HEAD.0, &settings);
-    }
+    let deployed = guard_then_jobs("conflict", [&twin, &guarded], HEAD.0, &settings);
     until(Duration::from_secs(180), "both Jobs complete", || job_complete(&twin) && job_complete(&guarded));
     // Unguarded: uninstalled, every resource of the release gone, then installed afresh.
     assert_eq!(history(&twin), ["deployed"], "reinstalled: a history of one");
@@ -327,12 +331,8 @@ fn heads_flag_bug_reinstalls_unguarded_and_is_healed_guarded() {
         let installed = run(&["helm", "install", "web", &chart, "-n", namespace]);
         assert!(installed.status.success(), "{}", said(&installed));
     }
-    let deployed = Deployed::install("helm", "flags", super::CHART, &["--set", "mode=enforce"]);
-    super::until_checked(&deployed.namespace, &deployed.name);
     let settings = [("SERVER_SIDE", "false"), ("FORCE_CONFLICTS", "true")];
-    for namespace in [&twin, &guarded] {
-        helm_install_job(namespace, HEAD.0, &settings);
-    }
+    let deployed = guard_then_jobs("flags", [&twin, &guarded], HEAD.0, &settings);
     until(Duration::from_secs(120), "the twin's Job complete", || job_complete(&twin));
     let logs = said(&run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web"]));
     assert!(logs.contains("helm uninstall web"), "the second run uninstalls: {logs}");
