@@ -200,17 +200,21 @@ pub(crate) fn ca_bundle_across_rotation(registered_base64: Option<&str>, ca_pem:
     engine.encode(bundle)
 }
 
+/// What the webhook of `webhook`'s name in `live` (the registered configuration's webhooks) has
+/// at `pointer`, as text.
+fn registered<'a>(live: Option<&'a Value>, webhook: &Value, pointer: &str) -> Option<&'a str> {
+    live.and_then(Value::as_array)?
+        .iter()
+        .find(|l| l.get("name") == webhook.get("name"))?
+        .pointer(pointer)?
+        .as_str()
+}
+
 /// Sets each webhook's caBundle in `wanted` as [`ca_bundle_across_rotation`] says, from the
 /// webhook of the same name in `live`.
 fn across_rotation(wanted: &mut Value, live: Option<&Value>, ca_pem: &[u8]) {
     for webhook in wanted.as_array_mut().into_iter().flatten() {
-        let name = webhook.get("name").cloned();
-        let registered = live
-            .and_then(Value::as_array)
-            .and_then(|live| live.iter().find(|l| l.get("name") == name.as_ref()))
-            .and_then(|l| l.pointer("/clientConfig/caBundle"))
-            .and_then(Value::as_str);
-        let bundle = ca_bundle_across_rotation(registered, ca_pem);
+        let bundle = ca_bundle_across_rotation(registered(live, webhook, "/clientConfig/caBundle"), ca_pem);
         if let Some(client) = webhook.get_mut("clientConfig").and_then(Value::as_object_mut) {
             client.insert("caBundle".into(), Value::String(bundle));
         }
@@ -222,13 +226,7 @@ fn across_rotation(wanted: &mut Value, live: Option<&Value>, ca_pem: &[u8]) {
 /// closed. Only `Ignore` ones wait for this replica's probe.
 fn keep_failing_closed(wanted: &mut Value, live: Option<&Value>) {
     for webhook in wanted.as_array_mut().into_iter().flatten() {
-        let name = webhook.get("name").cloned();
-        let closed = live
-            .and_then(Value::as_array)
-            .and_then(|live| live.iter().find(|l| l.get("name") == name.as_ref()))
-            .and_then(|l| l.get("failurePolicy"))
-            .and_then(Value::as_str)
-            == Some("Fail");
+        let closed = registered(live, webhook, "/failurePolicy") == Some("Fail");
         if closed && let Some(webhook) = webhook.as_object_mut() {
             webhook.insert("failurePolicy".into(), json!("Fail"));
         }
