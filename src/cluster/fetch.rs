@@ -558,6 +558,51 @@ mod tests {
         index
     }
 
+    /// What the read-ahead reads next: visible records not read yet, up to its limit; the
+    /// namespaces it lists first: those of the driver holding one unread.
+    #[test]
+    fn the_read_ahead_queues_are_the_unread_records_and_their_namespaces() {
+        use crate::release::history::RevisionFacts;
+        let index = ReleaseIndex::new(super::super::SourceKind::Live {
+            tombstone_ttl: std::time::Duration::from_secs(60),
+        });
+        let facts = |revision, payload| RevisionFacts {
+            revision,
+            payload,
+            label: Some(Status::Deployed),
+            stored_at: None,
+            field_conflict: false,
+        };
+        let record = |driver, namespace: &str, revision, payload| IndexedRecord {
+            key: ReleaseKey { driver, namespace: namespace.into(), release: "web".into() },
+            object: format!("sh.helm.release.v1.web.v{revision}"),
+            uid: None,
+            facts: facts(revision, payload),
+            resource_version: Some(revision.to_string()),
+        };
+        index.upsert(record(Driver::Secret, "a", 1, PayloadStatus::NotLoaded));
+        index.upsert(record(Driver::Secret, "a", 2, PayloadStatus::NotLoaded));
+        index.upsert(record(Driver::Secret, "b", 1, PayloadStatus::Decoded(Status::Deployed)));
+        index.upsert(record(Driver::ConfigMap, "c", 1, PayloadStatus::NotLoaded));
+        let hidden =
+            super::super::IndexChange::Delete { object: "sh.helm.release.v1.web.v2".into(), uid: None };
+        index.apply(&record(Driver::Secret, "a", 2, PayloadStatus::NotLoaded).key, hidden);
+        let mut queued: Vec<(String, String)> =
+            unread(&index, 10).into_iter().map(|(key, object, _)| (key.namespace, object)).collect();
+        queued.sort();
+        assert_eq!(
+            queued,
+            [
+                ("a".to_owned(), "sh.helm.release.v1.web.v1".to_owned()),
+                ("c".to_owned(), "sh.helm.release.v1.web.v1".to_owned())
+            ],
+            "read, and hidden by an approved deletion, are not queued"
+        );
+        assert_eq!(unread(&index, 1).len(), 1, "no more than the limit");
+        assert_eq!(namespaces_unread(&index, Driver::Secret), ["a"]);
+        assert_eq!(namespaces_unread(&index, Driver::ConfigMap), ["c"]);
+    }
+
     #[test]
     fn a_page_read_ahead_leaves_the_payloads_read_in_the_index_and_names_the_next() {
         let object = stored();
