@@ -23,9 +23,11 @@ use super::Admission;
 use super::decided::{Decided, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
-use crate::cluster::{DeleteCoordinator, Fetched, IndexChange};
+use crate::cluster::{DeleteCoordinator, Fetched, IndexChange, ReleaseView};
 use crate::object::ReviewObject;
-use crate::policy::delete::{DeleteFacts, copy_is_best_effort, decide_delete, keeps_copy, needs_agreement};
+use crate::policy::delete::{
+    DeleteFacts, copy_is_best_effort, decide_delete, holds_on_a_lagging_view, keeps_copy, needs_agreement,
+};
 use crate::policy::mode::apply_mode;
 use crate::policy::{Mode, Reason, Verdict, break_glass_reason};
 use crate::recycle_bin::api::RecycleBin;
@@ -54,10 +56,12 @@ pub(super) async fn delete(
     }
 }
 
-/// What the rules said at a stage, and whether the approval keeps a copy in the recycle bin.
+/// What the rules said at a stage, whether the approval keeps a copy in the recycle bin, and
+/// whether the verdict is confirmed against what is stored before it is answered.
 struct Ruled {
     decided: Decided,
     keeps_copy: bool,
+    confirms: bool,
 }
 
 /// A DELETE's next step.
@@ -145,23 +149,26 @@ impl<'a> Deletion<'a> {
     fn decide(&self, stage: Stage) -> Ruled {
         let policy = &self.admission.settings().policy;
         let facts = &self.facts;
-        self.admission.index().decide(self.key(), Some(self.claimed.object), |others| {
-            let history = History::new(others);
+        self.admission.index().decide(self.key(), Some(self.claimed.object), |view| {
+            let history = History::new(view);
             let verdict = decide_delete(facts, &history, policy);
             let outcome = apply_mode(&verdict, self.mode);
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
+            let confirms = self.needs_confirmation(&verdict, view);
             let decided = Decided { verdict, outcome, agree, recycled: None };
             // One that keeps a copy is hidden once the copy is stored, or, when it is also
             // agreed, as the agreement's own approvals are.
             let copied = !keep || stage == Stage::Agreed;
-            let hide =
-                decided.outcome.allowed && copied && !self.request.dry_run && self.stands(&decided, stage);
+            let hide = decided.outcome.allowed
+                && copied
+                && !self.request.dry_run
+                && self.stands(&decided, confirms, stage);
             let change = hide.then(|| IndexChange::Delete {
                 object: self.claimed.object.to_owned(),
                 uid: self.claimed.uid.map(str::to_owned),
             });
-            (Ruled { decided, keeps_copy: keep }, change)
+            (Ruled { decided, keeps_copy: keep, confirms }, change)
         })
     }
 
@@ -169,13 +176,12 @@ impl<'a> Deletion<'a> {
     /// the copy, the agreement, each when this guard has it and the verdict needs it; else the
     /// answer.
     fn next(&self, ruled: Ruled, stage: Stage) -> Next {
-        let Ruled { decided, keeps_copy } = ruled;
-        if stage == Stage::First && self.needs_confirmation(decided.verdict.reason) {
-            Next::Confirm(Ruled { decided, keeps_copy })
-        } else if keeps_copy {
-            Next::KeepCopy(decided)
+        if stage == Stage::First && ruled.confirms {
+            Next::Confirm(ruled)
+        } else if ruled.keeps_copy {
+            Next::KeepCopy(ruled.decided)
         } else {
-            self.agree_or_answer(decided)
+            self.agree_or_answer(ruled.decided)
         }
     }
 
@@ -186,17 +192,27 @@ impl<'a> Deletion<'a> {
 
     /// Whether a verdict is confirmed against what is stored before it is answered: on a live
     /// guard, one read off the rest of the history (the watch may not have brought the latest
-    /// records yet), and one that could not read the rest (the confirmation reads it).
-    fn needs_confirmation(&self, reason: Reason) -> bool {
-        self.freshness.is_some() && (reason == Reason::UnreadHistory || reason.rests_on_history())
+    /// records yet), but for an approval that holds on a view that lags (Helm's purge), and one
+    /// that could not read the rest (the confirmation reads it).
+    fn needs_confirmation(&self, verdict: &Verdict, view: &ReleaseView<'_>) -> bool {
+        let reason = verdict.reason;
+        let rests = reason == Reason::UnreadHistory || reason.rests_on_history();
+        self.freshness.is_some()
+            && rests
+            && !(reason == Reason::UninstallPurge && {
+                let as_stored =
+                    view.holds_as_stored(self.claimed.uid, self.record.resource_version.as_deref());
+                holds_on_a_lagging_view(&self.facts, &History::new(&view.held()), verdict, as_stored)
+            })
     }
 
-    /// Whether an approval stands at `stage`: no check is left for it. One that keeps a copy
-    /// stands once the copy is stored ([`Deletion::keep_copy`]).
-    fn stands(&self, decided: &Decided, stage: Stage) -> bool {
+    /// Whether an approval stands at `stage` (`confirms`: whether it waits for its
+    /// confirmation): no check is left for it. One that keeps a copy stands once the copy is
+    /// stored ([`Deletion::keep_copy`]).
+    fn stands(&self, decided: &Decided, confirms: bool, stage: Stage) -> bool {
         let agreeing = self.coordinator.is_some() && decided.agree;
         match stage {
-            Stage::First => !(agreeing || self.needs_confirmation(decided.verdict.reason)),
+            Stage::First => !(agreeing || confirms),
             Stage::Confirmed => !agreeing,
             Stage::Agreed => true,
         }

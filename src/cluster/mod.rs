@@ -33,6 +33,7 @@ pub(crate) use coordination::DeleteCoordinator;
 
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.
 pub(crate) const RECORD_LABELS: &str = "owner=helm";
+pub(crate) use index::ReleaseView;
 pub use index::{IndexChange, IndexedRecord, ReleaseIndex, SourceKind};
 pub use namespaces::NamespaceInfo;
 

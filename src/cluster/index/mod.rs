@@ -73,6 +73,43 @@ pub enum IndexChange {
 /// A release's records, by object name (two objects may hold one revision).
 type ReleaseRecords = BTreeMap<Box<str>, Entry>;
 
+/// A release as one verdict reads it under the index's lock: the records it is decided on (the
+/// view derefs to them: every record but the one asked about, less those an approved deletion
+/// hides), and what the index holds besides.
+pub(crate) struct ReleaseView<'a> {
+    visible: Vec<RevisionFacts>,
+    state: &'a IndexState,
+    key: &'a ReleaseKey,
+    except: Option<&'a str>,
+}
+
+impl std::ops::Deref for ReleaseView<'_> {
+    type Target = [RevisionFacts];
+
+    fn deref(&self) -> &[RevisionFacts] {
+        &self.visible
+    }
+}
+
+impl ReleaseView<'_> {
+    /// Every record of the release but the one asked about, those an approved deletion hides
+    /// included: what the watch may still show.
+    pub(crate) fn held(&self) -> Vec<RevisionFacts> {
+        self.state.others(self.key, self.except).map(|entry| entry.facts).collect()
+    }
+
+    /// Whether the index holds the object asked about as it is stored: this uid at this
+    /// resourceVersion.
+    pub(crate) fn holds_as_stored(&self, uid: Option<&str>, resource_version: Option<&str>) -> bool {
+        let entry = self.except.and_then(|object| self.state.releases.get(self.key)?.get(object));
+        entry.is_some_and(|entry| {
+            entry.is(uid)
+                && resource_version.is_some()
+                && entry.resource_version.as_deref() == resource_version
+        })
+    }
+}
+
 #[derive(Debug, Default)]
 struct IndexState {
     releases: HashMap<ReleaseKey, ReleaseRecords>,
@@ -85,16 +122,17 @@ impl IndexState {
     }
 
     fn visible(&self, key: &ReleaseKey, except: Option<&str>, now: Instant) -> Vec<RevisionFacts> {
-        self.releases
-            .get(key)
-            .map(|records| {
-                records
-                    .iter()
-                    .filter(|(object, entry)| entry.visible(now) && Some(&***object) != except)
-                    .map(|(_, entry)| entry.facts)
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.others(key, except).filter(|entry| entry.visible(now)).map(|entry| entry.facts).collect()
+    }
+
+    /// Every record of the release but `except`, hidden ones included.
+    fn others<'a>(
+        &'a self,
+        key: &ReleaseKey,
+        except: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a Entry> + 'a {
+        let records = self.releases.get(key).into_iter().flatten();
+        records.filter(move |(object, _)| Some(&***object) != except).map(|(_, entry)| entry)
     }
 
     fn remove(&mut self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
@@ -413,11 +451,12 @@ impl ReleaseIndex {
         &self,
         key: &ReleaseKey,
         except: Option<&str>,
-        verdict: impl FnOnce(&[RevisionFacts]) -> (R, Option<IndexChange>),
+        verdict: impl FnOnce(&ReleaseView<'_>) -> (R, Option<IndexChange>),
     ) -> R {
         let now = Instant::now();
         let mut state = self.lock();
-        let (result, change) = verdict(&state.visible(key, except, now));
+        let visible = state.visible(key, except, now);
+        let (result, change) = verdict(&ReleaseView { visible, state: &state, key, except });
         if change.is_some() {
             self.changes.touch(&key.namespace);
         }
