@@ -3,8 +3,10 @@
 
 use kube::core::admission::AdmissionRequest;
 
+use crate::cluster::ReleaseView;
 use crate::object::ReviewObject;
 use crate::policy::{Outcome, Requester, Verdict};
+use crate::release::history::RevisionFacts;
 
 /// A rule's verdict and what the mode made of it.
 #[derive(Debug)]
@@ -24,5 +26,25 @@ pub(super) fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'
     Requester {
         username: request.user_info.username.as_deref().unwrap_or_default(),
         groups: request.user_info.groups.as_deref().unwrap_or_default(),
+    }
+}
+
+/// `rule` on the rest of a release as `view` shows it, where an approval must also hold on what
+/// may still be stored: records the view hides for approved deletions the watch has not brought
+/// (in flight, refused further down, or approved on a review the API server never sent, which
+/// anyone on the pod network can POST) are shown again, and a refusal there is the answer. So an
+/// approval that only hiding them made (the marked latest as if it were the last record) waits
+/// until the deletions are stored.
+pub(super) fn on_what_may_be_stored(
+    view: &ReleaseView<'_>,
+    rule: impl Fn(&[RevisionFacts]) -> Verdict,
+) -> Verdict {
+    let verdict = rule(view);
+    match view.with_hidden() {
+        Some(held) if verdict.allowed => {
+            let again = rule(&held);
+            if again.allowed { verdict } else { again }
+        }
+        _ => verdict,
     }
 }

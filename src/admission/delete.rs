@@ -4,7 +4,8 @@
 //! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D10) on the release as the index holds it,
 //!    pure and synchronous under the index's lock;
 //! 2. [`Deletion::confirm`]: a verdict that rests on the rest of the history, decided again on
-//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads);
+//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads), but for
+//!    Helm's purge in the shape it leaves a release (POLICY.md, "A view that lags");
 //! 3. [`Deletion::keep_copy`]: an approval that is not one of Helm's own deletions keeps a copy
 //!    in the recycle bin first;
 //! 4. [`Deletion::agree`]: an approval another replica's approval could turn, agreed with the
@@ -13,14 +14,15 @@
 //! Steps 2 to 4 await the API server with no lock held; a snapshot's DELETE (no freshness, no
 //! bin, no peers) is step 1 alone. An approval hides the record in the index once it stands (a
 //! tombstone until the watch brings the deletion), so the next request about the release is
-//! decided without it.
+//! decided without it, and approved only if it would be with it too
+//! ([`on_what_may_be_stored`]: the deletion may never come).
 
 use std::time::Instant;
 
 use kube::core::admission::AdmissionRequest;
 
 use super::Admission;
-use super::decided::{Decided, requester};
+use super::decided::{Decided, on_what_may_be_stored, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
 use crate::cluster::{DeleteCoordinator, Fetched, IndexChange, ReleaseView};
@@ -150,8 +152,9 @@ impl<'a> Deletion<'a> {
         let policy = &self.admission.settings().policy;
         let facts = &self.facts;
         self.admission.index().decide(self.key(), Some(self.claimed.object), |view| {
+            let verdict =
+                on_what_may_be_stored(view, |others| decide_delete(facts, &History::new(others), policy));
             let history = History::new(view);
-            let verdict = decide_delete(facts, &history, policy);
             let outcome = apply_mode(&verdict, self.mode);
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);

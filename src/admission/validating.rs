@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::decided::{Decided, requester};
+use super::decided::{Decided, on_what_may_be_stored, requester};
 use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
@@ -324,7 +324,8 @@ async fn on_history(
     rule: impl Fn(&[RevisionFacts]) -> Verdict,
 ) -> Verdict {
     let (key, object) = (&record.record.id.key, record.record.object_name.as_str());
-    let decide = || admission.index().decide(key, Some(object), |others| (rule(others), None));
+    let decide =
+        || admission.index().decide(key, Some(object), |view| (on_what_may_be_stored(view, &rule), None));
     let first = decide();
     let refusal = !first.allowed && rests(&first);
     let Some(freshness) = admission.freshness.as_ref().filter(|_| refusal) else { return first };

@@ -268,3 +268,35 @@ fn a_forged_review_claims_nothing() {
     let (allowed, reason, _) = world.delete("sh.helm.release.v1.app.v2");
     assert!(allowed, "{reason}");
 }
+
+/// A review the API server never sent, of a record exactly as it is stored (the tenant can read
+/// its uid and resourceVersion), is approved like the real one would be; but the approval hides
+/// nothing a later verdict rests on: with the deployed latest marked `uninstalling`, forged
+/// purges of the revisions below it do not make its own deletion the last one, so it is still
+/// refused while they are stored (D6b), on every replica the forgeries reached.
+#[test]
+fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
+    let mut world = World::new(13);
+    world.step(&HelmOp::Install { release: 0, replace: false, fail: false });
+    world.step(&HelmOp::Upgrade {
+        release: 0,
+        install: false,
+        fail: false,
+        atomic: false,
+        history_max: None,
+    });
+    world.deliver_all();
+    world.writer = Some(TENANT);
+    assert!(world.update("sh.helm.release.v1.app.v2", Status::Uninstalling).is_ok(), "uninstall's mark");
+    world.deliver_all();
+    let below = world.stored("sh.helm.release.v1.app.v1");
+    for _ in 0..8 {
+        let (allowed, reason, _) = world.review(&crate::common::delete_review(&below));
+        assert!(allowed && reason == "uninstall-purge", "{reason}: what the real purge would get");
+    }
+    for _ in 0..8 {
+        let (allowed, reason, message) = world.delete("sh.helm.release.v1.app.v2");
+        assert!(!allowed && reason == "uninstall-order", "{reason}: {message}");
+    }
+    assert_eq!(world.history(0).len(), 2, "both revisions stored");
+}

@@ -98,6 +98,11 @@ impl ReleaseView<'_> {
         self.state.others(self.key, self.except).map(|entry| entry.facts).collect()
     }
 
+    /// The records the view shows with those it hides shown again, when it hides any.
+    pub(crate) fn with_hidden(&self) -> Option<Vec<RevisionFacts>> {
+        (self.visible.len() < self.state.others(self.key, self.except).count()).then(|| self.held())
+    }
+
     /// Whether the index holds the object asked about as it is stored: this uid at this
     /// resourceVersion.
     pub(crate) fn holds_as_stored(&self, uid: Option<&str>, resource_version: Option<&str>) -> bool {
@@ -368,18 +373,16 @@ impl ReleaseIndex {
         self.lock().visible(key, None, Instant::now())
     }
 
-    /// The visible records of a release (but `except`) whose payload has not been read at their
-    /// current resourceVersion: (object name, resourceVersion).
+    /// The records of a release (but `except`) whose payload has not been read at their current
+    /// resourceVersion: (object name, resourceVersion). Hidden ones too: a verdict reads them as
+    /// they may still be stored ([`ReleaseView::with_hidden`]).
     pub fn unverified(&self, key: &ReleaseKey, except: Option<&str>) -> Vec<(String, Option<String>)> {
-        let now = Instant::now();
         let state = self.lock();
         let Some(records) = state.releases.get(key) else { return Vec::new() };
         records
             .iter()
             .filter(|(object, entry)| {
-                entry.visible(now)
-                    && entry.facts.payload == PayloadStatus::NotLoaded
-                    && Some(&***object) != except
+                entry.facts.payload == PayloadStatus::NotLoaded && Some(&***object) != except
             })
             .map(|(object, entry)| (object.to_string(), entry.resource_version.as_deref().map(str::to_owned)))
             .collect()
