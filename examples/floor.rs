@@ -1,5 +1,6 @@
-//! The floor for any webhook handler on helm-guard's stack: axum + axum-server (rustls/ring),
-//! a handler that only parses the body as JSON and allows. `examples/load.rs` measures the guard
+//! The floor for any webhook handler, as one is commonly written: axum + axum-server
+//! (rustls/ring; the guard has its own accept loop and rustls config swap), a handler that only
+//! parses the body as JSON and allows. `examples/load.rs` measures the guard
 //! against it in one run (BENCHMARKS.md, "Against the floor").
 //!
 //!     cargo run --release --example floor -- CERT_PEM KEY_PEM [ADDR]

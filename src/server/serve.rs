@@ -10,9 +10,10 @@
 //! is sent, a connection idle since an earlier answer closes at once; past `--shutdown-grace` the
 //! rest are cut.
 //!
-//! axum-server's loop, used before, ends a connection still in its handshake or waiting for its
-//! first request at its graceful shutdown, and leaves the kernel's queue to be reset: under load
-//! that lost 4 to 6 of 100,000 requests across a SIGTERM (BENCHMARKS.md, "Hostile clients").
+//! The loop is the guard's own, not axum-server's: that one ends a connection still in its
+//! handshake or waiting for its first request at its graceful shutdown, and leaves the kernel's
+//! queue to be reset, which under load lost 4 to 6 of 100,000 requests across a SIGTERM
+//! (BENCHMARKS.md, "Hostile clients").
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,7 +22,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderValue, Request, Version, header};
-use axum_server::tls_rustls::RustlsConfig;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
 use super::limits::{ConnectionLimits, HANDSHAKE_TIMEOUT, LimitAcceptor, SourceSlots};
+use super::tls::ServingConfig;
 
 /// Where a server is in its life; it only moves forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,7 +52,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What each connection is served with.
 struct Shared {
-    tls: RustlsConfig,
+    tls: ServingConfig,
     limits: LimitAcceptor,
     http: auto::Builder<TokioExecutor>,
     app: Router,
@@ -61,7 +62,7 @@ struct Shared {
 /// connections finish, for at most `grace`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    tls: RustlsConfig,
+    tls: ServingConfig,
     limits: ConnectionLimits,
     app: Router,
     mut phase: watch::Receiver<Phase>,
@@ -160,7 +161,7 @@ async fn connection(tcp: TcpStream, shared: Arc<Shared>, mut phase: watch::Recei
     // handshake holds a handshake place only; the connection slot is taken once it is done.
     let Ok(source) = tcp.peer_addr().map(|peer| peer.ip()) else { return };
     let Some(handshake) = shared.limits.handshake(source) else { return };
-    let acceptor = tokio_rustls::TlsAcceptor::from(shared.tls.get_inner());
+    let acceptor = tokio_rustls::TlsAcceptor::from(shared.tls.load_full());
     let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await else {
         return;
     };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum_server::tls_rustls::RustlsConfig;
+use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
@@ -186,12 +186,16 @@ fn report_expiry(loaded: &LoadedPem, files: &TlsFiles, metrics: &Metrics) {
     }
 }
 
+/// The TLS configuration each new connection is served with; [`reload_on_change`] swaps it,
+/// connections already open keep theirs.
+pub(crate) type ServingConfig = Arc<ArcSwap<ServerConfig>>;
+
 /// Loads the files once; an error here stops the server from starting.
-pub(crate) fn load(files: &TlsFiles, metrics: &Metrics) -> anyhow::Result<(RustlsConfig, LoadedPem)> {
+pub(crate) fn load(files: &TlsFiles, metrics: &Metrics) -> anyhow::Result<(ServingConfig, LoadedPem)> {
     let loaded = read(files)?;
     let config = loaded.config(files).with_context(|| describe(files))?;
     report_expiry(&loaded, files, metrics);
-    Ok((RustlsConfig::from_config(Arc::new(config)), loaded))
+    Ok((Arc::new(ArcSwap::from_pointee(config)), loaded))
 }
 
 fn describe(files: &TlsFiles) -> String {
@@ -203,7 +207,7 @@ fn describe(files: &TlsFiles) -> String {
 /// old certificate keeps serving.
 pub(crate) async fn reload_on_change(
     files: TlsFiles,
-    config: RustlsConfig,
+    config: ServingConfig,
     mut current: LoadedPem,
     every: Duration,
     metrics: Arc<Metrics>,
@@ -224,7 +228,7 @@ pub(crate) async fn reload_on_change(
         }
         match fresh.config(&files) {
             Ok(new_config) => {
-                config.reload_from_config(Arc::new(new_config));
+                config.store(Arc::new(new_config));
                 report_expiry(&fresh, &files, &metrics);
                 current = fresh;
                 metrics.tls_reload(true);
