@@ -10,7 +10,9 @@
 //! production (JSON) and written to a sink. Instructions per review: the total of `main`
 //! divided by N (less the set-up, which a run with N = 0 measures). With `floor` as a third
 //! argument it runs the floor's handler instead (`examples/floor.rs`: the body parsed as JSON, an
-//! allow answered): what any webhook on this stack pays. Results: BENCHMARKS.md.
+//! allow answered): what any webhook on this stack pays. With `subscriber-json` the ledger line
+//! is formatted by tracing-subscriber's own JSON format instead of `server/log_format.rs` (what
+//! keeping that formatter saves). Results: BENCHMARKS.md.
 
 #![allow(
     clippy::unwrap_used,
@@ -45,8 +47,16 @@ fn main() {
         println!("{n} floor answers, {bytes} bytes");
         return;
     }
-    let subscriber = helm_guard::server::log_format::json_subscriber(std::io::sink).finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    if args.get(2).map(String::as_str) == Some("subscriber-json") {
+        // The ledger line by tracing-subscriber's own JSON format, the same fields and order.
+        let format =
+            tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false);
+        let subscriber = tracing_subscriber::fmt().with_writer(std::io::sink).event_format(format).finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    } else {
+        let subscriber = helm_guard::server::log_format::json_subscriber(std::io::sink).finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    }
     let index = Arc::new(ReleaseIndex::new(SourceKind::Snapshot));
     snapshot::load(&index, std::path::Path::new("examples/cluster-snapshot.json"), DecodeLimits::default())
         .unwrap();
