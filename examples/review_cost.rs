@@ -49,8 +49,7 @@ fn main() {
     }
     if args.get(2).map(String::as_str) == Some("subscriber-json") {
         // The ledger line by tracing-subscriber's own JSON format, the same fields and order.
-        let format =
-            tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false);
+        let format = tracing_subscriber::fmt::format().json().flatten_event(true).with_current_span(false);
         let subscriber = tracing_subscriber::fmt().with_writer(std::io::sink).event_format(format).finish();
         tracing::subscriber::set_global_default(subscriber).unwrap();
     } else {
