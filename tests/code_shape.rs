@@ -1,6 +1,7 @@
-//! The shape README's code map promises, kept by tests: no file of a thousand lines, and no two
+//! The shape README's code map promises, kept by tests: no file of a thousand lines, no two
 //! modules of one directory that import each other, directly or round a longer circle (issue 61:
-//! `admission/delete.rs` and `validating.rs`, `cluster/claim_books.rs` and `coordination.rs` did).
+//! `admission/delete.rs` and `validating.rs`, `cluster/claim_books.rs` and `coordination.rs` did),
+//! and the walk of one live DELETE in at most ten files that hold what it names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -117,4 +118,61 @@ fn the_import_reader_sees_groups_and_paths() {
         ["Admission", "decided", "ledger"].map(str::to_owned).into_iter().collect()
     );
     assert_eq!(first_segments(code, "crate::cluster::"), ["fence".to_owned()].into_iter().collect());
+}
+
+/// README's code map follows one live DELETE in at most ten files: each listed file exists, once,
+/// and holds what its step names (each `name` or `Type::name` a word of that file or of another
+/// file the step names), so a rename or a move shows here before the map misleads a reader.
+#[test]
+fn the_code_map_walks_one_delete_in_ten_files_that_hold_what_it_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let map = readme.split("## Code map: one live DELETE").nth(1).unwrap().split("\n## ").next().unwrap();
+    // The numbered steps, each with the lines that continue it.
+    let mut steps: Vec<String> = Vec::new();
+    for line in map.lines() {
+        let numbered = line
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if numbered {
+            steps.push(line.to_owned());
+        } else if let Some(step) = steps.last_mut().filter(|_| line.starts_with("   ")) {
+            step.push_str(line);
+        }
+    }
+    assert!((2..=10).contains(&steps.len()), "{} steps: {steps:#?}", steps.len());
+    let mut all = Vec::new();
+    source_files(&src(), &mut all);
+    // A file named by its path, or by its name alone where one file of src/ has it.
+    let resolve = |name: &str| -> Option<PathBuf> {
+        if name.starts_with("src/") {
+            return Some(root.join(name));
+        }
+        let mut found = all.iter().filter(|f| f.file_name().is_some_and(|n| n == name));
+        let file = found.next()?.clone();
+        found.next().is_none().then_some(file)
+    };
+    let mut walked = BTreeSet::new();
+    for step in &steps {
+        let quoted: Vec<&str> = step.split('`').skip(1).step_by(2).collect();
+        let files: Vec<PathBuf> =
+            quoted.iter().filter(|q| q.ends_with(".rs")).filter_map(|q| resolve(q)).collect();
+        let first = files.first().unwrap_or_else(|| panic!("a step without a file: {step}"));
+        assert!(first.is_file(), "{} is listed and not there", first.display());
+        assert!(walked.insert(first.clone()), "{} is walked twice", first.display());
+        let text: String = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+        let is_word = |word: &str| {
+            text.match_indices(word).any(|(at, _)| {
+                let before =
+                    text[..at].chars().next_back().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                let after =
+                    text[at + word.len()..].chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                before && after
+            })
+        };
+        for name in quoted.iter().filter(|q| !q.ends_with(".rs") && !q.contains(' ') && !q.contains('-')) {
+            let last = name.rsplit("::").next().unwrap();
+            assert!(is_word(last), "`{name}`, named in the step of {}, is not in it", first.display());
+        }
+    }
 }
