@@ -11,7 +11,7 @@
 //! stands in.
 //! Every verdict that may change the index runs inside [`ReleaseIndex::decide`], under one lock,
 //! so two concurrent deletions of one release are decided one after the other and the second
-//! sees the first.
+//! sees the first; it reads the release through a [`ReleaseView`] (`view.rs`).
 
 //!
 //! The index holds records and tombstones alone. Beside it, and reached through it because every
@@ -22,6 +22,7 @@
 //! ([`super::fetch`]).
 
 mod entry;
+mod view;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -30,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use entry::Entry;
+pub(crate) use view::ReleaseView;
 
 use super::changes::ChangedNamespaces;
 use super::fence::WatchProgress;
@@ -72,48 +74,6 @@ pub enum IndexChange {
 
 /// A release's records, by object name (two objects may hold one revision).
 type ReleaseRecords = BTreeMap<Box<str>, Entry>;
-
-/// A release as one verdict reads it under the index's lock: the records it is decided on (the
-/// view derefs to them: every record but the one asked about, less those an approved deletion
-/// hides), and what the index holds besides.
-pub(crate) struct ReleaseView<'a> {
-    visible: Vec<RevisionFacts>,
-    state: &'a IndexState,
-    key: &'a ReleaseKey,
-    except: Option<&'a str>,
-}
-
-impl std::ops::Deref for ReleaseView<'_> {
-    type Target = [RevisionFacts];
-
-    fn deref(&self) -> &[RevisionFacts] {
-        &self.visible
-    }
-}
-
-impl ReleaseView<'_> {
-    /// Every record of the release but the one asked about, those an approved deletion hides
-    /// included: what the watch may still show.
-    pub(crate) fn held(&self) -> Vec<RevisionFacts> {
-        self.state.others(self.key, self.except).map(|entry| entry.facts).collect()
-    }
-
-    /// The records the view shows with those it hides shown again, when it hides any.
-    pub(crate) fn with_hidden(&self) -> Option<Vec<RevisionFacts>> {
-        (self.visible.len() < self.state.others(self.key, self.except).count()).then(|| self.held())
-    }
-
-    /// Whether the index holds the object asked about as it is stored: this uid at this
-    /// resourceVersion.
-    pub(crate) fn holds_as_stored(&self, uid: Option<&str>, resource_version: Option<&str>) -> bool {
-        let entry = self.except.and_then(|object| self.state.releases.get(self.key)?.get(object));
-        entry.is_some_and(|entry| {
-            entry.is(uid)
-                && resource_version.is_some()
-                && entry.resource_version.as_deref() == resource_version
-        })
-    }
-}
 
 #[derive(Debug, Default)]
 struct IndexState {

@@ -1,0 +1,46 @@
+//! A release as one verdict reads it, under the index's lock.
+
+use super::{IndexState, ReleaseKey};
+use crate::release::history::RevisionFacts;
+
+/// A release as one verdict reads it under the index's lock: the records it is decided on (the
+/// view derefs to them: every record but the one asked about, less those an approved deletion
+/// hides), and what the index holds besides.
+pub(crate) struct ReleaseView<'a> {
+    pub(super) visible: Vec<RevisionFacts>,
+    pub(super) state: &'a IndexState,
+    pub(super) key: &'a ReleaseKey,
+    pub(super) except: Option<&'a str>,
+}
+
+impl std::ops::Deref for ReleaseView<'_> {
+    type Target = [RevisionFacts];
+
+    fn deref(&self) -> &[RevisionFacts] {
+        &self.visible
+    }
+}
+
+impl ReleaseView<'_> {
+    /// Every record of the release but the one asked about, those an approved deletion hides
+    /// included: what the watch may still show.
+    pub(crate) fn held(&self) -> Vec<RevisionFacts> {
+        self.state.others(self.key, self.except).map(|entry| entry.facts).collect()
+    }
+
+    /// The records the view shows with those it hides shown again, when it hides any.
+    pub(crate) fn with_hidden(&self) -> Option<Vec<RevisionFacts>> {
+        (self.visible.len() < self.state.others(self.key, self.except).count()).then(|| self.held())
+    }
+
+    /// Whether the index holds the object asked about as it is stored: this uid at this
+    /// resourceVersion.
+    pub(crate) fn holds_as_stored(&self, uid: Option<&str>, resource_version: Option<&str>) -> bool {
+        let entry = self.except.and_then(|object| self.state.releases.get(self.key)?.get(object));
+        entry.is_some_and(|entry| {
+            entry.is(uid)
+                && resource_version.is_some()
+                && entry.resource_version.as_deref() == resource_version
+        })
+    }
+}
