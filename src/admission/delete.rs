@@ -4,8 +4,7 @@
 //! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D10) on the release as the index holds it,
 //!    pure and synchronous under the index's lock;
 //! 2. [`Deletion::confirm`]: a verdict that rests on the rest of the history, decided again on
-//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads), but for
-//!    Helm's purge in the shape it leaves a release (POLICY.md, "A view that lags");
+//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads);
 //! 3. [`Deletion::keep_copy`]: an approval that is not one of Helm's own deletions keeps a copy
 //!    in the recycle bin first;
 //! 4. [`Deletion::agree`]: an approval another replica's approval could turn, agreed with the
@@ -25,11 +24,9 @@ use super::Admission;
 use super::decided::{Decided, on_what_may_be_stored, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
-use crate::cluster::{DeleteCoordinator, Fetched, IndexChange, ReleaseView};
+use crate::cluster::{DeleteCoordinator, Fetched, IndexChange};
 use crate::object::ReviewObject;
-use crate::policy::delete::{
-    DeleteFacts, copy_is_best_effort, decide_delete, holds_on_a_lagging_view, keeps_copy, needs_agreement,
-};
+use crate::policy::delete::{DeleteFacts, copy_is_best_effort, decide_delete, keeps_copy, needs_agreement};
 use crate::policy::mode::apply_mode;
 use crate::policy::{Mode, Reason, Verdict, break_glass_reason};
 use crate::recycle_bin::api::RecycleBin;
@@ -158,7 +155,7 @@ impl<'a> Deletion<'a> {
             let outcome = apply_mode(&verdict, self.mode);
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
-            let confirms = self.needs_confirmation(&verdict, view);
+            let confirms = self.needs_confirmation(verdict.reason);
             let decided = Decided { verdict, outcome, agree, recycled: None };
             // One that keeps a copy is hidden once the copy is stored, or, when it is also
             // agreed, as the agreement's own approvals are.
@@ -195,18 +192,9 @@ impl<'a> Deletion<'a> {
 
     /// Whether a verdict is confirmed against what is stored before it is answered: on a live
     /// guard, one read off the rest of the history (the watch may not have brought the latest
-    /// records yet), but for an approval that holds on a view that lags (Helm's purge), and one
-    /// that could not read the rest (the confirmation reads it).
-    fn needs_confirmation(&self, verdict: &Verdict, view: &ReleaseView<'_>) -> bool {
-        let reason = verdict.reason;
-        let rests = reason == Reason::UnreadHistory || reason.rests_on_history();
-        self.freshness.is_some()
-            && rests
-            && !(reason == Reason::UninstallPurge && {
-                let as_stored =
-                    view.holds_as_stored(self.claimed.uid, self.record.resource_version.as_deref());
-                holds_on_a_lagging_view(&self.facts, &History::new(&view.held()), verdict, as_stored)
-            })
+    /// records yet), and one that could not read the rest (the confirmation reads it).
+    fn needs_confirmation(&self, reason: Reason) -> bool {
+        self.freshness.is_some() && (reason == Reason::UnreadHistory || reason.rests_on_history())
     }
 
     /// Whether an approval stands at `stage` (`confirms`: whether it waits for its

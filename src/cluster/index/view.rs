@@ -32,15 +32,4 @@ impl ReleaseView<'_> {
     pub(crate) fn with_hidden(&self) -> Option<Vec<RevisionFacts>> {
         (self.visible.len() < self.state.others(self.key, self.except).count()).then(|| self.held())
     }
-
-    /// Whether the index holds the object asked about as it is stored: this uid at this
-    /// resourceVersion.
-    pub(crate) fn holds_as_stored(&self, uid: Option<&str>, resource_version: Option<&str>) -> bool {
-        let entry = self.except.and_then(|object| self.state.releases.get(self.key)?.get(object));
-        entry.is_some_and(|entry| {
-            entry.is(uid)
-                && resource_version.is_some()
-                && entry.resource_version.as_deref() == resource_version
-        })
-    }
 }
