@@ -123,11 +123,8 @@ impl<'a> Deletion<'a> {
                 namespace_terminating: namespace.terminating,
                 requester: requester(request),
                 break_glass,
-                last_deployed: admission.index().is_last_deployed(
-                    key,
-                    &record.object_name,
-                    record.uid.as_deref(),
-                ),
+                // Read at each decision, once a confirmation has read the payloads.
+                last_deployed: None,
             },
             claimed: ClaimedRecord { object: &record.object_name, uid: record.uid.as_deref() },
             mode,
@@ -147,8 +144,8 @@ impl<'a> Deletion<'a> {
     /// record at once.
     fn decide(&self, stage: Stage) -> Ruled {
         let policy = &self.admission.settings().policy;
-        let facts = &self.facts;
         self.admission.index().decide(self.key(), Some(self.claimed.object), |view| {
+            let facts = &DeleteFacts { last_deployed: view.is_last_deployed(self.claimed.uid), ..self.facts };
             let verdict =
                 on_what_may_be_stored(view, |others| decide_delete(facts, &History::new(others), policy));
             let history = History::new(view);

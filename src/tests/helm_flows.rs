@@ -338,9 +338,14 @@ impl World {
 
     /// Helm's storage `Create`.
     pub(super) fn create(&mut self, release: usize, revision: u32, status: Status) -> Result<(), Refused> {
-        let mut object = self.record(release, revision, status);
+        let object = self.record(release, revision, status);
+        self.log.push(format!("  CREATE {} {status}", object["metadata"]["name"].as_str().unwrap()));
+        self.create_object(object)
+    }
+
+    /// A CREATE of `object` as it is (stored when the guard approves it).
+    pub(super) fn create_object(&mut self, mut object: Value) -> Result<(), Refused> {
         let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-        self.log.push(format!("  CREATE {name} {status}"));
         let (allowed, reason, message) = self.review(&create_review(&object));
         if !allowed {
             return Err(format!("CREATE {name}: {reason}: {message}"));

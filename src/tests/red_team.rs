@@ -300,3 +300,36 @@ fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
     }
     assert_eq!(world.history(0).len(), 2, "both revisions stored");
 }
+
+/// A record Helm cannot read is let in with any labels (C2); labelled `deployed` above the rest,
+/// it must not pass for the release's last good revision. Otherwise, the real deployed revision
+/// superseded and a failed one written above it (each as Helm writes them), the deletion of the
+/// real one would be pruning of a revision that is not the last good one, and keep no copy.
+#[test]
+fn an_unreadable_record_labelled_deployed_is_not_the_last_good_revision() {
+    let mut world = World::new(17);
+    world.step(&HelmOp::Install { release: 0, replace: false, fail: false });
+    world.step(&HelmOp::Upgrade {
+        release: 0,
+        install: false,
+        fail: false,
+        atomic: false,
+        history_max: None,
+    });
+    world.deliver_all();
+    let real = uid(&world.stored("sh.helm.release.v1.app.v2"));
+    world.writer = Some(TENANT);
+    let mut junk = world.stored("sh.helm.release.v1.app.v2");
+    junk["metadata"]["name"] = Value::String("sh.helm.release.v1.app.v99".into());
+    junk["metadata"]["labels"]["version"] = Value::String("99".into());
+    junk["data"]["release"] = Value::String("bm90IGEgcmVsZWFzZQ==".into());
+    assert!(world.create_object(junk).is_ok(), "C2: Helm ignores it");
+    world.deliver_all();
+    assert!(world.update("sh.helm.release.v1.app.v2", Status::Superseded).is_ok(), "the latest superseded");
+    assert!(world.create(0, 3, Status::PendingUpgrade).is_ok(), "an upgrade's shape");
+    assert!(world.update("sh.helm.release.v1.app.v3", Status::Failed).is_ok(), "it failed");
+    world.deliver_all();
+    let (allowed, reason, _) = world.delete("sh.helm.release.v1.app.v2");
+    assert!(allowed, "{reason}: pruning of a superseded revision below a failed one");
+    assert!(world.bin.holds(&real), "the release's last good revision is kept in the bin");
+}

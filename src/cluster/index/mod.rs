@@ -86,6 +86,21 @@ impl IndexState {
         self.releases.get_mut(key)?.get_mut(object).filter(|entry| entry.is(uid))
     }
 
+    /// Whether `object` (of `uid`) is the record of `key` the guard last saw deployed: the newest
+    /// record it has seen `deployed`, among those stored whose payload Helm can read (a record
+    /// that does not decode is let in with any labels: its `deployed` label must not make another
+    /// record's deletion look like it leaves the last good one). `None` when it has seen none of
+    /// them deployed (it started after the release lost its deployed revision).
+    fn is_last_deployed(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> Option<bool> {
+        let (name, entry) = self
+            .releases
+            .get(key)?
+            .iter()
+            .filter(|(_, entry)| entry.deployed_once && entry.facts.payload != PayloadStatus::Undecodable)
+            .max_by_key(|(_, entry)| entry.facts.revision)?;
+        Some(**name == *object && entry.is(uid))
+    }
+
     fn visible(&self, key: &ReleaseKey, except: Option<&str>, now: Instant) -> Vec<RevisionFacts> {
         self.others(key, except).filter(|entry| entry.visible(now)).map(|entry| entry.facts).collect()
     }
@@ -395,17 +410,11 @@ impl ReleaseIndex {
         }
     }
 
-    /// Whether `object` (of `uid`) is the record of `key` the guard last saw deployed (the newest
-    /// record it has seen `deployed`, among those stored): `None` when it has seen none of them
-    /// deployed (it started after the release lost its deployed revision).
+    /// Whether `object` (of `uid`) is the record of `key` the guard last saw deployed
+    /// ([`IndexState::is_last_deployed`]; verdicts read it through their [`ReleaseView`]).
+    #[cfg(test)]
     pub(crate) fn is_last_deployed(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> Option<bool> {
-        let state = self.lock();
-        let records = state.releases.get(key)?;
-        let (name, entry) = records
-            .iter()
-            .filter(|(_, entry)| entry.deployed_once)
-            .max_by_key(|(_, entry)| entry.facts.revision)?;
-        Some(**name == *object && entry.is(uid))
+        self.lock().is_last_deployed(key, object, uid)
     }
 
     /// Runs a verdict on a release's records (all but `except`, the object the request is about)

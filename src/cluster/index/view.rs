@@ -32,4 +32,10 @@ impl ReleaseView<'_> {
     pub(crate) fn with_hidden(&self) -> Option<Vec<RevisionFacts>> {
         (self.visible.len() < self.state.others(self.key, self.except).count()).then(|| self.held())
     }
+
+    /// Whether the record asked about, of `uid`, is the release's last good revision as the index
+    /// knows it now (after any payloads a confirmation read).
+    pub(crate) fn is_last_deployed(&self, uid: Option<&str>) -> Option<bool> {
+        self.state.is_last_deployed(self.key, self.except?, uid)
+    }
 }
