@@ -55,12 +55,10 @@ pub(super) async fn delete(
     }
 }
 
-/// What the rules said at a stage, whether the approval keeps a copy in the recycle bin, and
-/// whether the verdict is confirmed against what is stored before it is answered.
+/// What the rules said at a stage, and whether the approval keeps a copy in the recycle bin.
 struct Ruled {
     decided: Decided,
     keeps_copy: bool,
-    confirms: bool,
 }
 
 /// A DELETE's next step.
@@ -152,20 +150,17 @@ impl<'a> Deletion<'a> {
             let outcome = apply_mode(&verdict, self.mode);
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
-            let confirms = self.needs_confirmation(verdict.reason);
             let decided = Decided { verdict, outcome, agree, recycled: None };
             // One that keeps a copy is hidden once the copy is stored, or, when it is also
             // agreed, as the agreement's own approvals are.
             let copied = !keep || stage == Stage::Agreed;
-            let hide = decided.outcome.allowed
-                && copied
-                && !self.request.dry_run
-                && self.stands(&decided, confirms, stage);
+            let hide =
+                decided.outcome.allowed && copied && !self.request.dry_run && self.stands(&decided, stage);
             let change = hide.then(|| IndexChange::Delete {
                 object: self.claimed.object.to_owned(),
                 uid: self.claimed.uid.map(str::to_owned),
             });
-            (Ruled { decided, keeps_copy: keep, confirms }, change)
+            (Ruled { decided, keeps_copy: keep }, change)
         })
     }
 
@@ -173,7 +168,7 @@ impl<'a> Deletion<'a> {
     /// the copy, the agreement, each when this guard has it and the verdict needs it; else the
     /// answer.
     fn next(&self, ruled: Ruled, stage: Stage) -> Next {
-        if stage == Stage::First && ruled.confirms {
+        if stage == Stage::First && self.needs_confirmation(ruled.decided.verdict.reason) {
             Next::Confirm(ruled)
         } else if ruled.keeps_copy {
             Next::KeepCopy(ruled.decided)
@@ -194,13 +189,12 @@ impl<'a> Deletion<'a> {
         self.freshness.is_some() && (reason == Reason::UnreadHistory || reason.rests_on_history())
     }
 
-    /// Whether an approval stands at `stage` (`confirms`: whether it waits for its
-    /// confirmation): no check is left for it. One that keeps a copy stands once the copy is
-    /// stored ([`Deletion::keep_copy`]).
-    fn stands(&self, decided: &Decided, confirms: bool, stage: Stage) -> bool {
+    /// Whether an approval stands at `stage`: no check is left for it. One that keeps a copy
+    /// stands once the copy is stored ([`Deletion::keep_copy`]).
+    fn stands(&self, decided: &Decided, stage: Stage) -> bool {
         let agreeing = self.coordinator.is_some() && decided.agree;
         match stage {
-            Stage::First => !(agreeing || confirms),
+            Stage::First => !(agreeing || self.needs_confirmation(decided.verdict.reason)),
             Stage::Confirmed => !agreeing,
             Stage::Agreed => true,
         }

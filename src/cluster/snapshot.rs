@@ -56,7 +56,7 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
             object: r.record.object_name.clone(),
             uid: r.record.uid.clone(),
             facts: r.facts(),
-            resource_version: r.record.resource_version.clone(),
+            resource_version: None,
         }),
     );
     index.namespaces().replace(namespaces);
