@@ -269,14 +269,10 @@ fn a_forged_review_claims_nothing() {
     assert!(allowed, "{reason}");
 }
 
-/// A review the API server never sent, of a record exactly as it is stored (the tenant can read
-/// its uid and resourceVersion), is approved like the real one would be; but the approval hides
-/// nothing a later verdict rests on: with the deployed latest marked `uninstalling`, forged
-/// purges of the revisions below it do not make its own deletion the last one, so it is still
-/// refused while they are stored (D6b), on every replica the forgeries reached.
-#[test]
-fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
-    let mut world = World::new(13);
+/// Release `app` installed and upgraded once by Helm (v1 superseded, v2 deployed), every watch
+/// caught up.
+fn upgraded_once(seed: u64) -> World {
+    let mut world = World::new(seed);
     world.step(&HelmOp::Install { release: 0, replace: false, fail: false });
     world.step(&HelmOp::Upgrade {
         release: 0,
@@ -286,6 +282,17 @@ fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
         history_max: None,
     });
     world.deliver_all();
+    world
+}
+
+/// A review the API server never sent, of a record exactly as it is stored (the tenant can read
+/// its uid and resourceVersion), is approved like the real one would be; but the approval hides
+/// nothing a later verdict rests on: with the deployed latest marked `uninstalling`, forged
+/// purges of the revisions below it do not make its own deletion the last one, so it is still
+/// refused while they are stored (D6b), on every replica the forgeries reached.
+#[test]
+fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
+    let mut world = upgraded_once(13);
     world.writer = Some(TENANT);
     assert!(world.update("sh.helm.release.v1.app.v2", Status::Uninstalling).is_ok(), "uninstall's mark");
     world.deliver_all();
@@ -307,16 +314,7 @@ fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
 /// real one would be pruning of a revision that is not the last good one, and keep no copy.
 #[test]
 fn an_unreadable_record_labelled_deployed_is_not_the_last_good_revision() {
-    let mut world = World::new(17);
-    world.step(&HelmOp::Install { release: 0, replace: false, fail: false });
-    world.step(&HelmOp::Upgrade {
-        release: 0,
-        install: false,
-        fail: false,
-        atomic: false,
-        history_max: None,
-    });
-    world.deliver_all();
+    let mut world = upgraded_once(17);
     let real = uid(&world.stored("sh.helm.release.v1.app.v2"));
     world.writer = Some(TENANT);
     let mut junk = world.stored("sh.helm.release.v1.app.v2");
