@@ -99,8 +99,10 @@ type Confirmation = (&'static str, Vec<Value>, Value, (bool, &'static str), usiz
 /// What a live DELETE costs the API server, by what it is decided on: a verdict read off the rest
 /// of the history is confirmed by one listing (the watch may lag), whichever way it goes; one
 /// the rest of the history cannot turn (teardown of a namespace, a record that does not decode)
-/// costs nothing; and a verdict of "could not read the rest" is confirmed too, because the
-/// listing reads what was missing.
+/// costs nothing, and so does Helm's purge below the marked latest, when the view is the release
+/// as its watch brought it, holds the record as stored and shows the release in the shape the
+/// purge leaves it (POLICY.md, "A view that lags"); and a verdict of "could not read the rest" is confirmed too, because the listing
+/// reads what was missing.
 #[test]
 fn which_live_verdicts_are_confirmed_against_what_is_stored() {
     let records = web(&[(1, "superseded"), (2, "deployed")]);
@@ -109,7 +111,54 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
     let teardown = |record: &Value| {
         as_user(delete_review(record), "system:serviceaccount:kube-system:namespace-controller", &[])
     };
-    let cases: [Confirmation; 4] = [
+    // As the API server stores them: a uid and a resourceVersion each.
+    let stored_as = |mut records: Vec<Value>| {
+        for (at, record) in records.iter_mut().enumerate() {
+            record["metadata"]["uid"] = Value::String(format!("uid-{at}"));
+            record["metadata"]["resourceVersion"] = Value::String(format!("{}", 100 + at));
+        }
+        records
+    };
+    let purging = stored_as(web(&[(1, "superseded"), (2, "failed"), (3, "uninstalling")]));
+    let mut rewritten = purging[0].clone();
+    rewritten["metadata"]["resourceVersion"] = Value::String("999".into());
+    let with_deployed = stored_as(web(&[(1, "deployed"), (2, "superseded"), (3, "uninstalling")]));
+    let cases: [Confirmation; 9] = [
+        (
+            "Helm's purge below the marked latest",
+            purging.clone(),
+            delete_review(&purging[0]),
+            (true, "uninstall-purge"),
+            0,
+        ),
+        (
+            "Helm's purge of a failed revision",
+            purging.clone(),
+            delete_review(&purging[1]),
+            (true, "uninstall-purge"),
+            0,
+        ),
+        (
+            "the marked latest, last",
+            purging[2..].to_vec(),
+            delete_review(&purging[2]),
+            (true, "uninstall"),
+            1,
+        ),
+        (
+            "a purge the view holds an older object of (the watch has not brought its update)",
+            purging.clone(),
+            delete_review(&rewritten),
+            (true, "uninstall-purge"),
+            1,
+        ),
+        (
+            "a purge beside a deployed revision",
+            with_deployed.clone(),
+            delete_review(&with_deployed[1]),
+            (true, "uninstall-purge"),
+            1,
+        ),
         (
             "Helm pruning its history",
             records.clone(),
@@ -138,6 +187,19 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
         assert_eq!(decide(&admission, &review), (allowed, reason.to_owned()), "{what}");
         assert_eq!(store.listings.load(Ordering::SeqCst), listings, "{what}: listings");
     }
+
+    // The purge on a view that is not one state its watch brought: a listing of the release
+    // found revision 3 gone before the watch brought its deletion (while other records may still
+    // lag), so the view is confirmed first.
+    let purging = stored_as(web(&[(1, "superseded"), (2, "failed"), (3, "superseded"), (4, "uninstalling")]));
+    let (admission, store) = live_guard(&purging, &purging);
+    let listed = [&purging[0], &purging[1], &purging[3]].map(|o| {
+        IndexedRecord::from_meta(Driver::Secret, &serde_json::from_value(o["metadata"].clone()).unwrap())
+            .unwrap()
+    });
+    admission.index().sync_release(&web_key(), listed.to_vec());
+    assert_eq!(decide(&admission, &delete_review(&purging[0])), (true, "uninstall-purge".to_owned()));
+    assert_eq!(store.listings.load(Ordering::SeqCst), 1, "a view a read moved ahead is confirmed");
 
     // A guard just started knows revision 2 by its labels alone (the read-ahead has not read its
     // payload): deciding on the index says "could not read"; the listing reads it, and Helm's

@@ -4,7 +4,9 @@
 //! 1. [`Deletion::decide`]: the rules (POLICY.md D1–D10) on the release as the index holds it,
 //!    pure and synchronous under the index's lock;
 //! 2. [`Deletion::confirm`]: a verdict that rests on the rest of the history, decided again on
-//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads);
+//!    what is stored now ([`Freshness`]: a fence round or a listing, then the payloads), but for
+//!    Helm's purge in the shape it leaves a release, on a view its watch brought (POLICY.md, "A
+//!    view that lags");
 //! 3. [`Deletion::keep_copy`]: an approval that is not one of Helm's own deletions keeps a copy
 //!    in the recycle bin first;
 //! 4. [`Deletion::agree`]: an approval another replica's approval could turn, agreed with the
@@ -24,9 +26,11 @@ use super::Admission;
 use super::decided::{Decided, on_what_may_be_stored, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
-use crate::cluster::{DeleteCoordinator, Fetched, IndexChange};
+use crate::cluster::{DeleteCoordinator, Fetched, IndexChange, ReleaseView};
 use crate::object::ReviewObject;
-use crate::policy::delete::{DeleteFacts, copy_is_best_effort, decide_delete, keeps_copy, needs_agreement};
+use crate::policy::delete::{
+    DeleteFacts, copy_is_best_effort, decide_delete, holds_on_a_lagging_view, keeps_copy, needs_agreement,
+};
 use crate::policy::mode::apply_mode;
 use crate::policy::{Mode, Reason, Verdict, break_glass_reason};
 use crate::recycle_bin::api::RecycleBin;
@@ -59,6 +63,7 @@ pub(super) async fn delete(
 struct Ruled {
     decided: Decided,
     keeps_copy: bool,
+    confirms: bool,
 }
 
 /// A DELETE's next step.
@@ -150,17 +155,20 @@ impl<'a> Deletion<'a> {
             let outcome = apply_mode(&verdict, self.mode);
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
+            let confirms = self.needs_confirmation(facts, &verdict, view);
             let decided = Decided { verdict, outcome, agree, recycled: None };
             // One that keeps a copy is hidden once the copy is stored, or, when it is also
             // agreed, as the agreement's own approvals are.
             let copied = !keep || stage == Stage::Agreed;
-            let hide =
-                decided.outcome.allowed && copied && !self.request.dry_run && self.stands(&decided, stage);
+            let hide = decided.outcome.allowed
+                && copied
+                && !self.request.dry_run
+                && self.stands(&decided, confirms, stage);
             let change = hide.then(|| IndexChange::Delete {
                 object: self.claimed.object.to_owned(),
                 uid: self.claimed.uid.map(str::to_owned),
             });
-            (Ruled { decided, keeps_copy: keep }, change)
+            (Ruled { decided, keeps_copy: keep, confirms }, change)
         })
     }
 
@@ -168,7 +176,7 @@ impl<'a> Deletion<'a> {
     /// the copy, the agreement, each when this guard has it and the verdict needs it; else the
     /// answer.
     fn next(&self, ruled: Ruled, stage: Stage) -> Next {
-        if stage == Stage::First && self.needs_confirmation(ruled.decided.verdict.reason) {
+        if stage == Stage::First && ruled.confirms {
             Next::Confirm(ruled)
         } else if ruled.keeps_copy {
             Next::KeepCopy(ruled.decided)
@@ -184,17 +192,28 @@ impl<'a> Deletion<'a> {
 
     /// Whether a verdict is confirmed against what is stored before it is answered: on a live
     /// guard, one read off the rest of the history (the watch may not have brought the latest
-    /// records yet), and one that could not read the rest (the confirmation reads it).
-    fn needs_confirmation(&self, reason: Reason) -> bool {
-        self.freshness.is_some() && (reason == Reason::UnreadHistory || reason.rests_on_history())
+    /// records yet), but for an approval that holds on a view that lags (Helm's purge, the view
+    /// one state its watch brought), and one that could not read the rest (the confirmation
+    /// reads it).
+    fn needs_confirmation(&self, facts: &DeleteFacts<'_>, verdict: &Verdict, view: &ReleaseView<'_>) -> bool {
+        let reason = verdict.reason;
+        let rests = reason == Reason::UnreadHistory || reason.rests_on_history();
+        self.freshness.is_some()
+            && rests
+            && !(reason == Reason::UninstallPurge && view.is_as_watched() && {
+                let as_stored =
+                    view.holds_as_stored(self.claimed.uid, self.record.resource_version.as_deref());
+                holds_on_a_lagging_view(facts, &History::new(&view.held()), verdict, as_stored)
+            })
     }
 
-    /// Whether an approval stands at `stage`: no check is left for it. One that keeps a copy
-    /// stands once the copy is stored ([`Deletion::keep_copy`]).
-    fn stands(&self, decided: &Decided, stage: Stage) -> bool {
+    /// Whether an approval stands at `stage` (`confirms`: whether it waits for its
+    /// confirmation): no check is left for it. One that keeps a copy stands once the copy is
+    /// stored ([`Deletion::keep_copy`]).
+    fn stands(&self, decided: &Decided, confirms: bool, stage: Stage) -> bool {
         let agreeing = self.coordinator.is_some() && decided.agree;
         match stage {
-            Stage::First => !(agreeing || self.needs_confirmation(decided.verdict.reason)),
+            Stage::First => !(agreeing || confirms),
             Stage::Confirmed => !agreeing,
             Stage::Agreed => true,
         }

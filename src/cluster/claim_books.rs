@@ -363,7 +363,7 @@ impl IndexSink<Lease> for BookSink {
     }
 
     /// A claim first seen in a (re-)list counts as written before any (its order is unknown).
-    fn replace(&self, books: &Books, items: Vec<BookItem>) {
+    fn replace(&self, books: &Books, items: Vec<BookItem>, _: u64) {
         lock(&books.unreadable).clear();
         let mut others = HashMap::new();
         for (name, claims, _) in items {

@@ -58,8 +58,9 @@ pub(crate) trait IndexSink<M> {
     type Target: Heard;
     /// What an object tells, if it is one of ours.
     fn read(&self, object: &M) -> Option<Self::Item>;
-    /// A completed (re-)list: everything of this kind at once.
-    fn replace(&self, target: &Self::Target, items: Vec<Self::Item>);
+    /// A completed (re-)list: everything of this kind at once, as of `resource_version` (the
+    /// highest of its objects').
+    fn replace(&self, target: &Self::Target, items: Vec<Self::Item>, resource_version: u64);
     /// One object added or changed.
     fn upsert(&self, target: &Self::Target, item: Self::Item);
     /// One object gone.
@@ -121,7 +122,7 @@ impl<S, T> Feed<S, T> {
                 }
             }
             Event::InitDone => {
-                self.sink.replace(index, self.relist.take().unwrap_or_default());
+                self.sink.replace(index, self.relist.take().unwrap_or_default(), self.relist_version);
                 self.sink.progressed(index, self.relist_version);
                 return true;
             }
@@ -156,8 +157,8 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
         IndexedRecord::from_meta(self.0, &object.metadata)
     }
 
-    fn replace(&self, index: &ReleaseIndex, items: Vec<IndexedRecord>) {
-        index.replace_records(&[self.0], items);
+    fn replace(&self, index: &ReleaseIndex, items: Vec<IndexedRecord>, resource_version: u64) {
+        index.replace_records(&[self.0], items, resource_version);
     }
 
     fn upsert(&self, index: &ReleaseIndex, item: IndexedRecord) {
@@ -166,7 +167,8 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
 
     fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
         if let Some(record) = IndexedRecord::from_meta(self.0, &object.metadata) {
-            index.remove(&record.key, &record.object, record.uid.as_deref());
+            let version = object.metadata.resource_version.as_deref();
+            index.remove(&record.key, &record.object, record.uid.as_deref(), version);
         }
     }
 
@@ -192,7 +194,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for NamespaceSink {
         namespace_from_meta(&object.metadata)
     }
 
-    fn replace(&self, index: &ReleaseIndex, items: Vec<(String, NamespaceInfo)>) {
+    fn replace(&self, index: &ReleaseIndex, items: Vec<(String, NamespaceInfo)>, _: u64) {
         index.namespaces().replace(items);
     }
 
@@ -219,7 +221,7 @@ impl IndexSink<DynamicObject> for ChartSink {
         HelmChart::from_object(object)
     }
 
-    fn replace(&self, index: &ReleaseIndex, items: Vec<HelmChart>) {
+    fn replace(&self, index: &ReleaseIndex, items: Vec<HelmChart>, _: u64) {
         index.charts().replace(items);
     }
 

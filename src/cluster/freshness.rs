@@ -96,7 +96,7 @@ impl Freshness {
             match fetched {
                 Fetched::Read(read) => self.index.verified(key, &object, seen, read),
                 // Whatever object had the name: none of this release has it now.
-                Fetched::Gone => self.index.remove(key, &object, None),
+                Fetched::Gone => self.index.gone(key, &object),
             }
         }
     }

@@ -56,8 +56,9 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
             object: r.record.object_name.clone(),
             uid: r.record.uid.clone(),
             facts: r.facts(),
-            resource_version: None,
+            resource_version: r.record.resource_version.clone(),
         }),
+        0,
     );
     index.namespaces().replace(namespaces);
     index.set_ready(true);

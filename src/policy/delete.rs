@@ -127,6 +127,36 @@ pub(crate) fn needs_agreement(facts: &DeleteFacts<'_>, others: &History, reason:
     }
 }
 
+/// Whether an approval holds on a view of the release that lags what is stored, so that a live
+/// guard answers it without first showing its watch caught up (POLICY.md, "A view that lags"),
+/// the view being one earlier state of the release (the release as its watch brought it, no
+/// read having moved part of it ahead) that holds the record as stored (`seen_as_stored`: this
+/// object at the request's resourceVersion): D4a of a `superseded` or `failed` record, in a release
+/// the view shows in the shape Helm's purge leaves it: the latest marked `uninstalling` or
+/// `uninstalled` (its reason says so), every record below it `superseded` or `failed`. No write the
+/// view has not seen takes every record above it away then: a revision created later is above it
+/// and one of them stays latest until it is gone itself, and the rules refuse the deletion of a
+/// latest with older records and nothing deployed below it (D6b, D8, D9), while no record below
+/// it can be made `deployed`. So it stays below the latest and D4a or D5 approves it on what is
+/// stored too (generative test in
+/// `lagging_view_tests.rs`). Helm's purge then costs one fence round, the marked latest's, not
+/// one per record.
+pub(crate) fn holds_on_a_lagging_view(
+    facts: &DeleteFacts<'_>,
+    others: &History,
+    verdict: &Verdict,
+    seen_as_stored: bool,
+) -> bool {
+    let settled = |s: Status| matches!(s, Status::Superseded | Status::Failed);
+    let Some((latest, _)) = others.latest() else { return false };
+    verdict.allowed
+        && verdict.reason == Reason::UninstallPurge
+        && seen_as_stored
+        && facts.status.is_some_and(settled)
+        && facts.revision < latest
+        && others.revisions().iter().all(|&(r, s)| r == latest || settled(s))
+}
+
 /// Whether D2 (the break-glass annotation, the exemptions) counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Overrides {

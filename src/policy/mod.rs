@@ -17,6 +17,9 @@ pub(crate) mod pod;
 pub(crate) mod update;
 pub(crate) mod verdict;
 
+#[cfg(test)]
+mod lagging_view_tests;
+
 pub use config::{PolicyConfig, Requester};
 pub use delete::{DeleteFacts, decide_delete};
 pub use mode::{Decision, Mode, Outcome};

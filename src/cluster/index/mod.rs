@@ -11,7 +11,8 @@
 //! stands in.
 //! Every verdict that may change the index runs inside [`ReleaseIndex::decide`], under one lock,
 //! so two concurrent deletions of one release are decided one after the other and the second
-//! sees the first; it reads the release through a [`ReleaseView`] (`view.rs`).
+//! sees the first; it reads the release through a [`ReleaseView`] (`view.rs`), which also tells
+//! whether the release is one state its watch brought (`watched.rs`).
 
 //!
 //! The index holds records and tombstones alone. Beside it, and reached through it because every
@@ -23,6 +24,7 @@
 
 mod entry;
 mod view;
+mod watched;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -31,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use entry::Entry;
-pub(crate) use view::ReleaseView;
+pub(crate) use view::{Records, ReleaseView};
 
 use super::changes::ChangedNamespaces;
 use super::fence::WatchProgress;
@@ -78,6 +80,8 @@ type ReleaseRecords = BTreeMap<Box<str>, Entry>;
 #[derive(Debug, Default)]
 struct IndexState {
     releases: HashMap<ReleaseKey, ReleaseRecords>,
+    /// How far the watch brought each driver's records, and what reads moved ahead of it.
+    watched: watched::Watched,
 }
 
 impl IndexState {
@@ -157,43 +161,6 @@ pub struct ReleaseIndex {
     progress: WatchProgress,
 }
 
-/// A release's records as [`ReleaseIndex::each_release`] shows them, in object-name order.
-pub(crate) struct Records<'a> {
-    records: std::collections::btree_map::Iter<'a, Box<str>, Entry>,
-    now: Instant,
-}
-
-/// One record as [`Records`] shows it.
-pub(crate) struct HeldRecord<'a> {
-    /// The object's name.
-    pub(crate) object: &'a str,
-    /// What the record says.
-    pub(crate) facts: RevisionFacts,
-    /// The object's resourceVersion, when the source has one.
-    pub(crate) resource_version: Option<&'a str>,
-    /// False while an approved deletion hides it: verdicts do not see it.
-    pub(crate) visible: bool,
-}
-
-impl<'a> Iterator for Records<'a> {
-    type Item = HeldRecord<'a>;
-
-    fn next(&mut self) -> Option<HeldRecord<'a>> {
-        self.records.next().map(|(object, entry)| HeldRecord {
-            object,
-            facts: entry.facts,
-            resource_version: entry.resource_version.as_deref(),
-            visible: entry.visible(self.now),
-        })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.records.size_hint()
-    }
-}
-
-impl ExactSizeIterator for Records<'_> {}
-
 impl ReleaseIndex {
     /// An empty index, fed by `source`.
     pub fn new(source: SourceKind) -> ReleaseIndex {
@@ -230,7 +197,7 @@ impl ReleaseIndex {
         &self.changes
     }
 
-    /// Shows `visit` every release with its records (hidden ones too: [`HeldRecord::visible`]),
+    /// Shows `visit` every release with its records (hidden ones too: [`view::HeldRecord::visible`]),
     /// under the lock, until it breaks: what the census, the reports and the read-ahead compute
     /// from. `visit` must be quick: verdicts wait for it.
     pub(crate) fn each_release(&self, mut visit: impl FnMut(&ReleaseKey, Records<'_>) -> ControlFlow<()>) {
@@ -280,28 +247,51 @@ impl ReleaseIndex {
         let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
         let mut state = self.lock();
         self.changes.touch(&record.key.namespace);
+        state.watched.event(record.key.driver, entry.resource_version.as_deref());
         let records = state.releases.entry(record.key).or_default();
         entry.keep_from(records.get(record.object.as_str()));
         records.insert(record.object.into(), entry);
     }
 
-    /// Removes one record (the watch saw it deleted, or a read found it gone): only the object
-    /// with `uid`, not a later one of its name.
-    pub(crate) fn remove(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+    /// Removes one record the watch saw deleted (at `resource_version`): only the object with
+    /// `uid`, not a later one of its name.
+    pub(crate) fn remove(
+        &self,
+        key: &ReleaseKey,
+        object: &str,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+    ) {
         self.changes.touch(&key.namespace);
-        self.lock().remove(key, object, uid);
+        let mut state = self.lock();
+        state.remove(key, object, uid);
+        state.watched.deleted(key, object, resource_version);
     }
 
-    /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load).
-    /// Approved deletions still waiting for confirmation stay hidden; payload facts read at an
-    /// unchanged resourceVersion stay.
+    /// Removes a record a read found gone, whatever object had the name, ahead of the watch.
+    pub(crate) fn gone(&self, key: &ReleaseKey, object: &str) {
+        self.changes.touch(&key.namespace);
+        let mut state = self.lock();
+        if state.releases.get(key).is_some_and(|records| records.contains_key(object)) {
+            state.remove(key, object, None);
+            state.watched.gone(key, object);
+        }
+    }
+
+    /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load),
+    /// a list consistent as of `through` (or of its newest record). Approved deletions still
+    /// waiting for confirmation stay hidden; payload facts read at an unchanged resourceVersion
+    /// stay.
     pub(crate) fn replace_records(
         &self,
         drivers: &[crate::release::Driver],
         records: impl IntoIterator<Item = IndexedRecord>,
+        through: u64,
     ) {
         let mut fresh: HashMap<ReleaseKey, ReleaseRecords> = HashMap::new();
+        let mut through = through;
         for record in records {
+            through = through.max(super::rounds::revision(record.resource_version.as_deref()).unwrap_or(0));
             let entry = Entry::new(record.facts, record.uid, record.resource_version);
             fresh.entry(record.key).or_default().insert(record.object.into(), entry);
         }
@@ -319,16 +309,22 @@ impl ReleaseIndex {
         );
         state.releases.retain(|key, _| !drivers.contains(&key.driver));
         state.releases.extend(fresh);
+        state.watched.relisted(drivers, through);
     }
 
     /// Makes one release's records what a consistent listing found (`listed`, every record of
     /// `key` stored when it was read): records the watch has not brought yet are added, records
-    /// it has not yet seen go are dropped. What is known of a listed object (a payload read at
-    /// its resourceVersion, a pending approved deletion) stays.
+    /// it has not yet seen go are dropped (gone ahead of the watch). What is known of a listed
+    /// object (a payload read at its resourceVersion, a pending approved deletion) stays.
     pub fn sync_release(&self, key: &ReleaseKey, listed: Vec<IndexedRecord>) {
         let mut state = self.lock();
         self.changes.touch(&key.namespace);
         let old = state.releases.remove(key).unwrap_or_default();
+        for object in
+            old.keys().filter(|object| !listed.iter().any(|r| r.key == *key && *r.object == ***object))
+        {
+            state.watched.gone(key, object);
+        }
         let fresh: ReleaseRecords = listed
             .into_iter()
             .filter(|record| record.key == *key)

@@ -83,7 +83,7 @@ fn live_hides_an_approved_deletion_until_confirmed_or_expired() {
     assert_eq!(waiting.history(&key()).len(), 1, "hidden from the next verdict");
     waiting.upsert(record(2, Status::Deployed, "2"));
     assert_eq!(waiting.history(&key()).len(), 1, "a watch update does not unhide it");
-    waiting.remove(&key(), &object(2), Some("uid-2"));
+    waiting.remove(&key(), &object(2), Some("uid-2"), Some("9"));
     assert_eq!(waiting.revision_count(), 1, "the watch confirmed it");
 
     let expired = index(SourceKind::Live { tombstone_ttl: Duration::ZERO });
@@ -102,7 +102,11 @@ fn a_relist_keeps_pending_deletions_hidden_and_drops_vanished_releases() {
     index.decide(&key(), None, |_| ((), delete(2)));
     let other = ReleaseKey { release: "other".into(), ..key() };
     index.upsert(IndexedRecord { key: other.clone(), ..record(1, Status::Deployed, "1") });
-    index.replace_records(&[Driver::Secret], [1, 2].map(|revision| record(revision, Status::Deployed, "1")));
+    index.replace_records(
+        &[Driver::Secret],
+        [1, 2].map(|revision| record(revision, Status::Deployed, "1")),
+        0,
+    );
     assert_eq!(index.history(&key()).len(), 1);
     assert!(index.history(&other).is_empty());
 }
@@ -131,10 +135,10 @@ fn a_name_reused_by_a_new_object_starts_afresh() {
     assert_eq!(first.history(&key()).len(), 1);
     // The watch missed the deletion (a relist brings the new object): not hidden.
     let reinstalled = IndexedRecord { uid: Some("uid-2-again".into()), ..record(2, Status::Deployed, "9") };
-    first.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1"), reinstalled.clone()]);
+    first.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1"), reinstalled.clone()], 0);
     assert_eq!(first.history(&key()).len(), 2, "the new object is not the deleted one");
     // The old object's deletion event arriving late does not remove the new one.
-    first.remove(&key(), &object(2), Some("uid-2"));
+    first.remove(&key(), &object(2), Some("uid-2"), Some("9"));
     assert_eq!(first.history(&key()).len(), 2);
     // Nor does a claim or a tombstone on the old object hide it.
     first.hide(&key(), &object(2), Some("uid-2"), Instant::now() + Duration::from_secs(3600));
@@ -215,4 +219,52 @@ fn the_namespaces_whose_records_changed_are_told_once_and_only_when_asked() {
         crate::cluster::census::releases_in(&index, Some(&only)).keys().collect::<Vec<_>>(),
         ["other"]
     );
+}
+
+/// A release is as its watch brought it (one earlier state of what is stored) while every record
+/// is at a resourceVersion the watch applied and none was removed ahead of it; each kind of read
+/// that moves part of it ahead (a payload read newer than the watch, a record a read found gone,
+/// a listing of the release) makes it not so, until the watch catches up.
+#[test]
+fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
+    let index = ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+    let as_watched = || index.decide(&key(), None, |view| (view.is_as_watched(), None));
+    index.upsert(record(1, Status::Superseded, "1"));
+    index.upsert(record(2, Status::Superseded, "2"));
+    index.upsert(record(3, Status::Uninstalling, "3"));
+    assert!(as_watched(), "the watch's events alone");
+    index.decide(&key(), None, |_| ((), delete(1)));
+    assert!(as_watched(), "an approved deletion hides a record, it moves nothing ahead");
+
+    let superseded =
+        RevisionFacts { payload: PayloadStatus::Decoded(Status::Superseded), ..facts(2, Status::Superseded) };
+    index.verified(&key(), &object(2), Some("2"), read("2", superseded));
+    assert!(as_watched(), "a payload read at the version the watch brought");
+    index.verified(&key(), &object(2), Some("2"), read("7", superseded));
+    assert!(!as_watched(), "a payload read newer than the watch");
+    index.upsert(record(2, Status::Superseded, "7"));
+    assert!(as_watched(), "the watch brought it");
+
+    index.gone(&key(), &object(2));
+    assert!(!as_watched(), "a record a read found gone before the watch");
+    index.remove(&key(), &object(2), Some("uid-2"), Some("8"));
+    assert!(as_watched(), "the watch brought its deletion");
+
+    index.sync_release(
+        &key(),
+        vec![record(1, Status::Superseded, "1"), record(4, Status::PendingInstall, "9")],
+    );
+    assert!(!as_watched(), "a listing: a record the watch has not brought, another gone ahead of it");
+    index.upsert(record(4, Status::PendingInstall, "9"));
+    assert!(!as_watched(), "the new record brought, the one the listing dropped not yet");
+    index.remove(&key(), &object(3), Some("uid-3"), Some("10"));
+    assert!(as_watched(), "both brought");
+
+    index.gone(&key(), &object(4));
+    index.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1")], 11);
+    assert!(as_watched(), "a relist is one state");
+    let old_list = [record(1, Status::Superseded, "1"), record(5, Status::Deployed, "5")];
+    index.replace_records(&[Driver::Secret], old_list, 5);
+    index.verified(&key(), &object(5), Some("5"), read("9", facts(5, Status::Superseded)));
+    assert!(!as_watched(), "a list older than what the watch brought before counts from its own version");
 }

@@ -1,5 +1,9 @@
-//! A release as one verdict reads it, under the index's lock.
+//! A release as one verdict reads it, and as the census and the reports read it, under the
+//! index's lock.
 
+use std::time::Instant;
+
+use super::entry::Entry;
 use super::{IndexState, ReleaseKey};
 use crate::release::history::RevisionFacts;
 
@@ -38,4 +42,58 @@ impl ReleaseView<'_> {
     pub(crate) fn is_last_deployed(&self, uid: Option<&str>) -> Option<bool> {
         self.state.is_last_deployed(self.key, self.except?, uid)
     }
+
+    /// Whether the index holds the object asked about as it is stored: this uid at this
+    /// resourceVersion.
+    pub(crate) fn holds_as_stored(&self, uid: Option<&str>, resource_version: Option<&str>) -> bool {
+        let entry = self.except.and_then(|object| self.state.releases.get(self.key)?.get(object));
+        entry.is_some_and(|entry| {
+            entry.is(uid)
+                && resource_version.is_some()
+                && entry.resource_version.as_deref() == resource_version
+        })
+    }
+
+    /// Whether the release (the record asked about included) is as its watch brought it: one
+    /// earlier state of what is stored, no read having moved part of it ahead (`watched.rs`).
+    pub(crate) fn is_as_watched(&self) -> bool {
+        self.state.watched.holds(self.key, self.state.releases.get(self.key))
+    }
 }
+
+/// A release's records as [`super::ReleaseIndex::each_release`] shows them, in object-name order.
+pub(crate) struct Records<'a> {
+    pub(super) records: std::collections::btree_map::Iter<'a, Box<str>, Entry>,
+    pub(super) now: Instant,
+}
+
+/// One record as [`Records`] shows it.
+pub(crate) struct HeldRecord<'a> {
+    /// The object's name.
+    pub(crate) object: &'a str,
+    /// What the record says.
+    pub(crate) facts: RevisionFacts,
+    /// The object's resourceVersion, when the source has one.
+    pub(crate) resource_version: Option<&'a str>,
+    /// False while an approved deletion hides it: verdicts do not see it.
+    pub(crate) visible: bool,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = HeldRecord<'a>;
+
+    fn next(&mut self) -> Option<HeldRecord<'a>> {
+        self.records.next().map(|(object, entry)| HeldRecord {
+            object,
+            facts: entry.facts,
+            resource_version: entry.resource_version.as_deref(),
+            visible: entry.visible(self.now),
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.records.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Records<'_> {}

@@ -1,0 +1,71 @@
+//! Whether a release's view is one state its watch brought: what lets a verdict rest on a view
+//! that lags (POLICY.md, "A view that lags").
+//!
+//! The watch of one resource type delivers its events in resourceVersion order, so records the
+//! index holds as the watch brought them are the release as it was stored at one moment: an
+//! earlier state of what is stored now. Reads put newer things beside them: a payload read at a
+//! newer resourceVersion, a consistent listing of one release, a read that found a record gone.
+//! Such a view mixes two moments, and the argument that a lagging view answers as the stored
+//! release would fails on it. So the index remembers, under its lock, how far each driver's
+//! watch has brought records and which records a read removed ahead of the watch; a release all
+//! of whose records are at or below that mark, none removed ahead, is as watched.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::ReleaseRecords;
+use crate::cluster::rounds::revision;
+use crate::release::{Driver, ReleaseKey};
+
+#[derive(Debug, Default)]
+pub(super) struct Watched {
+    /// Per driver, the resourceVersion of the last record event (or the (re-)list) applied.
+    through: HashMap<Driver, u64>,
+    /// Per release, the objects a read found gone before the watch brought their deletion.
+    gone_ahead: HashMap<ReleaseKey, BTreeSet<Box<str>>>,
+}
+
+impl Watched {
+    /// The watch brought a record event at `resource_version`.
+    pub(super) fn event(&mut self, driver: Driver, resource_version: Option<&str>) {
+        if let Some(version) = revision(resource_version) {
+            let through = self.through.entry(driver).or_default();
+            *through = (*through).max(version);
+        }
+    }
+
+    /// The watch brought the deletion of `object`.
+    pub(super) fn deleted(&mut self, key: &ReleaseKey, object: &str, resource_version: Option<&str>) {
+        self.event(key.driver, resource_version);
+        if let Some(gone) = self.gone_ahead.get_mut(key) {
+            gone.remove(object);
+            if gone.is_empty() {
+                self.gone_ahead.remove(key);
+            }
+        }
+    }
+
+    /// A (re-)list of `drivers` replaced their records: the index is that list, consistent as of
+    /// `through` (which may be older than what the watch brought before: a list served from the
+    /// API server's cache).
+    pub(super) fn relisted(&mut self, drivers: &[Driver], through: u64) {
+        for &driver in drivers {
+            self.through.insert(driver, through);
+        }
+        self.gone_ahead.retain(|key, _| !drivers.contains(&key.driver));
+    }
+
+    /// A read found `object` gone, and it left the index before the watch brought its deletion.
+    pub(super) fn gone(&mut self, key: &ReleaseKey, object: &str) {
+        self.gone_ahead.entry(key.clone()).or_default().insert(object.into());
+    }
+
+    /// Whether `records`, all of release `key`, are the release as its watch brought it: each at
+    /// a resourceVersion the watch has applied, none removed ahead of it.
+    pub(super) fn holds(&self, key: &ReleaseKey, records: Option<&ReleaseRecords>) -> bool {
+        let through = self.through.get(&key.driver).copied().unwrap_or(0);
+        !self.gone_ahead.contains_key(key)
+            && records.into_iter().flatten().all(|(_, entry)| {
+                revision(entry.resource_version.as_deref()).is_some_and(|version| version <= through)
+            })
+    }
+}
