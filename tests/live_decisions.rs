@@ -21,7 +21,7 @@ use std::time::Instant;
 use common::*;
 use futures::future::BoxFuture;
 use helm_guard::admission::{Admission, LiveParts, Settings};
-use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher, Payloads};
+use helm_guard::cluster::{Fetched, IndexedRecord, Listing, PayloadFetcher, Payloads};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::release::{Driver, ReleaseKey};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -47,12 +47,7 @@ impl PayloadFetcher for Stored {
         ))
     }
 
-    fn list<'a>(
-        &'a self,
-        key: &'a ReleaseKey,
-        _: Payloads,
-        _: Instant,
-    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+    fn list<'a>(&'a self, key: &'a ReleaseKey, _: Payloads, _: Instant) -> BoxFuture<'a, Option<Listing>> {
         self.listings.fetch_add(1, Ordering::SeqCst);
         let listed = self
             .objects
@@ -63,7 +58,7 @@ impl PayloadFetcher for Stored {
             })
             .filter(|record| record.key == *key)
             .collect();
-        Box::pin(std::future::ready(Some(listed)))
+        Box::pin(std::future::ready(Some(Listing { records: listed, resource_version: None })))
     }
 }
 
@@ -197,7 +192,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
         IndexedRecord::from_meta(Driver::Secret, &serde_json::from_value(o["metadata"].clone()).unwrap())
             .unwrap()
     });
-    admission.index().sync_release(&web_key(), listed.to_vec());
+    admission.index().sync_release(&web_key(), Listing { records: listed.to_vec(), resource_version: None });
     assert_eq!(decide(&admission, &delete_review(&purging[0])), (true, "uninstall-purge".to_owned()));
     assert_eq!(store.listings.load(Ordering::SeqCst), 1, "a view a read moved ahead is confirmed");
 
@@ -212,7 +207,7 @@ fn which_live_verdicts_are_confirmed_against_what_is_stored() {
             IndexedRecord::from_meta(Driver::Secret, &meta).unwrap()
         })
         .collect();
-    admission.index().sync_release(&web_key(), labels_only);
+    admission.index().sync_release(&web_key(), Listing { records: labels_only, resource_version: None });
     let first = records[0]["metadata"]["name"].as_str();
     assert_eq!(admission.index().unverified(&web_key(), first).len(), 1, "revision 2 not read yet");
     assert_eq!(decide(&admission, &delete_review(&records[0])), (true, "history-pruning".to_owned()));
@@ -256,7 +251,7 @@ impl PayloadFetcher for HeldListing {
         key: &'a ReleaseKey,
         payloads: Payloads,
         deadline: Instant,
-    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+    ) -> BoxFuture<'a, Option<Listing>> {
         Box::pin(async move {
             let mut released = self.released.subscribe();
             self.waiting.fetch_add(1, Ordering::SeqCst);

@@ -86,7 +86,7 @@ impl helm_guard::cluster::PayloadFetcher for OverlapMeter {
         _: &'a helm_guard::release::ReleaseKey,
         _: helm_guard::cluster::Payloads,
         _: std::time::Instant,
-    ) -> futures::future::BoxFuture<'a, Option<Vec<helm_guard::cluster::IndexedRecord>>> {
+    ) -> futures::future::BoxFuture<'a, Option<helm_guard::cluster::Listing>> {
         Box::pin(async move {
             use std::sync::atomic::Ordering::SeqCst;
             let now = self.in_flight.fetch_add(1, SeqCst) + 1;

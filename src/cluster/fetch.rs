@@ -19,7 +19,7 @@ use kube::api::{Api, GetParams, ListParams};
 
 use super::RECORD_LABELS;
 use super::index::{IndexedRecord, ReleaseIndex};
-use super::{Fetched, PayloadFetcher, Payloads, ReadRecord};
+use super::{Fetched, Listing, PayloadFetcher, Payloads, ReadRecord};
 use crate::object::ReviewObject;
 use crate::release::decode::fields::borrowing_from;
 use crate::release::history::PayloadStatus;
@@ -152,9 +152,13 @@ struct Page {
 }
 
 #[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 struct PageMeta {
     #[serde(default, rename = "continue")]
     next: Option<String>,
+    /// The moment the listing shows (every page of one listing shows the first page's).
+    #[serde(default)]
+    resource_version: Option<String>,
 }
 
 impl ApiPayloadFetcher {
@@ -317,7 +321,7 @@ fn read_listing_page(
     text: Bytes,
     driver: Driver,
     limits: DecodeLimits,
-) -> Result<(Vec<IndexedRecord>, Option<String>), serde_json::Error> {
+) -> Result<(Vec<IndexedRecord>, PageMeta), serde_json::Error> {
     let page: Page = borrowing_from(&text, || serde_json::from_slice(&text))?;
     let records = page
         .items
@@ -336,7 +340,9 @@ fn read_listing_page(
             }
         })
         .collect();
-    Ok((records, page.metadata.next.filter(|token| !token.is_empty())))
+    let mut meta = page.metadata;
+    meta.next = meta.next.filter(|token| !token.is_empty());
+    Ok((records, meta))
 }
 
 /// Reads a page of the read-ahead's listing into `index`; the next page's token.
@@ -347,7 +353,7 @@ fn read_page(
     index: &ReleaseIndex,
     reads: &crate::tally::Tally,
 ) -> Result<Option<String>, serde_json::Error> {
-    let (records, next) = read_listing_page(text, driver, limits)?;
+    let (records, meta) = read_listing_page(text, driver, limits)?;
     for record in records {
         let version = record.resource_version.clone();
         let read =
@@ -355,43 +361,50 @@ fn read_page(
         index.verified(&record.key, &record.object, version.as_deref(), read);
         reads.inc();
     }
-    Ok(next)
+    Ok(meta.next)
 }
 
 impl ApiPayloadFetcher {
     /// The release's records as stored now, metadata only (a consistent read).
-    async fn list_release_metadata(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
+    async fn list_release_metadata(&self, key: &ReleaseKey) -> Result<Listing, kube::Error> {
         let params = ListParams::default().labels(&format!("{RECORD_LABELS},name={}", key.release));
         let client = self.client.clone();
-        let metas: Vec<kube::core::ObjectMeta> = match key.driver {
+        let (metas, resource_version): (Vec<kube::core::ObjectMeta>, _) = match key.driver {
             Driver::Secret => {
                 let listed = Api::<Secret>::namespaced(client, &key.namespace).list_metadata(&params).await?;
-                listed.items.into_iter().map(|item| item.metadata).collect()
+                (
+                    listed.items.into_iter().map(|item| item.metadata).collect(),
+                    listed.metadata.resource_version,
+                )
             }
             Driver::ConfigMap => {
                 let listed =
                     Api::<ConfigMap>::namespaced(client, &key.namespace).list_metadata(&params).await?;
-                listed.items.into_iter().map(|item| item.metadata).collect()
+                (
+                    listed.items.into_iter().map(|item| item.metadata).collect(),
+                    listed.metadata.resource_version,
+                )
             }
         };
-        Ok(metas
+        let records = metas
             .iter()
             .filter_map(|meta| IndexedRecord::from_meta(key.driver, meta))
             .filter(|record| record.key == *key)
-            .collect())
+            .collect();
+        Ok(Listing { records, resource_version })
     }
 
     /// The release's records as stored now, payloads read: a consistent listing (the API server's
     /// watch cache brought up to etcd's revision), a page of [`PAGE`] records at a time so that a
     /// long history is never held whole. The query Helm itself makes of a release's history.
-    async fn list_release(&self, key: &ReleaseKey) -> Result<Vec<IndexedRecord>, kube::Error> {
+    async fn list_release(&self, key: &ReleaseKey) -> Result<Listing, kube::Error> {
         let selector = format!("{RECORD_LABELS},name={}", key.release);
         let mut params = ListParams::default().labels(&selector).limit(PAGE);
-        let mut listed = Vec::new();
+        let mut listed = Listing::default();
         loop {
             let text = self.list_page(key.driver, &key.namespace, &params).await?;
             // Decoded apart from the runtime when large, as a GET's record is.
-            let (records, next) = if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
+            let (records, meta) = if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
                 read_listing_page(text, key.driver, self.limits)
             } else {
                 let (driver, limits) = (key.driver, self.limits);
@@ -399,8 +412,11 @@ impl ApiPayloadFetcher {
                 tokio::task::spawn_blocking(page).await.map_err(|error| kube::Error::Service(error.into()))?
             }
             .map_err(kube::Error::SerdeError)?;
-            listed.extend(records.into_iter().filter(|record| record.key == *key));
-            match next {
+            listed.records.extend(records.into_iter().filter(|record| record.key == *key));
+            if listed.resource_version.is_none() {
+                listed.resource_version = meta.resource_version;
+            }
+            match meta.next {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(listed),
             }
@@ -422,7 +438,7 @@ impl PayloadFetcher for ApiPayloadFetcher {
         key: &'a ReleaseKey,
         payloads: Payloads,
         deadline: std::time::Instant,
-    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+    ) -> BoxFuture<'a, Option<Listing>> {
         Box::pin(self.list_by(key, payloads, deadline))
     }
 
@@ -442,7 +458,7 @@ impl ApiPayloadFetcher {
         key: &ReleaseKey,
         payloads: Payloads,
         deadline: std::time::Instant,
-    ) -> Option<Vec<IndexedRecord>> {
+    ) -> Option<Listing> {
         let _waiting = Waiting::on(&self.waiting);
         let deadline = tokio::time::Instant::from_std(deadline);
         let listing = async {

@@ -74,6 +74,16 @@ pub enum Payloads {
     Listed,
 }
 
+/// A consistent listing of one release's records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The release's records as the listing found them.
+    pub records: Vec<IndexedRecord>,
+    /// The moment the listing shows (its resourceVersion): the index's view may be newer than
+    /// it (the watch went on while the listing was read). `None`: what is stored now.
+    pub resource_version: Option<String>,
+}
+
 /// Reads the payloads of records the index knows only by their metadata, when a verdict needs
 /// what Helm sees; every read shares one deadline. A record left out of the answer could not be
 /// read in time. Async: a verdict waiting on a read holds no thread.
@@ -95,7 +105,7 @@ pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
         key: &'a ReleaseKey,
         payloads: Payloads,
         deadline: Instant,
-    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>>;
+    ) -> BoxFuture<'a, Option<Listing>>;
 
     /// Whether the index holds every write to `driver`'s records completed before the call (a
     /// fence round, [`fence`]), so that no listing is needed; false when that cannot be shown

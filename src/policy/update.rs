@@ -194,6 +194,18 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
                 ),
             );
         }
+        // U4b: a record Helm could not read made one it reads is a revision that appears without
+        // the rules a CREATE of it answers to (its name, its place in the history, its status).
+        if new.payload.is_some() {
+            return Verdict::deny(
+                Reason::PayloadContentChange,
+                format!(
+                    "helm-guard: this update of {object} turns a `data.release` Helm cannot read into a release it \
+                     reads; Helm never updates a record it cannot read. Delete the unreadable record, then create \
+                     the revision (or let Helm make it) so that it is decided as a new revision"
+                ),
+            );
+        }
         // Neither side is a release Helm reads: nothing Helm sees changes.
         return Verdict::allow(Reason::HelmUpdate);
     };
@@ -503,6 +515,13 @@ mod tests {
                 side(&deployed, None),
                 true,
                 Reason::HelmUpdate,
+            ),
+            (
+                "U4b an unreadable record made a release Helm reads",
+                side(&deployed, None),
+                side(&deployed, d),
+                false,
+                Reason::PayloadContentChange,
             ),
             (
                 "U5 content edited",

@@ -2,8 +2,8 @@
 //! Helm operations become the storage calls Helm 3.17 and 4.1 make for them (modelled from
 //! `pkg/action` and `pkg/storage`, POLICY.md "The transitions"), each sent as the API server's
 //! AdmissionReview to one of two in-process replicas that agree through their claim books (as
-//! shipped, against the stub of the API server's Leases) and read a shared store. Watch events reach each replica late and out of order (each object's own in
-//! order, as a watch keeps them). Helm's other writers (Fleet's forget and its failed-rollback
+//! shipped, against the stub of the API server's Leases) and read a shared store. Watch events reach each replica late, each replica's watch lagging
+//! by its own amount (in order, as the API server's watch sends them). Helm's other writers (Fleet's forget and its failed-rollback
 //! cleanup, Flux's unlock, helm-mapkubeapis) write among Helm's flows as their own identities.
 //! Every review Helm or those writers send must be allowed; a hand deletion must be refused
 //! exactly when POLICY.md's rules, applied to what is really stored, refuse it.
@@ -23,7 +23,7 @@ use common::flows::{FLEET_AGENT, FLUX, HelmOp, KLIPPER, deletion_allowed, random
 use common::*;
 use helm_guard::admission::{Admission, LiveParts, Settings, Webhook, review as admission_review};
 use helm_guard::cluster::feed::RecordFeed;
-use helm_guard::cluster::{Fetched, IndexedRecord, PayloadFetcher, ReleaseIndex, SourceKind};
+use helm_guard::cluster::{Fetched, IndexedRecord, Listing, PayloadFetcher, ReleaseIndex, SourceKind};
 use helm_guard::policy::PolicyConfig;
 use helm_guard::recycle_bin::api::{BinError, RecycleBin};
 use helm_guard::recycle_bin::copy::Keeping;
@@ -88,15 +88,18 @@ impl PayloadFetcher for StoreReader {
         key: &'a ReleaseKey,
         _: crate::cluster::Payloads,
         _deadline: Instant,
-    ) -> BoxFuture<'a, Option<Vec<IndexedRecord>>> {
+    ) -> BoxFuture<'a, Option<Listing>> {
         let store = self.0.lock().unwrap();
-        let listed = store
+        let records = store
             .objects
             .values()
             .filter_map(|object| IndexedRecord::from_meta(Driver::Secret, &meta(object)))
             .filter(|record| record.key == *key)
             .collect();
-        Box::pin(std::future::ready(Some(listed)))
+        Box::pin(std::future::ready(Some(Listing {
+            records,
+            resource_version: Some(store.next.to_string()),
+        })))
     }
 }
 
@@ -105,11 +108,7 @@ fn meta(object: &Value) -> ObjectMeta {
 }
 
 /// A watch event not yet delivered to a replica.
-#[derive(Debug)]
-struct Pending {
-    uid: String,
-    event: Event<kube::core::PartialObjectMeta<Secret>>,
-}
+type Pending = Event<kube::core::PartialObjectMeta<Secret>>;
 
 /// One replica: its own live index, fed by its own (lagging) watch.
 struct Guard {
@@ -254,20 +253,17 @@ impl World {
         );
     }
 
-    /// Delivers some of each replica's pending watch events, in a random order that keeps each
-    /// object's own events in order.
+    /// Delivers some of each replica's pending watch events, each replica's watch as far as its
+    /// own random lag: in the order they were written, as the API server's watch of one resource
+    /// type sends them (its watch cache follows etcd's revisions; the fence and "A view that
+    /// lags" rest on it).
     pub(super) fn deliver_some(&mut self) {
         for g in 0..self.guards.len() {
             let count = self.rng.usize(..=self.guards[g].watch.len());
             for _ in 0..count {
-                let watch = &self.guards[g].watch;
-                let firsts: Vec<usize> = (0..watch.len())
-                    .filter(|&i| watch.iter().take(i).all(|earlier| earlier.uid != watch[i].uid))
-                    .collect();
-                let pick = firsts[self.rng.usize(..firsts.len())];
-                let pending = self.guards[g].watch.remove(pick).unwrap();
                 let guard = &mut self.guards[g];
-                guard.feed.apply(guard.admission.index(), pending.event);
+                let pending = guard.watch.pop_front().unwrap();
+                guard.feed.apply(guard.admission.index(), pending);
             }
         }
     }
@@ -277,17 +273,15 @@ impl World {
     pub(super) fn deliver_all(&mut self) {
         for guard in &mut self.guards {
             while let Some(pending) = guard.watch.pop_front() {
-                guard.feed.apply(guard.admission.index(), pending.event);
+                guard.feed.apply(guard.admission.index(), pending);
             }
         }
     }
 
     fn broadcast(&mut self, object: &Value, deleted: bool) {
-        let uid = object["metadata"]["uid"].as_str().unwrap().to_owned();
         for guard in &mut self.guards {
             let partial = meta(object).into_response_partial::<Secret>();
-            let event = if deleted { Event::Delete(partial) } else { Event::Apply(partial) };
-            guard.watch.push_back(Pending { uid: uid.clone(), event });
+            guard.watch.push_back(if deleted { Event::Delete(partial) } else { Event::Apply(partial) });
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cluster::Listing;
 use crate::release::{Driver, Status};
 
 fn key() -> ReleaseKey {
@@ -250,10 +251,8 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
     index.remove(&key(), &object(2), Some("uid-2"), Some("8"));
     assert!(as_watched(), "the watch brought its deletion");
 
-    index.sync_release(
-        &key(),
-        vec![record(1, Status::Superseded, "1"), record(4, Status::PendingInstall, "9")],
-    );
+    let records = vec![record(1, Status::Superseded, "1"), record(4, Status::PendingInstall, "9")];
+    index.sync_release(&key(), Listing { records, resource_version: Some("9".into()) });
     assert!(!as_watched(), "a listing: a record the watch has not brought, another gone ahead of it");
     index.upsert(record(4, Status::PendingInstall, "9"));
     assert!(!as_watched(), "the new record brought, the one the listing dropped not yet");
@@ -267,4 +266,47 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
     index.replace_records(&[Driver::Secret], old_list, 5);
     index.verified(&key(), &object(5), Some("5"), read("9", facts(5, Status::Superseded)));
     assert!(!as_watched(), "a list older than what the watch brought before counts from its own version");
+}
+
+/// A listing is read while the watch goes on: by the time it is applied the index may be newer.
+/// What the watch brought after the listing's moment stays: a record it saw deleted is not put
+/// back, a record it saw change is not taken back to the listed version, and a record made after
+/// the listing is kept; what the listing shows newer than the watch is taken.
+#[test]
+fn a_listing_older_than_the_watch_takes_nothing_back() {
+    let index = ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
+    index.upsert(record(1, Status::Superseded, "1"));
+    index.upsert(record(2, Status::Deployed, "2"));
+    index.upsert(record(3, Status::Uninstalling, "3"));
+    // Listed at 3; then the watch brings the deletion of v3, v2 superseded and a new v4.
+    let listed = vec![
+        record(1, Status::Superseded, "1"),
+        record(2, Status::Deployed, "2"),
+        record(3, Status::Uninstalling, "3"),
+    ];
+    index.remove(&key(), &object(3), Some("uid-3"), Some("5"));
+    index.upsert(record(2, Status::Superseded, "6"));
+    index.upsert(record(4, Status::PendingInstall, "7"));
+    index.sync_release(&key(), Listing { records: listed, resource_version: Some("3".into()) });
+    let held: Vec<(u32, Option<Status>)> =
+        index.history(&key()).iter().map(|facts| (facts.revision, facts.status())).collect();
+    assert_eq!(
+        held,
+        [(1, Some(Status::Superseded)), (2, Some(Status::Superseded)), (4, Some(Status::PendingInstall))],
+        "the index as the watch left it"
+    );
+    let as_watched = || index.decide(&key(), None, |view| (view.is_as_watched(), None));
+    assert!(as_watched(), "nothing of it moved ahead");
+
+    // Listed at 9, ahead of the watch: v2 changed again, v4 deleted, v5 made.
+    let listed = vec![
+        record(1, Status::Superseded, "1"),
+        record(2, Status::Failed, "8"),
+        record(5, Status::Deployed, "9"),
+    ];
+    index.sync_release(&key(), Listing { records: listed, resource_version: Some("9".into()) });
+    let held: Vec<(u32, Option<Status>)> =
+        index.history(&key()).iter().map(|facts| (facts.revision, facts.status())).collect();
+    assert_eq!(held, [(1, Some(Status::Superseded)), (2, Some(Status::Failed)), (5, Some(Status::Deployed))]);
+    assert!(!as_watched(), "ahead of the watch");
 }

@@ -33,6 +33,11 @@ impl Watched {
         }
     }
 
+    /// The resourceVersion of the last record event of `driver` the index applied.
+    pub(super) fn through(&self, driver: Driver) -> u64 {
+        self.through.get(&driver).copied().unwrap_or(0)
+    }
+
     /// The watch brought the deletion of `object`.
     pub(super) fn deleted(&mut self, key: &ReleaseKey, object: &str, resource_version: Option<&str>) {
         self.event(key.driver, resource_version);
@@ -62,7 +67,7 @@ impl Watched {
     /// Whether `records`, all of release `key`, are the release as its watch brought it: each at
     /// a resourceVersion the watch has applied, none removed ahead of it.
     pub(super) fn holds(&self, key: &ReleaseKey, records: Option<&ReleaseRecords>) -> bool {
-        let through = self.through.get(&key.driver).copied().unwrap_or(0);
+        let through = self.through(key.driver);
         !self.gone_ahead.contains_key(key)
             && records.into_iter().flatten().all(|(_, entry)| {
                 revision(entry.resource_version.as_deref()).is_some_and(|version| version <= through)
