@@ -7,7 +7,8 @@
 //!
 //! 1. the watch shown caught up by a fence round ([`super::fence`]: one group-committed write
 //!    for every verdict waiting), when a round completes within half the time left;
-//! 2. else a consistent listing of the release, its records put in the index as listed, with
+//! 2. else a consistent listing of the release, its records brought into the index (what the
+//!    watch brought after the listing's moment stays: [`ReleaseIndex::sync_release`]), with
 //!    their payloads;
 //! 3. then the payload of every record not yet read at its current resourceVersion.
 //!
