@@ -178,7 +178,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
     }
 
     fn progressed(&self, index: &ReleaseIndex, resource_version: u64) {
-        index.progress().applied(self.0, resource_version);
+        index.applied(self.0, resource_version);
     }
 }
 

@@ -76,7 +76,13 @@ impl Freshness {
             self.index.sync_release(key, listed);
         }
         self.read(key, except, deadline).await;
-        true
+        // A relist that went back while this waited undoes what the round showed; the verdict
+        // is decided next, with no wait between.
+        let behind = self.index.behind_its_watch(key.driver);
+        if behind {
+            tracing::warn!(namespace = %key.namespace, release = %key.release, "the watch re-listed an older state than it had brought: the verdict is not confirmed");
+        }
+        !behind
     }
 
     /// Step 3 alone: the payload of every record of `key` not yet read at its current
@@ -100,5 +106,95 @@ impl Freshness {
                 Fetched::Gone => self.index.gone(key, &object),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::future::BoxFuture;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::ObjectMeta;
+    use kube::core::PartialObjectMetaExt;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+    use crate::cluster::feed::RecordFeed;
+    use crate::cluster::{IndexedRecord, Listing, SourceKind};
+    use crate::release::Driver;
+
+    /// An API server whose fence rounds complete at once and which answers nothing else.
+    #[derive(Debug)]
+    struct RoundsComplete;
+
+    impl PayloadFetcher for RoundsComplete {
+        fn fetch<'a>(
+            &'a self,
+            _: &'a ReleaseKey,
+            _: &'a [String],
+            _: Instant,
+        ) -> BoxFuture<'a, Vec<(String, Fetched)>> {
+            Box::pin(std::future::ready(Vec::new()))
+        }
+
+        fn list<'a>(
+            &'a self,
+            _: &'a ReleaseKey,
+            _: super::super::Payloads,
+            _: Instant,
+        ) -> BoxFuture<'a, Option<Listing>> {
+            Box::pin(std::future::ready(None))
+        }
+
+        fn caught_up(&self, _: Driver, _: Instant) -> BoxFuture<'_, bool> {
+            Box::pin(std::future::ready(true))
+        }
+    }
+
+    fn event(name: &str, resource_version: &str) -> kube::core::PartialObjectMeta<Secret> {
+        let labels = if name == crate::cluster::fence::FENCE_NAME {
+            vec![crate::cluster::fence::FENCE_LABEL]
+        } else {
+            vec![("owner", "helm"), ("name", "web"), ("status", "deployed"), ("version", "1")]
+        };
+        ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("demo".to_owned()),
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some(resource_version.to_owned()),
+            labels: Some(labels.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()),
+            ..ObjectMeta::default()
+        }
+        .into_response_partial()
+    }
+
+    /// A watch that re-lists an older state than it had brought (its list served by an API
+    /// server whose cache lags, in an HA control plane) undoes what a fence round showed: no
+    /// verdict is confirmed until the watch passes the mark again.
+    #[tokio::test]
+    async fn a_relist_that_went_back_confirms_nothing_until_the_watch_passes_its_mark_again() {
+        let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
+        let freshness =
+            Freshness::new(Arc::new(RoundsComplete), index.clone(), Tally::default(), Tally::default());
+        let key = IndexedRecord::from_meta(Driver::Secret, &event("sh.helm.release.v1.web.v1", "1").metadata)
+            .unwrap()
+            .key;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut feed = RecordFeed::new(Driver::Secret);
+        for event in [Event::Init, Event::InitApply(event("sh.helm.release.v1.web.v1", "4")), Event::InitDone]
+        {
+            feed.apply(&index, event);
+        }
+        feed.apply(&index, Event::Apply(event("helm-guard-fence", "10")));
+        assert!(freshness.confirm(&key, None, deadline).await, "the watch at its mark");
+
+        for event in [Event::Init, Event::InitApply(event("sh.helm.release.v1.web.v1", "4")), Event::InitDone]
+        {
+            feed.apply(&index, event);
+        }
+        assert!(!freshness.confirm(&key, None, deadline).await, "re-listed at 4, the watch had brought 10");
+        feed.apply(&index, Event::Apply(event("sh.helm.release.v1.web.v1", "11")));
+        assert!(freshness.confirm(&key, None, deadline).await, "past its mark again");
     }
 }

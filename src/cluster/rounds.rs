@@ -51,7 +51,6 @@ impl Mark {
     }
 
     /// The mark now.
-    #[cfg(test)]
     pub(crate) fn through(&self) -> u64 {
         *self.0.borrow()
     }

@@ -23,6 +23,7 @@
 //! ([`super::fetch`]).
 
 mod entry;
+mod listing;
 mod view;
 mod watched;
 
@@ -312,46 +313,20 @@ impl ReleaseIndex {
         state.watched.relisted(drivers, through);
     }
 
-    /// Brings one release's records up to what a consistent listing found: records the watch has
-    /// not brought yet are added, records it has not yet seen go are dropped (gone ahead of the
-    /// watch). The index may be newer than the listing (the watch went on while it was read):
-    /// what is newer stays, by resourceVersion: a record at a later version than listed, a
-    /// record made after the listing's moment, and a listed record the watch has since brought
-    /// the deletion of. What is known of a listed object (a payload read at its resourceVersion,
-    /// a pending approved deletion) stays.
-    pub fn sync_release(&self, key: &ReleaseKey, listing: super::Listing) {
-        let version = |rv: Option<&str>| super::rounds::revision(rv);
-        let as_of = version(listing.resource_version.as_deref());
-        let mut state = self.lock();
-        self.changes.touch(&key.namespace);
-        let through = state.watched.through(key.driver);
-        let mut old = state.releases.remove(key).unwrap_or_default();
-        let mut fresh = ReleaseRecords::new();
-        for record in listing.records.into_iter().filter(|record| record.key == *key) {
-            let listed = version(record.resource_version.as_deref());
-            match old.remove(record.object.as_str()) {
-                Some(entry) if version(entry.resource_version.as_deref()) > listed && listed.is_some() => {
-                    fresh.insert(record.object.into(), entry);
-                }
-                // Brought by the watch, and removed since.
-                None if listed.is_some_and(|listed| listed <= through) => {}
-                before => {
-                    let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
-                    entry.keep_from(before.as_ref());
-                    fresh.insert(record.object.into(), entry);
-                }
-            }
-        }
-        for (object, entry) in old {
-            if as_of.is_some() && version(entry.resource_version.as_deref()) > as_of {
-                fresh.insert(object, entry);
-            } else {
-                state.watched.gone(key, &object);
-            }
-        }
-        if !fresh.is_empty() {
-            state.releases.insert(key.clone(), fresh);
-        }
+    /// The watch of `driver` applied an event at `version` (a fence's too: records and fences
+    /// are one stream); before the [`WatchProgress`] mark is raised, so that the index is never
+    /// behind the mark but after a relist that went back.
+    pub(crate) fn applied(&self, driver: crate::release::Driver, version: u64) {
+        self.lock().watched.applied(driver, version);
+        self.progress.applied(driver, version);
+    }
+
+    /// Whether the index holds less of `driver`'s watch than it once did: a relist served from
+    /// an API server's cache that lags what the watch had brought (another API server of an HA
+    /// control plane) took it back. A fence round then proves nothing until the watch passes the
+    /// mark again.
+    pub(crate) fn behind_its_watch(&self, driver: crate::release::Driver) -> bool {
+        self.lock().watched.through(driver) < self.progress.of(driver).through()
     }
 
     /// The records of a release as verdicts see them.

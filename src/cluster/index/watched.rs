@@ -28,12 +28,19 @@ impl Watched {
     /// The watch brought a record event at `resource_version`.
     pub(super) fn event(&mut self, driver: Driver, resource_version: Option<&str>) {
         if let Some(version) = revision(resource_version) {
-            let through = self.through.entry(driver).or_default();
-            *through = (*through).max(version);
+            self.applied(driver, version);
         }
     }
 
-    /// The resourceVersion of the last record event of `driver` the index applied.
+    /// The watch's events of `driver` (records and fences: one stream) are applied up to
+    /// `version`.
+    pub(super) fn applied(&mut self, driver: Driver, version: u64) {
+        let through = self.through.entry(driver).or_default();
+        *through = (*through).max(version);
+    }
+
+    /// The resourceVersion of the last event of `driver`'s watch the index applied (a relist's
+    /// own, lower than before when it was served from a cache that lags).
     pub(super) fn through(&self, driver: Driver) -> u64 {
         self.through.get(&driver).copied().unwrap_or(0)
     }
