@@ -22,6 +22,8 @@ use std::time::Instant;
 
 use kube::core::admission::AdmissionRequest;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::Admission;
 use super::decided::{Decided, on_what_may_be_stored, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
@@ -91,6 +93,8 @@ struct Deletion<'a> {
     freshness: Option<&'a Freshness>,
     bin: Option<&'a dyn RecycleBin>,
     coordinator: Option<&'a dyn DeleteCoordinator>,
+    /// The relists the confirmation counted ([`Freshness::confirm`]); `u64::MAX` before one.
+    confirmed_within: AtomicU64,
 }
 
 /// How far a DELETE's checks have come: decided on the index as it is, then confirmed against
@@ -134,6 +138,7 @@ impl<'a> Deletion<'a> {
             freshness: admission.freshness.as_ref(),
             bin: admission.live.recycle_bin.as_deref().filter(|_| live),
             coordinator: admission.live.coordinator.as_deref().filter(|_| live),
+            confirmed_within: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -149,13 +154,23 @@ impl<'a> Deletion<'a> {
         let policy = &self.admission.settings().policy;
         self.admission.index().decide(self.key(), Some(self.claimed.object), |view| {
             let facts = &DeleteFacts { last_deployed: view.is_last_deployed(self.claimed.uid), ..self.facts };
-            let verdict =
+            let mut verdict =
                 on_what_may_be_stored(view, |others| decide_delete(facts, &History::new(others), policy));
+            let confirms = self.needs_confirmation(facts, &verdict, view);
+            // A relist swapped in since the confirmation may have taken the index back below
+            // what it showed: the approval rests on nothing.
+            let lapsed = stage != Stage::First
+                && confirms
+                && verdict.allowed
+                && view.relists() != self.confirmed_within.load(Ordering::Acquire);
+            if lapsed {
+                verdict =
+                    self.unconfirmed("the watch re-listed the records while this deletion was confirmed");
+            }
             let history = History::new(view);
             let outcome = apply_mode(&verdict, self.mode);
             let keep = self.bin.is_some() && outcome.allowed && keeps_copy(facts, &history, policy);
             let agree = outcome.allowed && needs_agreement(facts, &history, verdict.reason);
-            let confirms = self.needs_confirmation(facts, &verdict, view);
             let decided = Decided { verdict, outcome, agree, recycled: None };
             // One that keeps a copy is hidden once the copy is stored, or, when it is also
             // agreed, as the agreement's own approvals are.
@@ -227,20 +242,29 @@ impl<'a> Deletion<'a> {
         let Some(freshness) = self.freshness else { return self.next(first, Stage::Confirmed) };
         let object = self.claimed.object;
         let confirmed = freshness.confirm(self.key(), Some(object), deadline).await;
-        let ruled = self.decide(if confirmed { Stage::Confirmed } else { Stage::First });
-        if confirmed || !ruled.decided.verdict.allowed {
+        if let Some(relists) = confirmed {
+            self.confirmed_within.store(relists, Ordering::Release);
+        }
+        let ruled = self.decide(if confirmed.is_some() { Stage::Confirmed } else { Stage::First });
+        if confirmed.is_some() || !ruled.decided.verdict.allowed {
             return self.next(ruled, Stage::Confirmed);
         }
-        let key = self.key();
-        let verdict = Verdict::deny(
+        let verdict =
+            self.unconfirmed("could not list the records of the release within the decision deadline");
+        Next::Answer(self.refused(verdict, self.mode))
+    }
+
+    /// The refusal of an approval that could not be confirmed against what is stored: `why`.
+    fn unconfirmed(&self, why: &str) -> Verdict {
+        let (key, object) = (self.key(), self.claimed.object);
+        Verdict::deny(
             Reason::UnreadHistory,
             format!(
-                "helm-guard: could not list the records of release {}/{} within the decision deadline, so it \
-                 cannot show that deleting {object} is harmless; retry in a moment",
+                "helm-guard: {why} (release {}/{}), so it cannot show that deleting {object} is harmless; retry in a \
+                 moment",
                 key.namespace, key.release
             ),
-        );
-        Next::Answer(self.refused(verdict, self.mode))
+        )
     }
 
     /// Step 3: stores a copy of the record in the recycle bin before its deletion is approved;

@@ -329,7 +329,7 @@ async fn on_history(
     let first = decide();
     let refusal = !first.allowed && rests(&first);
     let Some(freshness) = admission.freshness.as_ref().filter(|_| refusal) else { return first };
-    freshness.confirm(key, Some(object), deadline).await;
+    let _confirmed = freshness.confirm(key, Some(object), deadline).await;
     decide()
 }
 

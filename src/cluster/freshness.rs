@@ -53,10 +53,18 @@ impl Freshness {
     }
 
     /// Makes the index's view of `key` at least as new as the request, then reads what is still
-    /// unread (steps 1 to 3). By `deadline`; whether the view was shown current (without it the
-    /// index stays as it was, and an approval cannot stand on it). `except`: the record the
-    /// request is about (its payload is in the request).
-    pub(crate) async fn confirm(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) -> bool {
+    /// unread (steps 1 to 3). By `deadline`; when the view was shown current, the count of
+    /// relists it holds within ([`ReleaseIndex::relists`]: a verdict decided after another
+    /// relist was swapped in rests on nothing this showed); `None` when not (the index stays as
+    /// it was, and an approval cannot stand on it). `except`: the record the request is about
+    /// (its payload is in the request).
+    pub(crate) async fn confirm(
+        &self,
+        key: &ReleaseKey,
+        except: Option<&str>,
+        deadline: Instant,
+    ) -> Option<u64> {
+        let relists = self.index.relists(key.driver);
         let halfway = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
         let mostly_unread = self.index.unverified(key, except).len() >= LIST_WHEN_UNREAD;
         if mostly_unread || !self.fetcher.caught_up(key.driver, halfway).await {
@@ -71,18 +79,12 @@ impl Freshness {
                 // Nothing more is asked of an API server that did not list in time: the
                 // approval cannot stand, and a refusal stands as it is.
                 self.deadline_exceeded.inc();
-                return false;
+                return None;
             };
             self.index.sync_release(key, listed);
         }
         self.read(key, except, deadline).await;
-        // A relist that went back while this waited undoes what the round showed; the verdict
-        // is decided next, with no wait between.
-        let behind = self.index.behind_its_watch(key.driver);
-        if behind {
-            tracing::warn!(namespace = %key.namespace, release = %key.release, "the watch re-listed an older state than it had brought: the verdict is not confirmed");
-        }
-        !behind
+        Some(relists)
     }
 
     /// Step 3 alone: the payload of every record of `key` not yet read at its current
@@ -103,7 +105,7 @@ impl Freshness {
             match fetched {
                 Fetched::Read(read) => self.index.verified(key, &object, seen, read),
                 // Whatever object had the name: none of this release has it now.
-                Fetched::Gone => self.index.gone(key, &object),
+                Fetched::Gone => self.index.gone(key, &object, seen),
             }
         }
     }
@@ -169,11 +171,11 @@ mod tests {
         .into_response_partial()
     }
 
-    /// A watch that re-lists an older state than it had brought (its list served by an API
-    /// server whose cache lags, in an HA control plane) undoes what a fence round showed: no
-    /// verdict is confirmed until the watch passes the mark again.
+    /// A relist swapped in while a verdict was confirmed (served by an API server whose cache
+    /// lags, in an HA control plane, it may take the index back below what the round showed)
+    /// leaves the confirmation holding nothing: it holds only within the relists it counted.
     #[tokio::test]
-    async fn a_relist_that_went_back_confirms_nothing_until_the_watch_passes_its_mark_again() {
+    async fn a_confirmation_holds_only_within_the_relists_it_counted() {
         let index = Arc::new(ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(30) }));
         let freshness =
             Freshness::new(Arc::new(RoundsComplete), index.clone(), Tally::default(), Tally::default());
@@ -182,19 +184,21 @@ mod tests {
             .key;
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut feed = RecordFeed::new(Driver::Secret);
-        for event in [Event::Init, Event::InitApply(event("sh.helm.release.v1.web.v1", "4")), Event::InitDone]
-        {
+        let relist =
+            [Event::Init, Event::InitApply(event("sh.helm.release.v1.web.v1", "4")), Event::InitDone];
+        for event in relist.clone() {
             feed.apply(&index, event);
         }
-        feed.apply(&index, Event::Apply(event("helm-guard-fence", "10")));
-        assert!(freshness.confirm(&key, None, deadline).await, "the watch at its mark");
-
-        for event in [Event::Init, Event::InitApply(event("sh.helm.release.v1.web.v1", "4")), Event::InitDone]
-        {
+        feed.apply(&index, Event::Apply(event(crate::cluster::fence::FENCE_NAME, "10")));
+        let confirmed = freshness.confirm(&key, None, deadline).await;
+        assert_eq!(confirmed, Some(index.relists(Driver::Secret)), "confirmed within the relist it counted");
+        for event in relist {
             feed.apply(&index, event);
         }
-        assert!(!freshness.confirm(&key, None, deadline).await, "re-listed at 4, the watch had brought 10");
-        feed.apply(&index, Event::Apply(event("sh.helm.release.v1.web.v1", "11")));
-        assert!(freshness.confirm(&key, None, deadline).await, "past its mark again");
+        assert_ne!(
+            confirmed,
+            Some(index.relists(Driver::Secret)),
+            "a relist since: the confirmation holds nothing"
+        );
     }
 }

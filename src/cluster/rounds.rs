@@ -51,6 +51,7 @@ impl Mark {
     }
 
     /// The mark now.
+    #[cfg(test)]
     pub(crate) fn through(&self) -> u64 {
         *self.0.borrow()
     }

@@ -167,3 +167,78 @@ fn the_watch_progress_is_what_the_index_holds() {
     assert_eq!(index.progress().through(Driver::Secret), 16, "never backwards");
     assert_eq!(index.progress().through(Driver::ConfigMap), 0, "the other driver's watch is its own");
 }
+
+/// An API server whose fence round completes after the record watch re-listed (a reconnect to
+/// another API server of an HA control plane, whose cache may lag what the watch had brought):
+/// the round's proof was about the index before the relist.
+#[derive(Debug)]
+struct RelistDuringRound {
+    stored: Vec<Value>,
+    index: std::sync::Arc<ReleaseIndex>,
+    relist: bool,
+}
+
+impl helm_guard::cluster::PayloadFetcher for RelistDuringRound {
+    fn fetch<'a>(
+        &'a self,
+        key: &'a ReleaseKey,
+        names: &'a [String],
+        _: std::time::Instant,
+    ) -> futures::future::BoxFuture<'a, Vec<(String, helm_guard::cluster::Fetched)>> {
+        let named = |name: &String| self.stored.iter().find(|o| o["metadata"]["name"] == name.as_str());
+        Box::pin(std::future::ready(
+            names.iter().map(|name| (name.clone(), fetched(named(name), key))).collect(),
+        ))
+    }
+
+    fn list<'a>(
+        &'a self,
+        _: &'a ReleaseKey,
+        _: helm_guard::cluster::Payloads,
+        _: std::time::Instant,
+    ) -> futures::future::BoxFuture<'a, Option<helm_guard::cluster::Listing>> {
+        Box::pin(std::future::ready(None))
+    }
+
+    fn caught_up(&self, _: Driver, _: std::time::Instant) -> futures::future::BoxFuture<'_, bool> {
+        if self.relist {
+            relist(&self.index, &self.stored);
+        }
+        Box::pin(std::future::ready(true))
+    }
+}
+
+fn relist(index: &ReleaseIndex, objects: &[Value]) {
+    let mut feed = RecordFeed::new(Driver::Secret);
+    feed.apply(index, Event::<PartialObjectMeta<Secret>>::Init);
+    for object in objects {
+        feed.apply(index, Event::InitApply(meta::<Secret>(object)));
+    }
+    feed.apply(index, Event::<PartialObjectMeta<Secret>>::InitDone);
+}
+
+/// A verdict confirmed by a fence round holds only if no relist was swapped in meanwhile (one may
+/// have taken the index back below what the round showed): Helm's pruning of revision 1 is
+/// approved when the watch went on, and refused "retry" when it re-listed during the round.
+#[test]
+fn a_relist_during_the_confirmation_leaves_an_approval_nothing_to_rest_on() {
+    let mut stored = web(&[(1, "superseded"), (2, "deployed")]);
+    for (at, record) in stored.iter_mut().enumerate() {
+        record["metadata"]["uid"] = json!(format!("uid-{at}"));
+        record["metadata"]["resourceVersion"] = json!(format!("{}", 10 + at));
+    }
+    for (relisted, expected) in [(false, (true, "history-pruning")), (true, (false, "unread-history"))] {
+        let index = std::sync::Arc::new(live_index());
+        relist(&index, &stored);
+        index.set_ready(true);
+        let fetcher = RelistDuringRound { stored: stored.clone(), index: index.clone(), relist: relisted };
+        let live = helm_guard::admission::LiveParts {
+            fetcher: Some(std::sync::Arc::new(fetcher)),
+            ..helm_guard::admission::LiveParts::default()
+        };
+        let settings = helm_guard::admission::Settings::new(helm_guard::policy::PolicyConfig::default());
+        let admission = helm_guard::admission::Admission::new(index, settings, live, Default::default());
+        let decided = decide(&admission, &delete_review(&stored[0]));
+        assert_eq!((decided.0, decided.1.as_str()), expected, "relisted during the round: {relisted}");
+    }
+}

@@ -26,8 +26,9 @@ impl ReleaseIndex {
                 Some(entry) if version(entry.resource_version.as_deref()) > listed && listed.is_some() => {
                     fresh.insert(record.object.into(), entry);
                 }
-                // Brought by the watch, and removed since.
-                None if listed.is_some_and(|listed| listed <= through) => {}
+                // Brought by the watch, and removed since; or found gone by a read since.
+                None if listed.is_some_and(|listed| listed <= through)
+                    || state.watched.found_gone(key, &record.object, record.uid.as_deref()) => {}
                 before => {
                     let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
                     entry.keep_from(before.as_ref());
@@ -39,7 +40,7 @@ impl ReleaseIndex {
             if as_of.is_some() && version(entry.resource_version.as_deref()) > as_of {
                 fresh.insert(object, entry);
             } else {
-                state.watched.gone(key, &object);
+                state.watched.gone(key, &object, entry.uid.as_deref());
             }
         }
         if !fresh.is_empty() {

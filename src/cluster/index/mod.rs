@@ -269,14 +269,17 @@ impl ReleaseIndex {
         state.watched.deleted(key, object, resource_version);
     }
 
-    /// Removes a record a read found gone, whatever object had the name, ahead of the watch.
-    pub(crate) fn gone(&self, key: &ReleaseKey, object: &str) {
+    /// Removes a record a read found gone, ahead of the watch, if the index still holds it as it
+    /// was when the read began (`seen`, its resourceVersion then): not a later object of its name
+    /// the watch brought meanwhile.
+    pub(crate) fn gone(&self, key: &ReleaseKey, object: &str, seen: Option<&str>) {
         self.changes.touch(&key.namespace);
         let mut state = self.lock();
-        if state.releases.get(key).is_some_and(|records| records.contains_key(object)) {
-            state.remove(key, object, None);
-            state.watched.gone(key, object);
-        }
+        let held = state.releases.get(key).and_then(|records| records.get(object));
+        let Some(entry) = held.filter(|entry| entry.resource_version.as_deref() == seen) else { return };
+        let uid = entry.uid.clone();
+        state.remove(key, object, uid.as_deref());
+        state.watched.gone(key, object, uid.as_deref());
     }
 
     /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load),
@@ -321,12 +324,10 @@ impl ReleaseIndex {
         self.progress.applied(driver, version);
     }
 
-    /// Whether the index holds less of `driver`'s watch than it once did: a relist served from
-    /// an API server's cache that lags what the watch had brought (another API server of an HA
-    /// control plane) took it back. A fence round then proves nothing until the watch passes the
-    /// mark again.
-    pub(crate) fn behind_its_watch(&self, driver: crate::release::Driver) -> bool {
-        self.lock().watched.through(driver) < self.progress.of(driver).through()
+    /// How many (re-)lists of `driver` were swapped in: a confirmation holds only within one
+    /// (a relist served from a cache that lags may take the index back).
+    pub(crate) fn relists(&self, driver: crate::release::Driver) -> u64 {
+        self.lock().watched.relists(driver)
     }
 
     /// The records of a release as verdicts see them.

@@ -246,8 +246,24 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
     index.upsert(record(2, Status::Superseded, "7"));
     assert!(as_watched(), "the watch brought it");
 
-    index.gone(&key(), &object(2));
+    index.gone(&key(), &object(2), Some("2"));
+    assert!(
+        as_watched() && index.holds(&key(), &object(2), Some("uid-2")),
+        "a read of a version since replaced"
+    );
+    index.gone(&key(), &object(2), Some("7"));
     assert!(!as_watched(), "a record a read found gone before the watch");
+    let old_listing = vec![
+        record(1, Status::Superseded, "1"),
+        record(2, Status::Superseded, "8"),
+        record(3, Status::Uninstalling, "3"),
+    ];
+    // Listed at 8: after a change the watch has not brought, before the deletion the read saw.
+    index.sync_release(&key(), Listing { records: old_listing, resource_version: Some("8".into()) });
+    assert!(
+        !index.holds(&key(), &object(2), Some("uid-2")),
+        "a listing that still shows it is older than the read"
+    );
     index.remove(&key(), &object(2), Some("uid-2"), Some("8"));
     assert!(as_watched(), "the watch brought its deletion");
 
@@ -259,7 +275,7 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
     index.remove(&key(), &object(3), Some("uid-3"), Some("10"));
     assert!(as_watched(), "both brought");
 
-    index.gone(&key(), &object(4));
+    index.gone(&key(), &object(4), Some("9"));
     index.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1")], 11);
     assert!(as_watched(), "a relist is one state");
     let old_list = [record(1, Status::Superseded, "1"), record(5, Status::Deployed, "5")];

@@ -54,6 +54,12 @@ impl ReleaseView<'_> {
         })
     }
 
+    /// How many (re-)lists of the release's driver were swapped in (a confirmation holds only
+    /// within one).
+    pub(crate) fn relists(&self) -> u64 {
+        self.state.watched.relists(self.key.driver)
+    }
+
     /// Whether the release (the record asked about included) is as its watch brought it: one
     /// earlier state of what is stored, no read having moved part of it ahead (`watched.rs`).
     pub(crate) fn is_as_watched(&self) -> bool {

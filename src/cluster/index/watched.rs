@@ -10,7 +10,7 @@
 //! watch has brought records and which records a read removed ahead of the watch; a release all
 //! of whose records are at or below that mark, none removed ahead, is as watched.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use super::ReleaseRecords;
 use crate::cluster::rounds::revision;
@@ -20,8 +20,12 @@ use crate::release::{Driver, ReleaseKey};
 pub(super) struct Watched {
     /// Per driver, the resourceVersion of the last record event (or the (re-)list) applied.
     through: HashMap<Driver, u64>,
-    /// Per release, the objects a read found gone before the watch brought their deletion.
-    gone_ahead: HashMap<ReleaseKey, BTreeSet<Box<str>>>,
+    /// Per release, the objects a read found gone before the watch brought their deletion (by
+    /// name, with the uid of the object gone where known).
+    gone_ahead: HashMap<ReleaseKey, BTreeMap<Box<str>, Option<Box<str>>>>,
+    /// Per driver, how many (re-)lists were swapped in: one may take the index back (a list
+    /// served from a cache that lags), so a confirmation holds only within one.
+    relists: HashMap<Driver, u64>,
 }
 
 impl Watched {
@@ -62,13 +66,26 @@ impl Watched {
     pub(super) fn relisted(&mut self, drivers: &[Driver], through: u64) {
         for &driver in drivers {
             self.through.insert(driver, through);
+            *self.relists.entry(driver).or_default() += 1;
         }
         self.gone_ahead.retain(|key, _| !drivers.contains(&key.driver));
     }
 
-    /// A read found `object` gone, and it left the index before the watch brought its deletion.
-    pub(super) fn gone(&mut self, key: &ReleaseKey, object: &str) {
-        self.gone_ahead.entry(key.clone()).or_default().insert(object.into());
+    /// A read found `object` (of `uid`) gone, and it left the index before the watch brought its
+    /// deletion.
+    pub(super) fn gone(&mut self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
+        self.gone_ahead.entry(key.clone()).or_default().insert(object.into(), uid.map(Into::into));
+    }
+
+    /// Whether a read found this very object gone: a listing that still shows it is older.
+    pub(super) fn found_gone(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) -> bool {
+        let gone = self.gone_ahead.get(key).and_then(|gone| gone.get(object));
+        gone.is_some_and(|gone| uid.is_some() && gone.as_deref() == uid)
+    }
+
+    /// How many (re-)lists of `driver` were swapped in.
+    pub(super) fn relists(&self, driver: Driver) -> u64 {
+        self.relists.get(&driver).copied().unwrap_or(0)
     }
 
     /// Whether `records`, all of release `key`, are the release as its watch brought it: each at
