@@ -22,8 +22,6 @@ use std::time::Instant;
 
 use kube::core::admission::AdmissionRequest;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use super::Admission;
 use super::decided::{Decided, on_what_may_be_stored, requester};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
@@ -49,7 +47,7 @@ pub(super) async fn delete(
     deadline: Instant,
 ) -> Decided {
     let glass = break_glass_reason(&record.record.annotations);
-    let deletion = Deletion::new(admission, request, record, glass.as_deref());
+    let mut deletion = Deletion::new(admission, request, record, glass.as_deref());
     let mut next = deletion.next(deletion.decide(Stage::First), Stage::First);
     loop {
         next = match next {
@@ -93,8 +91,8 @@ struct Deletion<'a> {
     freshness: Option<&'a Freshness>,
     bin: Option<&'a dyn RecycleBin>,
     coordinator: Option<&'a dyn DeleteCoordinator>,
-    /// The relists the confirmation counted ([`Freshness::confirm`]); `u64::MAX` before one.
-    confirmed_within: AtomicU64,
+    /// The relists the confirmation counted ([`Freshness::confirm`]), once it has run.
+    confirmed_within: Option<u64>,
 }
 
 /// How far a DELETE's checks have come: decided on the index as it is, then confirmed against
@@ -138,7 +136,7 @@ impl<'a> Deletion<'a> {
             freshness: admission.freshness.as_ref(),
             bin: admission.live.recycle_bin.as_deref().filter(|_| live),
             coordinator: admission.live.coordinator.as_deref().filter(|_| live),
-            confirmed_within: AtomicU64::new(u64::MAX),
+            confirmed_within: None,
         }
     }
 
@@ -162,7 +160,7 @@ impl<'a> Deletion<'a> {
             let lapsed = stage != Stage::First
                 && confirms
                 && verdict.allowed
-                && view.relists() != self.confirmed_within.load(Ordering::Acquire);
+                && Some(view.relists()) != self.confirmed_within;
             if lapsed {
                 verdict =
                     self.unconfirmed("the watch re-listed the records while this deletion was confirmed");
@@ -238,15 +236,13 @@ impl<'a> Deletion<'a> {
     /// watch shown caught up, or the release listed, and every record known only by its labels
     /// read as Helm reads it). Without the confirmation a refusal still stands (it fails
     /// closed); an approval is refused, "retry".
-    async fn confirm(&self, first: Ruled, deadline: Instant) -> Next {
+    async fn confirm(&mut self, first: Ruled, deadline: Instant) -> Next {
         let Some(freshness) = self.freshness else { return self.next(first, Stage::Confirmed) };
         let object = self.claimed.object;
-        let confirmed = freshness.confirm(self.key(), Some(object), deadline).await;
-        if let Some(relists) = confirmed {
-            self.confirmed_within.store(relists, Ordering::Release);
-        }
-        let ruled = self.decide(if confirmed.is_some() { Stage::Confirmed } else { Stage::First });
-        if confirmed.is_some() || !ruled.decided.verdict.allowed {
+        self.confirmed_within = freshness.confirm(self.key(), Some(object), deadline).await;
+        let confirmed = self.confirmed_within.is_some();
+        let ruled = self.decide(if confirmed { Stage::Confirmed } else { Stage::First });
+        if confirmed || !ruled.decided.verdict.allowed {
             return self.next(ruled, Stage::Confirmed);
         }
         let verdict =

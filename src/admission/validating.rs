@@ -329,7 +329,8 @@ async fn on_history(
     let first = decide();
     let refusal = !first.allowed && rests(&first);
     let Some(freshness) = admission.freshness.as_ref().filter(|_| refusal) else { return first };
-    let _confirmed = freshness.confirm(key, Some(object), deadline).await;
+    // A refusal stands whether or not the view was shown current; decided again on what was read.
+    freshness.confirm(key, Some(object), deadline).await;
     decide()
 }
 

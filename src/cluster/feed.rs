@@ -167,8 +167,7 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
 
     fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
         if let Some(record) = IndexedRecord::from_meta(self.0, &object.metadata) {
-            let version = object.metadata.resource_version.as_deref();
-            index.remove(&record.key, &record.object, record.uid.as_deref(), version);
+            index.remove(&record.key, &record.object, record.uid.as_deref());
         }
     }
 

@@ -49,6 +49,9 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
     let loaded =
         Loaded { records: records.len(), namespaces: namespaces.len(), charts: charts.len(), problems };
     index.charts().replace(charts);
+    // A dump shows the cluster as of its newest record.
+    let newest =
+        records.iter().filter_map(|r| super::rounds::revision(r.record.resource_version.as_deref())).max();
     index.replace_records(
         &[Driver::Secret, Driver::ConfigMap],
         records.iter().map(|r| super::index::IndexedRecord {
@@ -58,7 +61,7 @@ pub fn load(index: &ReleaseIndex, path: &Path, limits: DecodeLimits) -> anyhow::
             facts: r.facts(),
             resource_version: r.record.resource_version.clone(),
         }),
-        0,
+        newest.unwrap_or(0),
     );
     index.namespaces().replace(namespaces);
     index.set_ready(true);

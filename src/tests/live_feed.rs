@@ -242,3 +242,30 @@ fn a_relist_during_the_confirmation_leaves_an_approval_nothing_to_rest_on() {
         assert_eq!((decided.0, decided.1.as_str()), expected, "relisted during the round: {relisted}");
     }
 }
+
+/// The count of relists a confirmation holds within: the one it ran in, and no longer once
+/// another relist is swapped in.
+#[tokio::test]
+async fn a_confirmation_holds_only_within_the_relists_it_counted() {
+    let stored = web(&[(1, "superseded"), (2, "deployed")]);
+    let index = std::sync::Arc::new(live_index());
+    relist(&index, &stored);
+    let fetcher = RelistDuringRound { stored: stored.clone(), index: index.clone(), relist: false };
+    let freshness = helm_guard::cluster::freshness::Freshness::new(
+        std::sync::Arc::new(fetcher),
+        index.clone(),
+        Default::default(),
+        Default::default(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    // Asked about revision 1: one other record unread, so a fence round, not a listing.
+    let asked = stored[0]["metadata"]["name"].as_str();
+    let confirmed = freshness.confirm(&web_key(), asked, deadline).await;
+    assert_eq!(confirmed, Some(index.relists(Driver::Secret)), "confirmed within the relist it counted");
+    relist(&index, &stored);
+    assert_ne!(
+        confirmed,
+        Some(index.relists(Driver::Secret)),
+        "a relist since: the confirmation holds nothing"
+    );
+}

@@ -248,25 +248,18 @@ impl ReleaseIndex {
         let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
         let mut state = self.lock();
         self.changes.touch(&record.key.namespace);
-        state.watched.event(record.key.driver, entry.resource_version.as_deref());
         let records = state.releases.entry(record.key).or_default();
         entry.keep_from(records.get(record.object.as_str()));
         records.insert(record.object.into(), entry);
     }
 
-    /// Removes one record the watch saw deleted (at `resource_version`): only the object with
-    /// `uid`, not a later one of its name.
-    pub(crate) fn remove(
-        &self,
-        key: &ReleaseKey,
-        object: &str,
-        uid: Option<&str>,
-        resource_version: Option<&str>,
-    ) {
+    /// Removes one record the watch saw deleted: only the object with `uid`, not a later one of
+    /// its name.
+    pub(crate) fn remove(&self, key: &ReleaseKey, object: &str, uid: Option<&str>) {
         self.changes.touch(&key.namespace);
         let mut state = self.lock();
         state.remove(key, object, uid);
-        state.watched.deleted(key, object, resource_version);
+        state.watched.deleted(key, object);
     }
 
     /// Removes a record a read found gone, ahead of the watch, if the index still holds it as it
@@ -283,9 +276,8 @@ impl ReleaseIndex {
     }
 
     /// Replaces every record of the given drivers at once (a completed re-list or a snapshot load),
-    /// a list consistent as of `through` (or of its newest record). Approved deletions still
-    /// waiting for confirmation stay hidden; payload facts read at an unchanged resourceVersion
-    /// stay.
+    /// a list consistent as of `through`. Approved deletions still waiting for confirmation stay
+    /// hidden; payload facts read at an unchanged resourceVersion stay.
     pub(crate) fn replace_records(
         &self,
         drivers: &[crate::release::Driver],
@@ -293,9 +285,7 @@ impl ReleaseIndex {
         through: u64,
     ) {
         let mut fresh: HashMap<ReleaseKey, ReleaseRecords> = HashMap::new();
-        let mut through = through;
         for record in records {
-            through = through.max(super::rounds::revision(record.resource_version.as_deref()).unwrap_or(0));
             let entry = Entry::new(record.facts, record.uid, record.resource_version);
             fresh.entry(record.key).or_default().insert(record.object.into(), entry);
         }
@@ -317,8 +307,8 @@ impl ReleaseIndex {
     }
 
     /// The watch of `driver` applied an event at `version` (a fence's too: records and fences
-    /// are one stream); before the [`WatchProgress`] mark is raised, so that the index is never
-    /// behind the mark but after a relist that went back.
+    /// are one stream): the index's own mark, under its lock, then the [`WatchProgress`] the
+    /// fence rounds wait on. The one place either advances (a relist sets the index's).
     pub(crate) fn applied(&self, driver: crate::release::Driver, version: u64) {
         self.lock().watched.applied(driver, version);
         self.progress.applied(driver, version);

@@ -84,7 +84,7 @@ fn live_hides_an_approved_deletion_until_confirmed_or_expired() {
     assert_eq!(waiting.history(&key()).len(), 1, "hidden from the next verdict");
     waiting.upsert(record(2, Status::Deployed, "2"));
     assert_eq!(waiting.history(&key()).len(), 1, "a watch update does not unhide it");
-    waiting.remove(&key(), &object(2), Some("uid-2"), Some("9"));
+    waiting.remove(&key(), &object(2), Some("uid-2"));
     assert_eq!(waiting.revision_count(), 1, "the watch confirmed it");
 
     let expired = index(SourceKind::Live { tombstone_ttl: Duration::ZERO });
@@ -139,7 +139,7 @@ fn a_name_reused_by_a_new_object_starts_afresh() {
     first.replace_records(&[Driver::Secret], [record(1, Status::Superseded, "1"), reinstalled.clone()], 0);
     assert_eq!(first.history(&key()).len(), 2, "the new object is not the deleted one");
     // The old object's deletion event arriving late does not remove the new one.
-    first.remove(&key(), &object(2), Some("uid-2"), Some("9"));
+    first.remove(&key(), &object(2), Some("uid-2"));
     assert_eq!(first.history(&key()).len(), 2);
     // Nor does a claim or a tombstone on the old object hide it.
     first.hide(&key(), &object(2), Some("uid-2"), Instant::now() + Duration::from_secs(3600));
@@ -222,6 +222,19 @@ fn the_namespaces_whose_records_changed_are_told_once_and_only_when_asked() {
     );
 }
 
+/// A record event as the record watch's feed applies it: the record, then the watch's mark.
+fn brought(index: &ReleaseIndex, record: IndexedRecord) {
+    let version = crate::cluster::rounds::revision(record.resource_version.as_deref()).unwrap();
+    index.upsert(record);
+    index.applied(Driver::Secret, version);
+}
+
+/// A deletion event of revision `revision`'s object at `version`, as the feed applies it.
+fn brought_deletion(index: &ReleaseIndex, revision: u32, version: u64) {
+    index.remove(&key(), &object(revision), Some(&format!("uid-{revision}")));
+    index.applied(Driver::Secret, version);
+}
+
 /// A release is as its watch brought it (one earlier state of what is stored) while every record
 /// is at a resourceVersion the watch applied and none was removed ahead of it; each kind of read
 /// that moves part of it ahead (a payload read newer than the watch, a record a read found gone,
@@ -230,9 +243,9 @@ fn the_namespaces_whose_records_changed_are_told_once_and_only_when_asked() {
 fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
     let index = ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
     let as_watched = || index.decide(&key(), None, |view| (view.is_as_watched(), None));
-    index.upsert(record(1, Status::Superseded, "1"));
-    index.upsert(record(2, Status::Superseded, "2"));
-    index.upsert(record(3, Status::Uninstalling, "3"));
+    brought(&index, record(1, Status::Superseded, "1"));
+    brought(&index, record(2, Status::Superseded, "2"));
+    brought(&index, record(3, Status::Uninstalling, "3"));
     assert!(as_watched(), "the watch's events alone");
     index.decide(&key(), None, |_| ((), delete(1)));
     assert!(as_watched(), "an approved deletion hides a record, it moves nothing ahead");
@@ -243,7 +256,7 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
     assert!(as_watched(), "a payload read at the version the watch brought");
     index.verified(&key(), &object(2), Some("2"), read("7", superseded));
     assert!(!as_watched(), "a payload read newer than the watch");
-    index.upsert(record(2, Status::Superseded, "7"));
+    brought(&index, record(2, Status::Superseded, "7"));
     assert!(as_watched(), "the watch brought it");
 
     index.gone(&key(), &object(2), Some("2"));
@@ -264,15 +277,15 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
         !index.holds(&key(), &object(2), Some("uid-2")),
         "a listing that still shows it is older than the read"
     );
-    index.remove(&key(), &object(2), Some("uid-2"), Some("8"));
+    brought_deletion(&index, 2, 8);
     assert!(as_watched(), "the watch brought its deletion");
 
     let records = vec![record(1, Status::Superseded, "1"), record(4, Status::PendingInstall, "9")];
     index.sync_release(&key(), Listing { records, resource_version: Some("9".into()) });
     assert!(!as_watched(), "a listing: a record the watch has not brought, another gone ahead of it");
-    index.upsert(record(4, Status::PendingInstall, "9"));
+    brought(&index, record(4, Status::PendingInstall, "9"));
     assert!(!as_watched(), "the new record brought, the one the listing dropped not yet");
-    index.remove(&key(), &object(3), Some("uid-3"), Some("10"));
+    brought_deletion(&index, 3, 10);
     assert!(as_watched(), "both brought");
 
     index.gone(&key(), &object(4), Some("9"));
@@ -291,18 +304,18 @@ fn a_release_is_as_watched_until_a_read_moves_part_of_it_ahead() {
 #[test]
 fn a_listing_older_than_the_watch_takes_nothing_back() {
     let index = ReleaseIndex::new(SourceKind::Live { tombstone_ttl: Duration::from_secs(3600) });
-    index.upsert(record(1, Status::Superseded, "1"));
-    index.upsert(record(2, Status::Deployed, "2"));
-    index.upsert(record(3, Status::Uninstalling, "3"));
+    brought(&index, record(1, Status::Superseded, "1"));
+    brought(&index, record(2, Status::Deployed, "2"));
+    brought(&index, record(3, Status::Uninstalling, "3"));
     // Listed at 3; then the watch brings the deletion of v3, v2 superseded and a new v4.
     let listed = vec![
         record(1, Status::Superseded, "1"),
         record(2, Status::Deployed, "2"),
         record(3, Status::Uninstalling, "3"),
     ];
-    index.remove(&key(), &object(3), Some("uid-3"), Some("5"));
-    index.upsert(record(2, Status::Superseded, "6"));
-    index.upsert(record(4, Status::PendingInstall, "7"));
+    brought_deletion(&index, 3, 5);
+    brought(&index, record(2, Status::Superseded, "6"));
+    brought(&index, record(4, Status::PendingInstall, "7"));
     index.sync_release(&key(), Listing { records: listed, resource_version: Some("3".into()) });
     let held: Vec<(u32, Option<Status>)> =
         index.history(&key()).iter().map(|facts| (facts.revision, facts.status())).collect();

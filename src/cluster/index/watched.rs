@@ -18,7 +18,7 @@ use crate::release::{Driver, ReleaseKey};
 
 #[derive(Debug, Default)]
 pub(super) struct Watched {
-    /// Per driver, the resourceVersion of the last record event (or the (re-)list) applied.
+    /// Per driver, the resourceVersion of the last event (or the (re-)list) applied.
     through: HashMap<Driver, u64>,
     /// Per release, the objects a read found gone before the watch brought their deletion (by
     /// name, with the uid of the object gone where known).
@@ -29,13 +29,6 @@ pub(super) struct Watched {
 }
 
 impl Watched {
-    /// The watch brought a record event at `resource_version`.
-    pub(super) fn event(&mut self, driver: Driver, resource_version: Option<&str>) {
-        if let Some(version) = revision(resource_version) {
-            self.applied(driver, version);
-        }
-    }
-
     /// The watch's events of `driver` (records and fences: one stream) are applied up to
     /// `version`.
     pub(super) fn applied(&mut self, driver: Driver, version: u64) {
@@ -50,8 +43,7 @@ impl Watched {
     }
 
     /// The watch brought the deletion of `object`.
-    pub(super) fn deleted(&mut self, key: &ReleaseKey, object: &str, resource_version: Option<&str>) {
-        self.event(key.driver, resource_version);
+    pub(super) fn deleted(&mut self, key: &ReleaseKey, object: &str) {
         if let Some(gone) = self.gone_ahead.get_mut(key) {
             gone.remove(object);
             if gone.is_empty() {
