@@ -234,9 +234,18 @@ fn a_helm_install_job_crash_loops_unguarded_and_its_first_guarded_pod_succeeds()
     let deployed = guard_then_jobs("jobs", [&twin, &guarded], OLD.0, &[]);
     // Unguarded: `helm install` over the release, refused every time; the pod restarts.
     until(Duration::from_secs(120), "the twin's pod crash-looping", || restarts(&twin) >= 2);
-    // A run that has ended (the one under way may not have got to Helm yet).
-    let logs = run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web", "--previous"]);
-    assert!(said(&logs).contains("cannot re-use a name that is still in use"), "{}", said(&logs));
+    // A run that has ended (the one under way may not have got to Helm yet). The kubelet may
+    // have collected the run `--previous` names between its status and the read ("unable to
+    // retrieve container logs"): read the next ended run then.
+    let refused = "cannot re-use a name that is still in use";
+    let previous_run = || said(&run(&["kubectl", "logs", "-n", &twin, "job/helm-install-web", "--previous"]));
+    let mut logs = previous_run();
+    let since = std::time::Instant::now();
+    while logs.contains("unable to retrieve container logs") && since.elapsed() < Duration::from_secs(90) {
+        std::thread::sleep(Duration::from_secs(5));
+        logs = previous_run();
+    }
+    assert!(logs.contains(refused), "{logs}");
     assert_eq!(history(&twin), ["superseded"]);
     assert!(!job_complete(&twin), "the twin's Job never completes");
     // Guarded: the pod rewritten to `upgrade`; its first run upgrades the release, the Job completes.
