@@ -235,10 +235,18 @@ impl<'a> Deletion<'a> {
     /// Step 2: a verdict that rests on the history, decided again on what is stored now (the
     /// watch shown caught up, or the release listed, and every record known only by its labels
     /// read as Helm reads it). Without the confirmation a refusal still stands (it fails
-    /// closed); an approval is refused, "retry".
+    /// closed); an approval is refused, "retry". Helm's first purge request after its UPDATE
+    /// marked the latest `uninstalling` lacks only that record's new payload (the watch brings
+    /// labels): read first, the view may hold as its watch brought it, with no round.
     async fn confirm(&mut self, first: Ruled, deadline: Instant) -> Next {
         let Some(freshness) = self.freshness else { return self.next(first, Stage::Confirmed) };
         let object = self.claimed.object;
+        if freshness.read_alone(self.key(), Some(object), deadline).await {
+            let ruled = self.decide(Stage::First);
+            if !ruled.confirms {
+                return self.next(ruled, Stage::First);
+            }
+        }
         self.confirmed_within = freshness.confirm(self.key(), Some(object), deadline).await;
         let confirmed = self.confirmed_within.is_some();
         let ruled = self.decide(if confirmed { Stage::Confirmed } else { Stage::First });

@@ -87,6 +87,19 @@ impl Freshness {
         Some(relists)
     }
 
+    /// Step 3 alone, when it is cheap (one record unread, `except` aside): reads it and says
+    /// so; else reads nothing (false). A view its watch brought stays one when the payload
+    /// read is the version the watch brought (POLICY.md, "A view that lags"), so a verdict that
+    /// lacked only that payload may then hold without steps 1 and 2.
+    pub(crate) async fn read_alone(&self, key: &ReleaseKey, except: Option<&str>, deadline: Instant) -> bool {
+        let unread = self.index.unverified(key, except).len();
+        if unread == 0 || unread >= LIST_WHEN_UNREAD {
+            return false;
+        }
+        self.read(key, except, deadline).await;
+        true
+    }
+
     /// Step 3 alone: the payload of every record of `key` not yet read at its current
     /// resourceVersion, all within `deadline`. A record still unread afterwards counts as unread
     /// in the history (and refuses what it must).

@@ -176,6 +176,19 @@ struct RelistDuringRound {
     stored: Vec<Value>,
     index: std::sync::Arc<ReleaseIndex>,
     relist: bool,
+    /// Fence rounds waited on.
+    rounds: std::sync::atomic::AtomicUsize,
+}
+
+impl RelistDuringRound {
+    fn new(stored: &[Value], index: &std::sync::Arc<ReleaseIndex>, relist: bool) -> RelistDuringRound {
+        RelistDuringRound {
+            stored: stored.to_vec(),
+            index: index.clone(),
+            relist,
+            rounds: Default::default(),
+        }
+    }
 }
 
 impl helm_guard::cluster::PayloadFetcher for RelistDuringRound {
@@ -201,6 +214,7 @@ impl helm_guard::cluster::PayloadFetcher for RelistDuringRound {
     }
 
     fn caught_up(&self, _: Driver, _: std::time::Instant) -> futures::future::BoxFuture<'_, bool> {
+        self.rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if self.relist {
             relist(&self.index, &self.stored);
         }
@@ -217,6 +231,64 @@ fn relist(index: &ReleaseIndex, objects: &[Value]) {
     feed.apply(index, Event::<PartialObjectMeta<Secret>>::InitDone);
 }
 
+/// A live guard on `fetcher`'s API server and index.
+fn guard_on(fetcher: std::sync::Arc<RelistDuringRound>) -> helm_guard::admission::Admission {
+    let index = fetcher.index.clone();
+    let live = helm_guard::admission::LiveParts {
+        fetcher: Some(fetcher),
+        ..helm_guard::admission::LiveParts::default()
+    };
+    let settings = helm_guard::admission::Settings::new(helm_guard::policy::PolicyConfig::default());
+    helm_guard::admission::Admission::new(index, settings, live, Default::default())
+}
+
+/// Helm's first purge request after its UPDATE marked the latest `uninstalling`: the watch
+/// brought that update's labels, not its payload. Read alone at the version the watch brought,
+/// the view is still one its watch brought and the purge holds with no fence round
+/// (POLICY.md, "A view that lags"); a read that finds a later version (a write the watch has
+/// not brought) puts the view ahead, and the round is waited for.
+#[test]
+fn the_purges_first_request_reads_the_marked_latest_and_waits_on_no_round() {
+    let stored_at = |revisions: &[(u32, &str)], versions: &[u64]| {
+        let mut records = web(revisions);
+        for ((at, record), version) in records.iter_mut().enumerate().zip(versions) {
+            record["metadata"]["uid"] = json!(format!("uid-{at}"));
+            record["metadata"]["resourceVersion"] = json!(version.to_string());
+        }
+        records
+    };
+    let before = stored_at(&[(1, "superseded"), (2, "failed"), (3, "deployed")], &[10, 11, 12]);
+    let marked = stored_at(&[(1, "superseded"), (2, "failed"), (3, "uninstalling")], &[10, 11, 13]);
+    for (stored_latest, rounds) in [(13, 0), (14, 1)] {
+        let mut stored = marked.clone();
+        stored[2]["metadata"]["resourceVersion"] = json!(stored_latest.to_string());
+        let index = std::sync::Arc::new(live_index());
+        relist(&index, &before);
+        index.set_ready(true);
+        let fetcher = std::sync::Arc::new(RelistDuringRound::new(&stored, &index, false));
+        let admission = guard_on(fetcher.clone());
+        // Every payload read (the read-ahead), then the watch brings Helm's UPDATE of revision 3.
+        let reads = RelistDuringRound::new(&before, &index, false);
+        let freshness = helm_guard::cluster::freshness::Freshness::new(
+            std::sync::Arc::new(reads),
+            index.clone(),
+            Default::default(),
+            Default::default(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        futures::executor::block_on(freshness.read(&web_key(), None, deadline));
+        RecordFeed::new(Driver::Secret).apply(&index, Event::Apply(meta::<Secret>(&marked[2])));
+        assert_eq!(index.unverified(&web_key(), None).len(), 1, "the marked latest's new payload unread");
+        let decided = decide(&admission, &delete_review(&stored[0]));
+        assert_eq!((decided.0, decided.1.as_str()), (true, "uninstall-purge"), "stored at {stored_latest}");
+        assert_eq!(
+            fetcher.rounds.load(std::sync::atomic::Ordering::SeqCst),
+            rounds,
+            "fence rounds, the marked latest stored at {stored_latest} (the watch brought 13)"
+        );
+    }
+}
+
 /// A verdict confirmed by a fence round holds only if no relist was swapped in meanwhile (one may
 /// have taken the index back below what the round showed): Helm's pruning of revision 1 is
 /// approved when the watch went on, and refused "retry" when it re-listed during the round.
@@ -231,13 +303,7 @@ fn a_relist_during_the_confirmation_leaves_an_approval_nothing_to_rest_on() {
         let index = std::sync::Arc::new(live_index());
         relist(&index, &stored);
         index.set_ready(true);
-        let fetcher = RelistDuringRound { stored: stored.clone(), index: index.clone(), relist: relisted };
-        let live = helm_guard::admission::LiveParts {
-            fetcher: Some(std::sync::Arc::new(fetcher)),
-            ..helm_guard::admission::LiveParts::default()
-        };
-        let settings = helm_guard::admission::Settings::new(helm_guard::policy::PolicyConfig::default());
-        let admission = helm_guard::admission::Admission::new(index, settings, live, Default::default());
+        let admission = guard_on(std::sync::Arc::new(RelistDuringRound::new(&stored, &index, relisted)));
         let decided = decide(&admission, &delete_review(&stored[0]));
         assert_eq!((decided.0, decided.1.as_str()), expected, "relisted during the round: {relisted}");
     }
@@ -250,7 +316,7 @@ async fn a_confirmation_holds_only_within_the_relists_it_counted() {
     let stored = web(&[(1, "superseded"), (2, "deployed")]);
     let index = std::sync::Arc::new(live_index());
     relist(&index, &stored);
-    let fetcher = RelistDuringRound { stored: stored.clone(), index: index.clone(), relist: false };
+    let fetcher = RelistDuringRound::new(&stored, &index, false);
     let freshness = helm_guard::cluster::freshness::Freshness::new(
         std::sync::Arc::new(fetcher),
         index.clone(),
