@@ -115,6 +115,37 @@ pub trait PayloadFetcher: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The record stored as `driver`'s object `namespace/name`, read as a review's object is (the
+/// same reader, so that the two compare): `Ok(None)` when there is none. What the recycle bin
+/// copies, and so the only content a copy may have.
+pub(crate) async fn stored_record(
+    client: &kube::Client,
+    driver: crate::release::Driver,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<crate::release::Record>, kube::Error> {
+    let path = match driver {
+        crate::release::Driver::Secret => {
+            <k8s_openapi::api::core::v1::Secret as kube::Resource>::url_path(&(), Some(namespace))
+        }
+        crate::release::Driver::ConfigMap => {
+            <k8s_openapi::api::core::v1::ConfigMap as kube::Resource>::url_path(&(), Some(namespace))
+        }
+    };
+    let request = kube::core::Request::new(path)
+        .get(name, &kube::api::GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    let text = match client.request_text(request).await {
+        Ok(text) => bytes::Bytes::from(text),
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let object: crate::object::ReviewObject =
+        crate::release::decode::fields::borrowing_from(&text, || serde_json::from_slice(&text))
+            .map_err(kube::Error::SerdeError)?;
+    Ok(Some(object.into_record(driver).0))
+}
+
 /// The uid and resourceVersion of the object stored as `kind` `namespace/name` (`Secret`, `ConfigMap`, or a
 /// cluster-scoped `Namespace`), read with a metadata-only GET: `Ok(None)` when there is none (or
 /// the kind is none of those). What tells an object the API server holds from one a review only

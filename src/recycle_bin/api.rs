@@ -1,8 +1,8 @@
 //! The recycle bin: before approving a deletion that only an override lets through
 //! ([`crate::policy::delete::keeps_copy`]), the guard writes a copy of the record, taken from the
-//! review, as a Secret in its own namespace ([`crate::recycle_bin::copy`] says how). The bin is
-//! bounded: after each copy, and every few minutes, the copies are listed (metadata only) and
-//! the bounds evict the oldest. `helm-guard restore` reads it back.
+//! review once a GET shows the API server holds that very record, as a Secret in its own
+//! namespace ([`crate::recycle_bin::copy`] says how). The bin is bounded: after each copy, and
+//! every few minutes, the copies are listed (metadata only) and the bounds evict the oldest. `helm-guard restore` reads it back.
 //!
 //! The copy is written with the decision waiting on it, within the decision deadline: a
 //! deletion is approved only once its copy is stored (or, with `--recycle-best-effort`, once
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-use super::copy::{BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body};
+use super::copy::{BinBounds, BinEntry, CopyError, Eviction, Keeping, copy_body, same_copy};
 use crate::release::Record;
 use crate::tally::{Level, Tally};
 
@@ -132,21 +132,23 @@ impl ApiRecycleBin {
         }
     }
 
-    /// Whether the object the review describes is the one stored (its uid and resourceVersion
-    /// as the API server has them): a copy is kept of a stored record only, so a review the API
-    /// server never sent (anyone on the pod network can POST one) leaves nothing in the bin, and
-    /// the digest the guard writes is of what the cluster held.
+    /// Whether the object the review describes is the one stored, as the API server holds it
+    /// (uid, resourceVersion, and everything a copy keeps): a copy is kept of a stored record
+    /// only, and only as stored. A review the API server never sent (anyone on the pod network
+    /// can POST one, with a stored record's uid and resourceVersion and a payload of its own)
+    /// leaves nothing in the bin, where its copy would stand for the record's own when Helm
+    /// later deletes it (the copy's name is the object's and version's).
     async fn is_stored(&self, record: &Record) -> Result<(), BinError> {
         let (namespace, name) = (&record.id.key.namespace, &record.object_name);
-        let stored =
-            crate::cluster::stored_identity(&self.client, record.id.key.driver.kind(), namespace, name)
-                .await
-                .map_err(|e| BinError::Api(e.to_string()))?;
+        let stored = crate::cluster::stored_record(&self.client, record.id.key.driver, namespace, name)
+            .await
+            .map_err(|e| BinError::Api(e.to_string()))?;
         let describe = || record.describe();
-        let Some((uid, version)) = stored else {
+        let Some(stored) = stored else {
             return Err(BinError::NotStored(describe(), "none is".into()));
         };
-        if uid.is_none() || uid != record.uid || version != record.resource_version {
+        let (uid, version) = (&stored.uid, &stored.resource_version);
+        if uid.is_none() || *uid != record.uid || *version != record.resource_version {
             let found = format!(
                 "uid {} at resourceVersion {}, the review's {} at {}",
                 uid.as_deref().unwrap_or("?"),
@@ -154,6 +156,12 @@ impl ApiRecycleBin {
                 record.uid.as_deref().unwrap_or("(none)"),
                 record.resource_version.as_deref().unwrap_or("(none)")
             );
+            return Err(BinError::NotStored(describe(), found));
+        }
+        if !same_copy(&stored, record) {
+            let found =
+                "its uid and resourceVersion, with other labels, annotations or data than the review's"
+                    .into();
             return Err(BinError::NotStored(describe(), found));
         }
         Ok(())

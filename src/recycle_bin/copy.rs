@@ -128,6 +128,11 @@ impl KeptObject {
     }
 }
 
+/// Whether `a` and `b` make the same copy: the same object, version, labels, annotations and data.
+pub(crate) fn same_copy(a: &Record, b: &Record) -> bool {
+    KeptObject::of(a) == KeptObject::of(b) && a.payload == b.payload && a.other_data == b.other_data
+}
+
 /// The copy's name: fixed length, the same for the same object at the same version (a deletion
 /// retried finds its copy made), never that of another.
 pub(crate) fn copy_name(record: &Record) -> String {

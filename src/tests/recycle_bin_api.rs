@@ -94,7 +94,7 @@ async fn list(State(stub): State<Stub>) -> Response {
     .into_response()
 }
 
-/// A GET of one Secret's metadata: a record's (what the bin checks before a copy), or a copy's.
+/// A GET of one Secret: a record's (what the bin checks before a copy), or a copy's.
 async fn read(State(stub): State<Stub>, Path((namespace, name)): Path<(String, String)>) -> Response {
     let records = stub.records.lock().unwrap();
     let copies = stub.secrets.lock().unwrap();
@@ -103,9 +103,7 @@ async fn read(State(stub): State<Stub>, Path((namespace, name)): Path<(String, S
         .chain(copies.iter())
         .find(|s| s["metadata"]["name"] == name.as_str() && s["metadata"]["namespace"] == namespace.as_str());
     match found {
-        Some(object) => axum::Json(json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": object["metadata"]}))
-        .into_response(),
+        Some(object) => axum::Json(object.clone()).into_response(),
         None => status(StatusCode::NOT_FOUND, "NotFound", &format!("secrets \"{name}\" not found")),
     }
 }
@@ -154,8 +152,13 @@ impl Stub {
     /// Stores `record` as the API server holds it.
     fn stores(&self, record: &Record) {
         let metadata = json!({"name": record.object_name, "namespace": record.id.key.namespace,
-            "uid": record.uid, "resourceVersion": record.resource_version});
-        self.records.lock().unwrap().push(json!({"metadata": metadata}));
+            "uid": record.uid, "resourceVersion": record.resource_version, "labels": record.labels,
+            "annotations": record.annotations});
+        let payload = record.payload.as_deref().map(|p| std::str::from_utf8(p).unwrap());
+        let mut data = json!(record.other_data);
+        data["release"] = json!(payload);
+        self.records.lock().unwrap().push(json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata,
+            "type": record.secret_type, "data": data}));
     }
 }
 
@@ -299,7 +302,8 @@ async fn only_a_new_copy_wakes_the_sweep() {
 }
 
 /// A review the API server never sent (anyone on the pod network can POST one) names a record
-/// that is not stored, or not as it says: no copy is kept, and the deletion is refused for it.
+/// that is not stored, or not as it says (another uid; the stored uid and resourceVersion with
+/// content of its own): no copy is kept, and the deletion is refused for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_is_kept_only_of_the_object_stored_under_the_name() {
     let (client, stub) = start().await;
@@ -315,6 +319,16 @@ async fn a_copy_is_kept_only_of_the_object_stored_under_the_name() {
     made_up.uid = Some("uid-forged".into());
     let refused = keep(&bin, made_up, 1_800_000_000).await.unwrap_err();
     assert!(refused.to_string().contains("uid uid-3"), "{refused}");
+    // The stored object's uid and resourceVersion, a payload and a break-glass annotation of
+    // the tenant's own: its copy would stand for the record's when Helm later deletes it.
+    let mut forged = stored.clone();
+    forged.annotations.insert("helm-guard.io/allow-delete".into(), "mine".into());
+    let refused = keep(&bin, forged, 1_800_000_000).await.unwrap_err();
+    assert!(refused.to_string().contains("other labels, annotations or data"), "{refused}");
+    let mut forged = stored.clone();
+    forged.payload = record(&stub, 4).payload;
+    let refused = keep(&bin, forged, 1_800_000_000).await.unwrap_err();
+    assert!(refused.to_string().contains("other labels, annotations or data"), "{refused}");
     assert!(stub.secrets.lock().unwrap().is_empty(), "nothing in the bin");
     keep(&bin, stored, 1_800_000_000).await.unwrap();
     assert_eq!(stub.secrets.lock().unwrap().len(), 1);
