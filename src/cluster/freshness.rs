@@ -12,6 +12,10 @@
 //!    their payloads;
 //! 3. then the payload of every record not yet read at its current resourceVersion.
 //!
+//! A DELETE may first take step 3 alone ([`Freshness::read_alone`]): a payload read at the version
+//! the watch brought keeps a view one its watch brought, on which Helm's purge holds without a
+//! round (POLICY.md, "A view that lags").
+//!
 //! A release of which two or more records are unread (a guard just started, its read-ahead under
 //! way) skips step 1: its listing shows it current and reads it in one call, where a round and
 //! then a GET per record would take two waits and many calls (BENCHMARKS.md, "A restarted

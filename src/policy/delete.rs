@@ -138,9 +138,9 @@ pub(crate) fn needs_agreement(facts: &DeleteFacts<'_>, others: &History, reason:
 /// and one of them stays latest until it is gone itself, and the rules refuse the deletion of a
 /// latest with older records and nothing deployed below it (D6b, D8, D9), while no record below
 /// it can be made `deployed`. So it stays below the latest and D4a or D5 approves it on what is
-/// stored too (generative test in `lagging_view_tests.rs`). Helm's purge then waits for two
-/// confirmations, not one per record: its first request's (the marked latest's new payload is
-/// read then) and the marked latest's own.
+/// stored too (generative test in `lagging_view_tests.rs`). Helm's purge then waits for one
+/// confirmation, not one per record: the marked latest's own (its first request reads the marked
+/// latest's new payload alone, which keeps the view one its watch brought).
 pub(crate) fn holds_on_a_lagging_view(
     facts: &DeleteFacts<'_>,
     others: &History,
