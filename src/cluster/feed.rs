@@ -63,6 +63,9 @@ pub(crate) trait IndexSink<M> {
     fn replace(&self, target: &Self::Target, items: Vec<Self::Item>, resource_version: u64);
     /// One object added or changed.
     fn upsert(&self, target: &Self::Target, item: Self::Item);
+    /// The watch brought `object` changed into none of ours (its labels changed): what the
+    /// target held of it goes.
+    fn not_ours(&self, _target: &Self::Target, _object: &M) {}
     /// One object gone.
     fn remove(&self, target: &Self::Target, object: &M);
     /// The resourceVersion of an event's object, where the target tracks how far this watch has
@@ -127,8 +130,9 @@ impl<S, T> Feed<S, T> {
                 return true;
             }
             Event::Apply(object) => {
-                if let Some(item) = self.sink.read(&object) {
-                    self.sink.upsert(index, item);
+                match self.sink.read(&object) {
+                    Some(item) => self.sink.upsert(index, item),
+                    None => self.sink.not_ours(index, &object),
                 }
                 if let Some(version) = self.sink.version(&object) {
                     self.sink.progressed(index, version);
@@ -163,6 +167,13 @@ impl<K> IndexSink<PartialObjectMeta<K>> for RecordSink {
 
     fn upsert(&self, index: &ReleaseIndex, item: IndexedRecord) {
         index.upsert(item);
+    }
+
+    fn not_ours(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {
+        let meta = &object.metadata;
+        if let Some(name) = meta.name.as_deref() {
+            index.not_a_record(self.0, meta.namespace.as_deref().unwrap_or_default(), name);
+        }
     }
 
     fn remove(&self, index: &ReleaseIndex, object: &PartialObjectMeta<K>) {

@@ -107,6 +107,51 @@ fn apply_and_delete_events_keep_the_index_current() {
     );
 }
 
+/// An UPDATE that changes a record's `name` label (another release's record now), then its
+/// `owner` to the fence's (no record, though the watch still selects it), takes it out of the
+/// release it was indexed under each time: the one its name says (Helm's), then one it does not
+/// (remembered). Else the index would hold a record that is not stored.
+#[test]
+fn a_record_whose_labels_moved_it_leaves_the_release_it_was_under() {
+    let index = live_index();
+    let records = web(&[(1, "superseded"), (2, "deployed")]);
+    relist(&index, &records);
+    let mut feed = RecordFeed::new(Driver::Secret);
+    let release = |name: &str| {
+        let key = ReleaseKey { release: name.into(), ..web_key() };
+        index.history(&key).iter().map(|facts| facts.revision).collect::<Vec<u32>>()
+    };
+    assert_eq!((release("web"), release("api")), (vec![1, 2], vec![]));
+    let mut moved = records[0].clone();
+    moved["metadata"]["labels"]["name"] = json!("api");
+    feed.apply(&index, Event::Apply(meta::<Secret>(&moved)));
+    assert_eq!((release("web"), release("api")), (vec![2], vec![1]), "another release's record now");
+    moved["metadata"]["labels"]["owner"] = json!("helm-guard-fence");
+    feed.apply(&index, Event::Apply(meta::<Secret>(&moved)));
+    assert_eq!((release("web"), release("api")), (vec![2], vec![]), "no record now");
+    assert_eq!(index.revision_count(), 1);
+    // A record named apart as a relist brings it, then as a listing of its release does.
+    let mut apart = records[1].clone();
+    apart["metadata"]["labels"]["name"] = json!("api");
+    relist(&index, std::slice::from_ref(&apart));
+    let fenced = |mut object: Value, at: u64| {
+        object["metadata"]["labels"]["owner"] = json!("helm-guard-fence");
+        object["metadata"]["resourceVersion"] = json!(at.to_string());
+        Event::Apply(meta::<Secret>(&object))
+    };
+    feed.apply(&index, fenced(apart.clone(), 900));
+    assert_eq!(release("api"), Vec::<u32>::new(), "named apart in a relist");
+    apart["metadata"]["resourceVersion"] = json!("901");
+    let listed =
+        helm_guard::cluster::IndexedRecord::from_meta(Driver::Secret, &meta::<Secret>(&apart).metadata);
+    let listing =
+        helm_guard::cluster::Listing { records: listed.into_iter().collect(), resource_version: None };
+    index.sync_release(&ReleaseKey { release: "api".into(), ..web_key() }, listing);
+    assert_eq!(release("api"), vec![2]);
+    feed.apply(&index, fenced(apart, 902));
+    assert_eq!(release("api"), Vec::<u32>::new(), "named apart in a listing");
+}
+
 #[test]
 fn a_configmap_watch_ignores_configmaps_that_are_not_records() {
     let index = live_index();

@@ -44,6 +44,7 @@ impl ReleaseIndex {
             }
         }
         if !fresh.is_empty() {
+            fresh.keys().for_each(|object| state.indexed_under(key, object));
             state.releases.insert(key.clone(), fresh);
         }
     }

@@ -24,6 +24,7 @@
 
 mod entry;
 mod listing;
+mod moved;
 mod view;
 mod watched;
 
@@ -83,6 +84,8 @@ struct IndexState {
     releases: HashMap<ReleaseKey, ReleaseRecords>,
     /// How far the watch brought each driver's records, and what reads moved ahead of it.
     watched: watched::Watched,
+    /// The records indexed under a release their name does not say (`moved.rs`).
+    named_apart: HashMap<moved::ObjectId, Box<str>>,
 }
 
 impl IndexState {
@@ -248,9 +251,21 @@ impl ReleaseIndex {
         let mut entry = Entry::new(record.facts, record.uid, record.resource_version);
         let mut state = self.lock();
         self.changes.touch(&record.key.namespace);
+        let (driver, object) = (record.key.driver, record.object.as_str());
+        state.moved(driver, &record.key.namespace, object, Some(&record.key));
+        state.indexed_under(&record.key, object);
         let records = state.releases.entry(record.key).or_default();
         entry.keep_from(records.get(record.object.as_str()));
         records.insert(record.object.into(), entry);
+    }
+
+    /// The watch brought `object` of `driver` in `namespace` as no record (its labels changed):
+    /// it leaves whatever release it was indexed under.
+    pub(crate) fn not_a_record(&self, driver: crate::release::Driver, namespace: &str, object: &str) {
+        let mut state = self.lock();
+        if state.moved(driver, namespace, object, None) {
+            self.changes.touch(namespace);
+        }
     }
 
     /// Removes one record the watch saw deleted: only the object with `uid`, not a later one of
@@ -302,6 +317,10 @@ impl ReleaseIndex {
                 .map(|key| key.namespace.as_str()),
         );
         state.releases.retain(|key, _| !drivers.contains(&key.driver));
+        state.named_apart.retain(|(driver, _, _), _| !drivers.contains(driver));
+        for (key, records) in &fresh {
+            records.keys().for_each(|object| state.indexed_under(key, object));
+        }
         state.releases.extend(fresh);
         state.watched.relisted(drivers, through);
     }
