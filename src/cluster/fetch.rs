@@ -262,14 +262,7 @@ impl ApiPayloadFetcher {
     /// The record `object` of `key`'s namespace as the API server's text; `None` when there is
     /// no such object.
     async fn get_text(&self, key: &ReleaseKey, object: &str) -> Result<Option<Bytes>, kube::Error> {
-        let request = kube::core::Request::new(records_path(key.driver, Some(&key.namespace)))
-            .get(object, &GetParams::default())
-            .map_err(kube::Error::BuildRequest)?;
-        match self.client.request_text(request).await {
-            Ok(text) => Ok(Some(Bytes::from(text))),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-            Err(error) => Err(error),
-        }
+        record_text(&self.client, key.driver, &key.namespace, object).await
     }
 
     /// Reads one record for a verdict: what Helm reads of it, decoded apart from the runtime when
@@ -284,6 +277,24 @@ impl ApiPayloadFetcher {
             .await
             .map_err(|error| kube::Error::Service(error.into()))?
             .map_err(kube::Error::SerdeError)
+    }
+}
+
+/// The object `object` of `driver`'s kind in `namespace` as the API server's text; `None` when
+/// there is no such object.
+pub(super) async fn record_text(
+    client: &kube::Client,
+    driver: Driver,
+    namespace: &str,
+    object: &str,
+) -> Result<Option<Bytes>, kube::Error> {
+    let request = kube::core::Request::new(records_path(driver, Some(namespace)))
+        .get(object, &GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    match client.request_text(request).await {
+        Ok(text) => Ok(Some(Bytes::from(text))),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(error) => Err(error),
     }
 }
 

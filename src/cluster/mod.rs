@@ -124,22 +124,7 @@ pub(crate) async fn stored_record(
     namespace: &str,
     name: &str,
 ) -> Result<Option<crate::release::Record>, kube::Error> {
-    let path = match driver {
-        crate::release::Driver::Secret => {
-            <k8s_openapi::api::core::v1::Secret as kube::Resource>::url_path(&(), Some(namespace))
-        }
-        crate::release::Driver::ConfigMap => {
-            <k8s_openapi::api::core::v1::ConfigMap as kube::Resource>::url_path(&(), Some(namespace))
-        }
-    };
-    let request = kube::core::Request::new(path)
-        .get(name, &kube::api::GetParams::default())
-        .map_err(kube::Error::BuildRequest)?;
-    let text = match client.request_text(request).await {
-        Ok(text) => bytes::Bytes::from(text),
-        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
-        Err(error) => return Err(error),
-    };
+    let Some(text) = fetch::record_text(client, driver, namespace, name).await? else { return Ok(None) };
     let object: crate::object::ReviewObject =
         crate::release::decode::fields::borrowing_from(&text, || serde_json::from_slice(&text))
             .map_err(kube::Error::SerdeError)?;

@@ -287,6 +287,17 @@ fn guard_on(fetcher: std::sync::Arc<RelistDuringRound>) -> helm_guard::admission
     helm_guard::admission::Admission::new(index, settings, live, Default::default())
 }
 
+/// The confirmations of a live guard on `fetcher`'s API server and index.
+fn freshness_on(fetcher: RelistDuringRound) -> helm_guard::cluster::freshness::Freshness {
+    let index = fetcher.index.clone();
+    helm_guard::cluster::freshness::Freshness::new(
+        std::sync::Arc::new(fetcher),
+        index,
+        Default::default(),
+        Default::default(),
+    )
+}
+
 /// Helm's first purge request after its UPDATE marked the latest `uninstalling`: the watch
 /// brought that update's labels, not its payload. Read alone at the version the watch brought,
 /// the view is still one its watch brought and the purge holds with no fence round
@@ -313,13 +324,7 @@ fn the_purges_first_request_reads_the_marked_latest_and_waits_on_no_round() {
         let fetcher = std::sync::Arc::new(RelistDuringRound::new(&stored, &index, false));
         let admission = guard_on(fetcher.clone());
         // Every payload read (the read-ahead), then the watch brings Helm's UPDATE of revision 3.
-        let reads = RelistDuringRound::new(&before, &index, false);
-        let freshness = helm_guard::cluster::freshness::Freshness::new(
-            std::sync::Arc::new(reads),
-            index.clone(),
-            Default::default(),
-            Default::default(),
-        );
+        let freshness = freshness_on(RelistDuringRound::new(&before, &index, false));
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         futures::executor::block_on(freshness.read(&web_key(), None, deadline));
         RecordFeed::new(Driver::Secret).apply(&index, Event::Apply(meta::<Secret>(&marked[2])));
@@ -361,13 +366,7 @@ async fn a_confirmation_holds_only_within_the_relists_it_counted() {
     let stored = web(&[(1, "superseded"), (2, "deployed")]);
     let index = std::sync::Arc::new(live_index());
     relist(&index, &stored);
-    let fetcher = RelistDuringRound::new(&stored, &index, false);
-    let freshness = helm_guard::cluster::freshness::Freshness::new(
-        std::sync::Arc::new(fetcher),
-        index.clone(),
-        Default::default(),
-        Default::default(),
-    );
+    let freshness = freshness_on(RelistDuringRound::new(&stored, &index, false));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     // Asked about revision 1: one other record unread, so a fence round, not a listing.
     let asked = stored[0]["metadata"]["name"].as_str();
