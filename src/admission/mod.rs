@@ -104,7 +104,8 @@ pub struct LiveParts {
 /// The counts decisions keep, shared with the metrics.
 #[derive(Debug, Clone, Default)]
 pub struct DecisionCounts {
-    /// Decisions that ran out of their deadline before reading every record they needed.
+    /// Decisions that could not read every record they needed (a read failed, or the deadline
+    /// ran out).
     pub deadline_exceeded: crate::tally::Tally,
     /// Decisions that listed their release because the watch could not be shown caught up.
     pub confirmed_by_listing: crate::tally::Tally,

@@ -40,7 +40,8 @@ const LIST_WHEN_UNREAD: usize = 2;
 pub(crate) struct Freshness {
     fetcher: Arc<dyn PayloadFetcher>,
     index: Arc<ReleaseIndex>,
-    /// Decisions that ran out of their deadline before reading every record they needed.
+    /// Decisions that could not read every record they needed: a listing or a GET failed, or
+    /// the deadline ran out (the metric keeps its first name; the log says which).
     deadline_exceeded: Tally,
     /// Decisions that listed their release because the watch could not be shown caught up.
     confirmed_by_listing: Tally,

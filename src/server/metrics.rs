@@ -245,7 +245,7 @@ impl Metrics {
         );
         registry.register(
             "decision_deadline_exceeded",
-            "Decisions that ran out of --decision-deadline before reading every record they needed",
+            "Decisions that could not read every record they needed: the API server failed or did not answer within --decision-deadline",
             decision_counts.deadline_exceeded.clone(),
         );
         registry.register(
