@@ -24,8 +24,10 @@ pub(crate) const WRITE_RETRY: Duration = Duration::from_millis(100);
 pub(crate) struct Pacing {
     /// Rounds under way at once, at most.
     pub(crate) in_flight: usize,
-    /// Under load a round begins no sooner than a quarter more than the last round took after
-    /// the one before (gathering the waiters of that time), and never later than this.
+    /// Under load (rounds answer more than one and a half waiters, a moving mean) a round begins
+    /// no sooner than a quarter more than the last round took after the one before (gathering
+    /// the waiters of that time), and never later than this. One waiter at a time gathers
+    /// nothing: each round begins when it is wanted.
     pub(crate) max_gather: Duration,
 }
 
@@ -73,8 +75,9 @@ pub(crate) fn revision(resource_version: Option<&str>) -> Option<u64> {
 /// that begins after it arrived; the writer begins a round when one is wanted and marks it done.
 #[derive(Debug, Default)]
 pub(crate) struct GroupCommit {
-    /// Rounds begun so far, and the latest round a waiter waits for.
-    rounds: Mutex<(u64, u64)>,
+    /// Rounds begun so far, the latest round a waiter waits for, and the waiters that joined
+    /// since the last round began (those the next one answers for).
+    rounds: Mutex<(u64, u64, usize)>,
     /// The latest round done.
     done: Mark,
     /// The latest round that failed (its waiters need not wait for it).
@@ -90,6 +93,7 @@ impl GroupCommit {
             let mut rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let need = rounds.0 + 1;
             rounds.1 = rounds.1.max(need);
+            rounds.2 += 1;
             need
         };
         self.wake.notify_one();
@@ -108,15 +112,16 @@ impl GroupCommit {
         tokio::time::timeout_at(deadline, outcome).await.unwrap_or(false)
     }
 
-    /// For the writer: waits until a round is wanted, and begins it.
-    pub(crate) async fn begin(&self) -> u64 {
+    /// For the writer: waits until a round is wanted, and begins it; the round, and how many
+    /// waiters it answers for.
+    pub(crate) async fn begin(&self) -> (u64, usize) {
         loop {
             let notified = self.wake.notified();
             {
                 let mut rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if rounds.1 > rounds.0 {
                     rounds.0 += 1;
-                    return rounds.0;
+                    return (rounds.0, std::mem::take(&mut rounds.2));
                 }
             }
             notified.await;
@@ -164,27 +169,38 @@ pub(crate) trait RoundWriter: Sync {
 pub(crate) async fn run<W: RoundWriter>(commit: &GroupCommit, writer: &W, mark: &Mark, pacing: Pacing) {
     let mut in_flight = futures::stream::FuturesUnordered::new();
     let mut pace = Duration::ZERO;
-    let mut next_begin = tokio::time::Instant::now();
+    // A moving mean of the waiters a round answered: rounds gather only under load (a burst),
+    // not for one waiter at a time, nor for a straggler among a burst's rounds.
+    let mut answered = 0.0_f32;
+    let mut last_began = tokio::time::Instant::now();
+    // After a failed write, no round before this.
+    let mut not_before = last_began;
     loop {
+        let next_begin = (last_began + pace).max(not_before);
         tokio::select! {
-            round = async {
-                tokio::time::sleep_until(next_begin).await;
+            (round, waiters) = async {
+                // Tokio's timer rounds a deadline up to its next millisecond: a time already come
+                // is not waited for.
+                if next_begin > tokio::time::Instant::now() {
+                    tokio::time::sleep_until(next_begin).await;
+                }
                 commit.begin().await
             }, if in_flight.len() < pacing.in_flight => {
                 let began = tokio::time::Instant::now();
-                next_begin = began + pace;
-                in_flight.push(async move { (round, began, complete(writer, round, mark).await) });
+                last_began = began;
+                in_flight.push(async move { (round, waiters, began, complete(writer, round, mark).await) });
             }
-            Some((round, began, completed)) = futures::StreamExt::next(&mut in_flight) => match completed {
+            Some((round, waiters, began, completed)) = futures::StreamExt::next(&mut in_flight) => match completed {
                 Ok(()) => {
                     commit.finish(round);
-                    pace = (began.elapsed() * 5 / 4).min(pacing.max_gather);
+                    answered = answered * 0.75 + waiters as f32 * 0.25;
+                    pace = if answered > 1.5 { (began.elapsed() * 5 / 4).min(pacing.max_gather) } else { Duration::ZERO };
                 }
                 Err(failure) => {
                     writer.failed(&failure);
                     commit.fail(round);
                     if matches!(failure, RoundFailed::Write(_)) {
-                        next_begin = tokio::time::Instant::now() + WRITE_RETRY;
+                        not_before = tokio::time::Instant::now() + WRITE_RETRY;
                     }
                 }
             },
@@ -255,7 +271,7 @@ mod tests {
     async fn a_round_begun_before_a_waiter_arrived_does_not_answer_for_it() {
         let commit = GroupCommit::default();
         let first = commit.join();
-        assert_eq!(commit.begin().await, 1);
+        assert_eq!(commit.begin().await, (1, 1));
         // Two verdicts arrive while round 1 is under way: both need round 2, and share it.
         let (late, also) = (commit.join(), commit.join());
         assert_eq!((first, late, also), (1, 2, 2));
@@ -263,7 +279,7 @@ mod tests {
         let soon = tokio::time::Instant::now() + Duration::from_millis(50);
         assert!(commit.done_by(first, soon).await);
         assert!(!commit.done_by(late, soon).await, "round 1 began before it arrived");
-        assert_eq!(commit.begin().await, 2, "one round for both");
+        assert_eq!(commit.begin().await, (2, 2), "one round for both");
         let idle = tokio::time::timeout(Duration::from_millis(20), commit.begin()).await;
         assert!(idle.is_err(), "nobody waits for round 3, so it does not begin");
         commit.finish(2);
@@ -274,7 +290,7 @@ mod tests {
     async fn a_failed_round_frees_its_waiters_at_once_and_a_later_round_answers_the_rest() {
         let commit = std::sync::Arc::new(GroupCommit::default());
         let first = commit.join();
-        assert_eq!(commit.begin().await, 1);
+        assert_eq!(commit.begin().await, (1, 1));
         let second = commit.join();
         commit.fail(1);
         let long = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -287,9 +303,66 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!waiting.is_finished(), "round 2 has neither failed nor completed");
-        assert_eq!(commit.begin().await, 2);
+        assert_eq!(commit.begin().await, (2, 1));
         commit.finish(2);
         assert!(waiting.await.unwrap(), "round 2 answers for the waiter that arrived during round 1");
+    }
+
+    /// A writer whose every write takes `WRITE` and is back at once; it notes when each began.
+    struct TimedWriter {
+        mark: std::sync::Arc<Mark>,
+        began: Mutex<Vec<tokio::time::Instant>>,
+    }
+
+    const WRITE: Duration = Duration::from_millis(8);
+
+    impl RoundWriter for TimedWriter {
+        type Written = ();
+
+        async fn write(&self, round: u64) -> Result<(u64, ()), kube::Error> {
+            self.began.lock().unwrap().push(tokio::time::Instant::now());
+            tokio::time::sleep(WRITE).await;
+            self.mark.raise(round);
+            Ok((round, ()))
+        }
+
+        fn failed(&self, _: &RoundFailed) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rounds_gather_waiters_only_after_a_round_that_answered_several() {
+        let commit = std::sync::Arc::new(GroupCommit::default());
+        let mark = std::sync::Arc::new(Mark::default());
+        let writer = std::sync::Arc::new(TimedWriter { mark: mark.clone(), began: Mutex::default() });
+        let pacing = Pacing { in_flight: 4, max_gather: Duration::from_millis(50) };
+        let rounds = tokio::spawn({
+            let (commit, writer, mark) = (commit.clone(), writer.clone(), mark.clone());
+            async move { run(&commit, &*writer, &mark, pacing).await }
+        });
+        let far = tokio::time::Instant::now() + Duration::from_secs(10);
+        let one_by_one = async |rounds: usize| {
+            for _ in 0..rounds {
+                let need = commit.join();
+                assert!(commit.done_by(need, far).await);
+            }
+        };
+        // One waiter at a time (a lone `helm uninstall`): each round begins as it is wanted.
+        one_by_one(3).await;
+        // Eight at once (a burst): the next round begins a quarter more than that round took
+        // after it began, gathering the waiters of that time; a lone straggler's round after
+        // the burst does too, until the rounds have answered one at a time for a while.
+        let burst: Vec<u64> = (0..8).map(|_| commit.join()).collect();
+        for need in burst {
+            assert!(commit.done_by(need, far).await);
+        }
+        one_by_one(8).await;
+        let began = writer.began.lock().unwrap().clone();
+        let gaps: Vec<Duration> = began.windows(2).map(|two| two[1] - two[0]).collect();
+        let paced = WRITE * 5 / 4;
+        assert_eq!(gaps[..3], [WRITE; 3], "one at a time: at once");
+        assert_eq!(gaps[3..7], [paced; 4], "after the burst: gathered");
+        assert_eq!(gaps[7..], [WRITE; 4], "the burst over: at once again");
+        rounds.abort();
     }
 
     #[test]
