@@ -24,10 +24,10 @@ pub(crate) const WRITE_RETRY: Duration = Duration::from_millis(100);
 pub(crate) struct Pacing {
     /// Rounds under way at once, at most.
     pub(crate) in_flight: usize,
-    /// Under load (rounds answer more than one and a half waiters, a moving mean) a round begins
-    /// no sooner than a quarter more than the last round took after the one before (gathering
-    /// the waiters of that time), and never later than this. One waiter at a time gathers
-    /// nothing: each round begins when it is wanted.
+    /// A round begins no sooner than a quarter more than the last round took after the one
+    /// before (gathering the waiters of that time), and never later than this; but one waiter
+    /// at a time (rounds answering no more than one and a half, a moving mean) gathers nothing:
+    /// a round wanted when none is under way begins at once.
     pub(crate) max_gather: Duration,
 }
 
@@ -170,13 +170,15 @@ pub(crate) async fn run<W: RoundWriter>(commit: &GroupCommit, writer: &W, mark: 
     let mut in_flight = futures::stream::FuturesUnordered::new();
     let mut pace = Duration::ZERO;
     // A moving mean of the waiters a round answered: rounds gather only under load (a burst),
-    // not for one waiter at a time, nor for a straggler among a burst's rounds.
+    // not for one waiter at a time, nor for a straggler among a burst's rounds. Rounds that
+    // overlap are paced whatever they answered, so writes stay under about one per round's time.
     let mut answered = 0.0_f32;
     let mut last_began = tokio::time::Instant::now();
     // After a failed write, no round before this.
     let mut not_before = last_began;
     loop {
-        let next_begin = (last_began + pace).max(not_before);
+        let alone = in_flight.is_empty() && answered <= 1.5;
+        let next_begin = if alone { last_began } else { last_began + pace }.max(not_before);
         tokio::select! {
             (round, waiters) = async {
                 // Tokio's timer rounds a deadline up to its next millisecond: a time already come
@@ -194,7 +196,7 @@ pub(crate) async fn run<W: RoundWriter>(commit: &GroupCommit, writer: &W, mark: 
                 Ok(()) => {
                     commit.finish(round);
                     answered = answered * 0.75 + waiters as f32 * 0.25;
-                    pace = if answered > 1.5 { (began.elapsed() * 5 / 4).min(pacing.max_gather) } else { Duration::ZERO };
+                    pace = (began.elapsed() * 5 / 4).min(pacing.max_gather);
                 }
                 Err(failure) => {
                     writer.failed(&failure);
@@ -348,6 +350,12 @@ mod tests {
         };
         // One waiter at a time (a lone `helm uninstall`): each round begins as it is wanted.
         one_by_one(3).await;
+        // A waiter that joins while a round is under way does not begin another beside it: its
+        // round begins when that one is done (here before the pace would let it).
+        let under_way = commit.join();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let beside = commit.join();
+        assert!(commit.done_by(under_way, far).await && commit.done_by(beside, far).await);
         // Eight at once (a burst): the next round begins a quarter more than that round took
         // after it began, gathering the waiters of that time; a lone straggler's round after
         // the burst does too, until the rounds have answered one at a time for a while.
@@ -359,9 +367,9 @@ mod tests {
         let began = writer.began.lock().unwrap().clone();
         let gaps: Vec<Duration> = began.windows(2).map(|two| two[1] - two[0]).collect();
         let paced = WRITE * 5 / 4;
-        assert_eq!(gaps[..3], [WRITE; 3], "one at a time: at once");
-        assert_eq!(gaps[3..7], [paced; 4], "after the burst: gathered");
-        assert_eq!(gaps[7..], [WRITE; 4], "the burst over: at once again");
+        assert_eq!(gaps[..5], [WRITE; 5], "one at a time: at once, one round under way");
+        assert_eq!(gaps[5..9], [paced; 4], "after the burst: gathered");
+        assert_eq!(gaps[9..], [WRITE; 4], "the burst over: at once again");
         rounds.abort();
     }
 
