@@ -30,11 +30,11 @@ pub(crate) const WATCHED_LABELS: &str = "owner in (helm,helm-guard-fence)";
 /// The fence objects' name (a Secret for the secret driver, a ConfigMap for the configmap one).
 pub(crate) const FENCE_NAME: &str = "helm-guard-fence";
 
-/// Rounds overlap (a round in flight does not hold back the next), but under load (the last round
-/// answered more than one verdict) they begin no closer together than a quarter more than the
-/// last round took (at most 50 ms): each then answers for the verdicts of that time, so a verdict
-/// waits some half a round for its round to begin and one round for it to complete, and the
-/// writes stay under one per round's time. A lone verdict's round begins at once.
+/// Rounds overlap (a round in flight does not hold back the next), but begin no closer together
+/// than a quarter more than the last round took (at most 50 ms): each then answers for the
+/// verdicts of that time, so a verdict waits some half a round for its round to begin and one
+/// round for it to complete, and the writes stay under one per round's time. Verdicts one at a
+/// time wait for none of that: a round wanted when none is under way begins at once.
 const PACING: Pacing = Pacing { in_flight: 4, max_gather: Duration::from_millis(50) };
 
 /// How far each driver's record watch has been applied to the index: the highest resourceVersion
