@@ -217,7 +217,10 @@ impl ApiPayloadFetcher {
             futures::stream::iter(unread)
                 .map(|(key, object, version)| async move {
                     self.yield_to_verdicts().await;
-                    let Ok(Some(text)) = self.get_text(&key, &object).await else { return };
+                    let Ok(Some(text)) = record_text(&self.client, key.driver, &key.namespace, &object).await
+                    else {
+                        return;
+                    };
                     let (index, reads, limits) = (index.clone(), reads.clone(), self.limits);
                     idle.run(move || {
                         if let Ok(Fetched::Read(read)) = read_object(text, &key, limits) {
@@ -259,16 +262,12 @@ impl ApiPayloadFetcher {
         self.client.request_text(request).await.map(Bytes::from)
     }
 
-    /// The record `object` of `key`'s namespace as the API server's text; `None` when there is
-    /// no such object.
-    async fn get_text(&self, key: &ReleaseKey, object: &str) -> Result<Option<Bytes>, kube::Error> {
-        record_text(&self.client, key.driver, &key.namespace, object).await
-    }
-
     /// Reads one record for a verdict: what Helm reads of it, decoded apart from the runtime when
     /// large.
     async fn get(&self, key: &ReleaseKey, object: &str) -> Result<Fetched, kube::Error> {
-        let Some(text) = self.get_text(key, object).await? else { return Ok(Fetched::Gone) };
+        let Some(text) = record_text(&self.client, key.driver, &key.namespace, object).await? else {
+            return Ok(Fetched::Gone);
+        };
         if text.len() <= crate::release::decode::LARGE_PAYLOAD_BYTES {
             return read_object(text, key, self.limits).map_err(kube::Error::SerdeError);
         }

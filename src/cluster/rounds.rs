@@ -75,14 +75,23 @@ pub(crate) fn revision(resource_version: Option<&str>) -> Option<u64> {
 /// that begins after it arrived; the writer begins a round when one is wanted and marks it done.
 #[derive(Debug, Default)]
 pub(crate) struct GroupCommit {
-    /// Rounds begun so far, the latest round a waiter waits for, and the waiters that joined
-    /// since the last round began (those the next one answers for).
-    rounds: Mutex<(u64, u64, usize)>,
+    rounds: Mutex<Rounds>,
     /// The latest round done.
     done: Mark,
     /// The latest round that failed (its waiters need not wait for it).
     failed: Mark,
     wake: Notify,
+}
+
+/// Where a writer's rounds stand.
+#[derive(Debug, Default)]
+struct Rounds {
+    /// Rounds begun so far.
+    begun: u64,
+    /// The latest round a waiter waits for.
+    wanted: u64,
+    /// Waiters that joined since the last round began: those the next one answers for.
+    joined: usize,
 }
 
 impl GroupCommit {
@@ -91,9 +100,9 @@ impl GroupCommit {
     pub(crate) fn join(&self) -> u64 {
         let need = {
             let mut rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let need = rounds.0 + 1;
-            rounds.1 = rounds.1.max(need);
-            rounds.2 += 1;
+            let need = rounds.begun + 1;
+            rounds.wanted = rounds.wanted.max(need);
+            rounds.joined += 1;
             need
         };
         self.wake.notify_one();
@@ -119,9 +128,9 @@ impl GroupCommit {
             let notified = self.wake.notified();
             {
                 let mut rounds = self.rounds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if rounds.1 > rounds.0 {
-                    rounds.0 += 1;
-                    return (rounds.0, std::mem::take(&mut rounds.2));
+                if rounds.wanted > rounds.begun {
+                    rounds.begun += 1;
+                    return (rounds.begun, std::mem::take(&mut rounds.joined));
                 }
             }
             notified.await;
