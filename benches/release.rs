@@ -66,6 +66,7 @@ fn classify_history(c: &mut Criterion) {
                 label: Some(status),
                 stored_at: Some(1_795_968_000),
                 field_conflict: false,
+                namespace_apart: false,
             }
         })
         .rev()

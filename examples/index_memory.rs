@@ -46,6 +46,7 @@ fn main() {
             label: Some(status),
             stored_at: Some(1_795_968_000 + i64::from(n)),
             field_conflict: false,
+            namespace_apart: false,
         };
         let object = format!("sh.helm.release.v1.{}.v{revision}", key.release);
         index.upsert(IndexedRecord {

@@ -52,6 +52,7 @@
 //!     label: Some(status),
 //!     stored_at: None,
 //!     field_conflict: false,
+//!     namespace_apart: false,
 //! };
 //! let facts = [revision(2, Status::Superseded), revision(3, Status::Deployed)];
 //! assert_eq!(classify(&facts, 0, 900).state, ReleaseState::Healthy);

@@ -39,6 +39,8 @@ pub struct ReviewObject {
     pub other_data: std::collections::BTreeMap<String, String>,
     /// A pod's `spec`, as far as the helm-install pod rules read it.
     pub spec: Option<PodSpec>,
+    /// A Secret's or ConfigMap's `immutable` (Helm never sets it).
+    pub immutable: bool,
 }
 
 impl ReviewObject {
@@ -50,6 +52,7 @@ impl ReviewObject {
             self.secret_type,
             self.release_data,
             self.other_data,
+            self.immutable,
             driver,
         )
     }
@@ -84,6 +87,7 @@ impl<'de> Visitor<'de> for ObjectVisitor {
                     (object.release_data, object.other_data) = (data.release, data.other);
                 }
                 "spec" => object.spec = map.next_value::<Option<PodSpec>>()?,
+                "immutable" => object.immutable = map.next_value::<Option<bool>>()?.unwrap_or_default(),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }

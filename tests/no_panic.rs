@@ -79,6 +79,7 @@ proptest! {
                 label: Some(<Status as strum::VariantArray>::VARIANTS[status]),
                 stored_at,
                 field_conflict: decodes && revision % 2 == 0,
+                namespace_apart: false,
             })
             .collect();
         let _ = classify(&facts, now, 900);

@@ -21,8 +21,9 @@ use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update,
 use crate::policy::{Reason, Verdict, break_glass_reason};
 use crate::release::decode::Fingerprinting;
 use crate::release::history::revisions_within;
-use crate::release::record::{DecodedRecord, LABEL_VERSION};
+use crate::release::record::{DecodedRecord, Record};
 use crate::release::writer::Writer;
+use crate::release::history::PayloadStatus;
 use crate::release::{Driver, History, ReleasePayload, RevisionFacts, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
@@ -296,6 +297,19 @@ fn status_text(status: Option<Status>) -> &'static str {
     status.map_or("undecodable", Status::as_str)
 }
 
+/// Metadata Helm never sets on a record, the first the object has (C3b).
+fn foreign_metadata(record: &Record) -> Option<&'static str> {
+    if record.immutable {
+        Some("immutable")
+    } else if !record.finalizers.is_empty() {
+        Some("a finalizer")
+    } else if !record.owner_references.is_empty() {
+        Some("an owner reference")
+    } else {
+        None
+    }
+}
+
 /// What the UPDATE rules read of one side of an update.
 fn record_side(r: &DecodedRecord) -> RecordSide<'_> {
     RecordSide {
@@ -304,6 +318,7 @@ fn record_side(r: &DecodedRecord) -> RecordSide<'_> {
         payload: r.payload.as_ref().ok().map(|p| PayloadSide { status: p.info.status, content: p.content }),
         owner_references: &r.record.owner_references,
         finalizers: &r.record.finalizers,
+        immutable: r.record.immutable,
     }
 }
 
@@ -470,34 +485,34 @@ async fn create(
 ) -> (About, Decided) {
     let about = about_record(&record, format!("(new) -> {}", status_text(record.status())));
     let payload = record.payload.as_ref().ok().map(|p| (p.version, p.info.status));
-    let labels = &record.record.labels;
-    let as_helm_writes_it = record.record.identity_agrees
-        && payload.is_some_and(|(revision, status)| {
-            labels.get(LABEL_VERSION).is_some_and(|v| *v == revision.to_string())
-                && record.record.status_label() == Some(status)
-        });
+    let unlike_helms = record.unlike_helms();
     let restored_from = record.record.annotations.get(RESTORED_FROM_ANNOTATION).filter(|v| !v.is_empty());
     let key = &record.record.id.key;
     let (namespace, mode) = admission.namespace(&key.namespace);
     let now = jiff::Timestamp::now().as_second();
+    let policy = &admission.settings().policy;
     let rule = |stored: &[RevisionFacts]| {
         let others = &History::new(stored);
         let next = payload.map(|(revision, _)| revision);
+        let read = stored.iter().filter(|f| matches!(f.payload, PayloadStatus::Decoded(_)));
+        let latest_readable = read.max_by_key(|f| f.revision);
         let facts = CreateFacts {
             namespace: &key.namespace,
             release: &key.release,
             object_name: &record.record.object_name,
             payload,
-            as_helm_writes_it,
+            unlike_helms: unlike_helms.as_ref(),
+            namespace_apart: record.namespace_apart(),
+            foreign_metadata: foreign_metadata(&record.record),
             others,
+            others_apart: latest_readable.map(|f| f.namespace_apart),
             requester: requester(request),
+            may_break_glass: policy.may_break_glass(requester(request)),
             restored_from: restored_from.map(String::as_str),
             revisions_last_hour: revisions_within(stored, now, 3600, next),
-            max_per_hour: namespace
-                .max_revisions_per_hour
-                .or(admission.settings().policy.max_revisions_per_hour),
+            max_per_hour: namespace.max_revisions_per_hour.or(policy.max_revisions_per_hour),
         };
-        decide_create(&facts, &admission.settings().policy)
+        decide_create(&facts, policy)
     };
     let rests = |verdict: &Verdict| {
         payload.is_some() && (verdict.reason.rests_on_history() || verdict.reason == Reason::UnreadHistory)

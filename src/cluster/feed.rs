@@ -33,6 +33,7 @@ impl IndexedRecord {
             label: status_label(labels),
             stored_at: meta.creation_timestamp.as_ref().map(|time| time.0.as_second()),
             field_conflict: false,
+            namespace_apart: false,
         };
         Some(IndexedRecord {
             key,

@@ -598,6 +598,7 @@ mod tests {
             label: Some(Status::Deployed),
             stored_at: None,
             field_conflict: false,
+            namespace_apart: false,
         };
         let record = |driver, namespace: &str, revision, payload| IndexedRecord {
             key: ReleaseKey { driver, namespace: namespace.into(), release: "web".into() },

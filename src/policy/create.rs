@@ -6,6 +6,7 @@
 
 use super::config::{PolicyConfig, Requester};
 use super::verdict::{Reason, Verdict};
+use crate::release::record::{HIGHEST_REVISION, NAME_PREFIX, UnlikeHelms};
 use crate::release::{History, Status};
 
 /// The annotation `helm-guard restore` puts on each record it recreates: the copy it came from.
@@ -15,6 +16,12 @@ pub(crate) const RESTORED_FROM_ANNOTATION: &str = "helm-guard.io/restored-from";
 
 /// The namespace label that caps the revisions a release may get in an hour (C8).
 pub(crate) const MAX_REVISIONS_LABEL: &str = "helm-guard.io/max-revisions-per-hour";
+
+/// The highest revision a CREATE may jump to past the latest + 1 (C5). Helm's pruning leaves
+/// gaps of the failed revisions it deletes, a handful; a forged gap to near [`HIGHEST_REVISION`]
+/// would leave the owner's Helm no revision to write within a few upgrades. From here a release
+/// still has a billion upgrades before the edge (the longest loop reported reached 110,760).
+pub(crate) const GAP_CEILING: u32 = 1 << 30;
 
 /// What the CREATE rules read of a request.
 #[derive(Debug, Clone, Copy)]
@@ -27,14 +34,23 @@ pub(crate) struct CreateFacts<'a> {
     pub object_name: &'a str,
     /// The payload's revision and status; `None` when Helm cannot read it.
     pub payload: Option<(u32, Status)>,
-    /// Whether the object is named and labelled as Helm writes a record of that payload:
-    /// `sh.helm.release.v1.<release>.v<revision>`, the `version` and `status` labels the
-    /// payload's.
-    pub as_helm_writes_it: bool,
+    /// Where the object differs from the one Helm's storage writes for that payload (its name,
+    /// the `name`, `version` and `status` labels, a Secret's `type`); `None` when it is Helm's.
+    pub unlike_helms: Option<&'a UnlikeHelms>,
+    /// Whether the payload's namespace is not the record's.
+    pub namespace_apart: bool,
+    /// Metadata Helm never sets on a record, when the object has some: `immutable`, finalizers,
+    /// owner references.
+    pub foreign_metadata: Option<&'static str>,
     /// The rest of the release as Helm sees it.
     pub others: &'a History,
+    /// Whether the payload of the rest's latest readable record is in a namespace apart from the
+    /// record's; `None` when the rest has no readable record.
+    pub others_apart: Option<bool>,
     /// Who asks.
     pub requester: Requester<'a>,
+    /// Whether `requester` may break glass ([`PolicyConfig::may_break_glass`]).
+    pub may_break_glass: bool,
     /// The `helm-guard.io/restored-from` annotation.
     pub restored_from: Option<&'a str>,
     /// Revisions of the release created in the last hour (before this one).
@@ -43,19 +59,30 @@ pub(crate) struct CreateFacts<'a> {
     pub max_per_hour: Option<u32>,
 }
 
-/// Decides a CREATE of a release record (POLICY.md, rules C1–C6).
+/// Decides a CREATE of a release record (POLICY.md, rules C1–C8).
 pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> Verdict {
     let CreateFacts { namespace, release, object_name, others, .. } = *facts;
-    // C1: a restore, counting as the break-glass annotation; an exempt identity (Velero,
-    // helm-2to3, whoever the configuration trusts to write history back).
-    if let Some(copy) = facts.restored_from.filter(|_| config.may_break_glass(facts.requester)) {
+    // C1: a restore, by someone who may break glass; an exempt identity (Velero, helm-2to3,
+    // whoever the configuration trusts to write history back).
+    if let Some(copy) = facts.restored_from.filter(|_| facts.may_break_glass) {
         return Verdict::allow(Reason::Restore).with_detail(copy);
     }
     if let Some(who) = config.exemption(facts.requester) {
         return Verdict::allow(Reason::Exempt).with_detail(who);
     }
-    // C2: a record Helm cannot read changes nothing Helm sees.
+    // C2: a record Helm cannot read changes nothing Helm sees, but under one of Helm's names it
+    // takes the name Helm writes a revision under: that write then fails "already exists".
     let Some((revision, status)) = facts.payload else {
+        if object_name.starts_with(NAME_PREFIX) {
+            return Verdict::deny(
+                Reason::ImplausibleRecord,
+                format!(
+                    "helm-guard: the payload of {namespace}/{object_name} does not decode, and the name is one Helm \
+                     stores a revision of release {release} under: Helm's next write of it would fail \"already \
+                     exists\". Helm writes only records it can read back"
+                ),
+            );
+        }
         return Verdict::warn(
             Reason::HelmCreate,
             format!(
@@ -74,12 +101,29 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
             ),
         )
     };
-    // C3
-    if !facts.as_helm_writes_it {
+    // C3: Helm addresses a record by its payload's name and version; one named or labelled
+    // otherwise is missed by Helm's own update and delete of that revision.
+    if let Some(unlike) = facts.unlike_helms {
+        return refuse(unlike.to_string());
+    }
+    // C3a: Helm's storage writes a release's payloads in one namespace: the records' own, or
+    // (Flux's `storageNamespace`) the target namespace every record of the release names.
+    if facts.namespace_apart && facts.others_apart == Some(false) {
         return refuse(format!(
-            "Helm names the record sh.helm.release.v1.{release}.v{revision} and labels it version={revision}, \
-             status={status}"
+            "its payload names a namespace other than {namespace}, where the release's other revisions are"
         ));
+    }
+    // C3b
+    if let Some(what) = facts.foreign_metadata {
+        return Verdict::deny(
+            Reason::ForeignMetadata,
+            format!(
+                "helm-guard: this creation of {namespace}/{object_name} sets {what}, which Helm never sets on a \
+                 record: an immutable record can never be updated again (Helm cannot finish or supersede the \
+                 revision), a finalizer holds Helm's uninstall, an owner reference hands the record to the garbage \
+                 collector"
+            ),
+        );
     }
     // C4: the rules below read the rest of the release; labels can lie.
     if let Some(unread) = others.unread().first() {
@@ -91,13 +135,29 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
             ),
         );
     }
-    // C5: Helm stores a revision above every one it lists: `Last(name).Version + 1`, taken
-    // before `--history-max` pruning, which may then delete the failed or pending revisions
-    // above the last deployed one, so the new revision can be past the latest + 1.
+    // C5: Helm stores `Last(name).Version + 1`, taken before `--history-max` pruning, which
+    // keeps the last deployed revision and may then delete every failed or pending one above it:
+    // so the new revision is the latest + 1, or past it only over a deployed latest. Never past
+    // the highest a 32-bit Helm reads the next of, and no jump past GAP_CEILING (a forged gap
+    // would otherwise bring the release's numbers to that edge in one write).
     let latest = others.latest();
     if let Some((top, top_status)) = latest.filter(|(top, _)| revision <= *top) {
         return refuse(format!(
             "Helm stores a revision above every one the release has, and its latest is {top} ({top_status})"
+        ));
+    }
+    if revision > HIGHEST_REVISION {
+        return refuse(format!(
+            "Helm's next revision after it would be past {}, the highest a 32-bit Helm reads",
+            i32::MAX
+        ));
+    }
+    let next = latest.map_or(1, |(top, _)| top + 1);
+    let over_deployed = latest.is_some_and(|(_, s)| s == Status::Deployed);
+    if revision > next && !(over_deployed && revision <= GAP_CEILING) {
+        return refuse(format!(
+            "Helm stores revision {next} next: the latest + 1, or past it only over a deployed latest (whose failed \
+             revisions above it Helm's --history-max pruning deleted) and never past {GAP_CEILING}"
         ));
     }
     // C6: the status Helm stores a new revision in, over the latest it writes it over.
@@ -115,8 +175,7 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
         }
         // `rollback` takes the latest whatever it is (`prepareRollback`: `Last()`, no status
         // check: an uninstalled one after `uninstall --keep-history`, an uninstalling one whose
-        // uninstall failed), and with `--history-max 1` its pruning may have deleted every record
-        // before it stores the new one.
+        // uninstall failed).
         Status::PendingRollback => true,
         // helm-mapkubeapis: the latest superseded, then the mapped revision stored deployed.
         Status::Deployed => over == Some(Status::Superseded),
@@ -164,9 +223,13 @@ mod tests {
             release: "web",
             object_name: "sh.helm.release.v1.web.vN",
             payload: Some((revision, status)),
-            as_helm_writes_it: true,
+            unlike_helms: None,
+            namespace_apart: false,
+            foreign_metadata: None,
             others: &others,
+            others_apart: None,
             requester: Requester { username: "tenant", groups: &[] },
+            may_break_glass: false,
             restored_from: None,
             revisions_last_hour: 0,
             max_per_hour: None,
@@ -204,13 +267,6 @@ mod tests {
                 false,
             ),
             ("a deployed revision over a deployed latest", &[(3, Deployed)], 4, Deployed, false),
-            (
-                "an upgrade after --history-max pruned the failed latest",
-                &[(1, Deployed)],
-                3,
-                PendingUpgrade,
-                true,
-            ),
             ("a revision below the latest", &[(3, Deployed)], 2, Superseded, false),
             ("a second record of the latest revision", &[(3, Deployed)], 3, Deployed, false),
             ("a deployed revision far past a deployed latest", &[(3, Deployed)], 9, Deployed, false),
@@ -241,7 +297,36 @@ mod tests {
                 true,
             ),
             ("rollback of a release whose uninstall failed", &[(2, Uninstalling)], 3, PendingRollback, true),
-            ("rollback --history-max 1, its pruning took every record", &[], 4, PendingRollback, true),
+            // D9 keeps a record of every release that has one: a revision over none is an install's.
+            ("a rollback over no record", &[], 4, PendingRollback, false),
+        ];
+        for &(row, rest, revision, status, allowed) in table {
+            let verdict = decide(rest, revision, status);
+            let reason = if allowed { Reason::HelmCreate } else { Reason::ImplausibleRecord };
+            assert_eq!((verdict.allowed, verdict.reason), (allowed, reason), "{row}: {verdict:?}");
+        }
+    }
+
+    /// C5's numbers: past the latest + 1 only over a deployed latest (Helm's `--history-max`
+    /// pruning of the failed ones above it) and not past the gap ceiling, and never past what a
+    /// 32-bit Helm reads the next of (issue 80, class 5).
+    #[test]
+    fn c5_numbers_are_the_ones_helm_writes_next() {
+        // (row, the release, revision created, status, allowed)
+        type Row<'a> = (&'static str, &'a [(u32, Status)], u32, Status, bool);
+        let top = HIGHEST_REVISION;
+        let (below_top, at_top) = ([(top - 1, Deployed)], [(top, Deployed)]);
+        let table: &[Row] = &[
+            ("after --history-max pruned the failed 2 and 3", &[(1, Deployed)], 4, PendingUpgrade, true),
+            ("a gap over a failed latest", &[(1, Deployed), (2, Failed)], 4, PendingUpgrade, false),
+            ("a gap over a superseded latest", &[(1, Superseded)], 3, PendingRollback, false),
+            ("a gap to the ceiling", &[(1, Deployed)], GAP_CEILING, PendingUpgrade, true),
+            ("a gap past the ceiling", &[(1, Deployed)], GAP_CEILING + 1, PendingUpgrade, false),
+            ("an install over no record", &[], 1, PendingInstall, true),
+            ("an install numbered past 1", &[], 2, PendingInstall, false),
+            ("the highest a 32-bit Helm reads the next of", &below_top, top, PendingUpgrade, true),
+            ("past it", &at_top, top + 1, PendingUpgrade, false),
+            ("the last u32", &at_top, u32::MAX, PendingRollback, false),
         ];
         for &(row, rest, revision, status, allowed) in table {
             let verdict = decide(rest, revision, status);
@@ -259,19 +344,23 @@ mod tests {
             release: "web",
             object_name: "sh.helm.release.v1.web.v2",
             payload: Some((2, Superseded)),
-            as_helm_writes_it: true,
+            unlike_helms: None,
+            namespace_apart: false,
+            foreign_metadata: None,
             others: &others,
+            others_apart: None,
             requester: Requester { username: "alice", groups: &[] },
+            may_break_glass: false,
             restored_from: None,
             revisions_last_hour: 0,
             max_per_hour: None,
         };
         assert_eq!(decide_create(&base, &config).reason, Reason::ImplausibleRecord);
+        // A restore counts only for a requester who may break glass.
         let restore = CreateFacts { restored_from: Some("helm-guard/copy-1"), ..base };
-        assert_eq!(decide_create(&restore, &config).reason, Reason::Restore);
-        // With --break-glass-group, a restore counts for its members only.
-        let sre = PolicyConfig { break_glass_groups: vec!["sre".into()], ..PolicyConfig::default() };
-        assert_eq!(decide_create(&restore, &sre).reason, Reason::ImplausibleRecord);
+        assert_eq!(decide_create(&restore, &config).reason, Reason::ImplausibleRecord);
+        let by_glass = CreateFacts { may_break_glass: true, ..restore };
+        assert_eq!(decide_create(&by_glass, &config).reason, Reason::Restore);
         let velero = PolicyConfig {
             exempt_users: vec!["system:serviceaccount:velero:velero".into()],
             ..config.clone()
@@ -281,21 +370,43 @@ mod tests {
             ..base
         };
         assert_eq!(decide_create(&by_velero, &velero).reason, Reason::Exempt);
-        let unreadable = CreateFacts { payload: None, ..base };
+        // C2: an unreadable record is Helm's business only under one of Helm's names.
+        let unreadable = CreateFacts { payload: None, object_name: "web-notes", ..base };
         let warned = decide_create(&unreadable, &config);
         assert!(warned.allowed && warned.message.is_some(), "{warned:?}");
-        let misnamed = CreateFacts { payload: Some((4, PendingUpgrade)), as_helm_writes_it: false, ..base };
+        let squat = CreateFacts { payload: None, object_name: "sh.helm.release.v1.web.v4", ..base };
+        let refused = decide_create(&squat, &config);
+        assert_eq!((refused.allowed, refused.reason), (false, Reason::ImplausibleRecord));
+        assert!(refused.message.unwrap().contains("already exists"));
+        // C3, C3a, C3b, each before the history is read.
+        let name = UnlikeHelms::Name { helm_names_it: "sh.helm.release.v1.web.v4".into() };
+        let next = CreateFacts { payload: Some((4, PendingUpgrade)), ..base };
+        let misnamed = CreateFacts { unlike_helms: Some(&name), ..next };
         let refused = decide_create(&misnamed, &config);
-        assert!(refused.message.unwrap().contains("sh.helm.release.v1.web.v4"));
+        assert!(refused.message.unwrap().contains("Helm names the record of this payload sh.helm.release.v1.web.v4"));
+        assert!(decide_create(&next, &config).allowed, "the next revision, as Helm writes it");
+        let elsewhere = CreateFacts { namespace_apart: true, others_apart: Some(false), ..next };
+        assert!(decide_create(&elsewhere, &config).message.unwrap().contains("names a namespace other than demo"));
+        let flux = CreateFacts { namespace_apart: true, others_apart: Some(true), ..next };
+        assert!(decide_create(&flux, &config).allowed, "Flux's storageNamespace: every revision apart");
+        let first_apart = CreateFacts { namespace_apart: true, others_apart: None, ..next };
+        assert!(decide_create(&first_apart, &config).allowed, "the first revision of a Flux release");
+        for what in ["immutable", "a finalizer", "an owner reference"] {
+            let foreign = CreateFacts { foreign_metadata: Some(what), ..next };
+            let refused = decide_create(&foreign, &config);
+            assert_eq!((refused.allowed, refused.reason), (false, Reason::ForeignMetadata), "{what}");
+            assert!(refused.message.unwrap().contains(&format!("sets {what}, which Helm never sets")), "{what}");
+        }
         let unread = History::new(&[RevisionFacts {
             revision: 3,
             payload: PayloadStatus::NotLoaded,
             label: Some(Deployed),
             stored_at: None,
             field_conflict: false,
+            namespace_apart: false,
         }]);
-        let next = CreateFacts { payload: Some((4, PendingUpgrade)), others: &unread, ..base };
-        assert_eq!(decide_create(&next, &config).reason, Reason::UnreadHistory);
+        let unread = CreateFacts { others: &unread, ..next };
+        assert_eq!(decide_create(&unread, &config).reason, Reason::UnreadHistory);
     }
 }
 
@@ -314,9 +425,13 @@ mod rate {
             release: "traefik",
             object_name: "sh.helm.release.v1.traefik.v42",
             payload: Some((42, PendingUpgrade)),
-            as_helm_writes_it: true,
+            unlike_helms: None,
+            namespace_apart: false,
+            foreign_metadata: None,
             others: &others,
+            others_apart: None,
             requester: Requester { username: "system:serviceaccount:kube-system:helm-traefik", groups: &[] },
+            may_break_glass: false,
             restored_from: None,
             revisions_last_hour,
             max_per_hour,

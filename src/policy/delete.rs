@@ -664,6 +664,7 @@ mod tests {
             label: Some(Deployed),
             stored_at: None,
             field_conflict: false,
+            namespace_apart: false,
         };
         let verdict = decide_delete(
             &facts(1, Some(Superseded)),

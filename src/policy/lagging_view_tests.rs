@@ -68,6 +68,7 @@ fn update_admitted(records: &[Record], record: &Record, to: Status) -> bool {
         payload: Some(PayloadSide { status, content: Some([7; 32]) }),
         owner_references: &[],
         finalizers: &[],
+        immutable: false,
     };
     let object = format!("sh.helm.release.v1.web.v{}", record.revision);
     let facts = UpdateFacts {
@@ -92,9 +93,13 @@ fn create_admitted(records: &[Record], revision: u32, status: Status) -> bool {
         release: "web",
         object_name: &object,
         payload: Some((revision, status)),
-        as_helm_writes_it: true,
+        unlike_helms: None,
+        namespace_apart: false,
+        foreign_metadata: None,
         others: &others,
+        others_apart: None,
         requester: ADMIN,
+        may_break_glass: true,
         restored_from: None,
         revisions_last_hour: 0,
         max_per_hour: None,

@@ -355,6 +355,7 @@ mod tests {
                 label: Some(s),
                 stored_at: None,
                 field_conflict: false,
+                namespace_apart: false,
             })
             .collect();
         classify(&facts, 0, 900)

@@ -35,6 +35,8 @@ pub(crate) struct RecordSide<'a> {
     pub owner_references: &'a [String],
     /// The object's finalizers.
     pub finalizers: &'a [String],
+    /// The object's `immutable`.
+    pub immutable: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -168,13 +170,18 @@ fn decide_update_rules(facts: &UpdateFacts<'_>, config: &PolicyConfig) -> Verdic
             ),
         );
     }
-    // U3: Helm never sets owner references or finalizers; an owner reference to an object that
+    // U3: Helm never sets owner references, finalizers or `immutable`; an owner reference to an object that
     // goes away makes the garbage collector delete the record later.
     let added_finalizer = new.finalizers.iter().find(|f| !old.finalizers.contains(f));
     let added_owner = new.owner_references.iter().any(|uid| !old.owner_references.contains(uid));
-    if added_owner || added_finalizer.is_some() {
+    let made_immutable = new.immutable && !old.immutable;
+    if added_owner || added_finalizer.is_some() || made_immutable {
         let what = match added_finalizer {
             Some(finalizer) => format!("adds the finalizer {finalizer:?}"),
+            None if made_immutable => {
+                "makes the record immutable (Helm could never update it again: not finish, fail or supersede it)"
+                    .to_owned()
+            }
             None => "adds an owner reference (the garbage collector would delete the record with its owner)"
                 .to_owned(),
         };
@@ -361,7 +368,7 @@ mod tests {
     }
 
     fn side<'a>(labels: &'a BTreeMap<String, String>, payload: Option<PayloadSide>) -> RecordSide<'a> {
-        RecordSide { labels, secret_type: TYPE, payload, owner_references: &[], finalizers: &[] }
+        RecordSide { labels, secret_type: TYPE, payload, owner_references: &[], finalizers: &[], immutable: false }
     }
 
     fn decide(old: RecordSide<'_>, new: RecordSide<'_>) -> Verdict {
@@ -492,6 +499,13 @@ mod tests {
                 "U3 an owner reference swapped for another",
                 RecordSide { owner_references: &owner, ..side(&deployed, d) },
                 RecordSide { owner_references: &other_owner, ..side(&deployed, d) },
+                false,
+                Reason::ForeignMetadata,
+            ),
+            (
+                "U3 made immutable",
+                side(&deployed, d),
+                RecordSide { immutable: true, ..side(&deployed, d) },
                 false,
                 Reason::ForeignMetadata,
             ),

@@ -561,6 +561,7 @@ mod tests {
             annotations: [(crate::policy::BREAK_GLASS_ANNOTATION.to_owned(), "INC-1".to_owned())].into(),
             owner_references: Vec::new(),
             finalizers: Vec::new(),
+            immutable: false,
             secret_type: (driver == Driver::Secret).then(|| "helm.sh/release.v1".to_owned()),
             identity_agrees: true,
             payload: Some(bytes::Bytes::copy_from_slice(payload.as_bytes())),

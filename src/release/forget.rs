@@ -142,6 +142,7 @@ mod tests {
                             label: Some(status),
                             stored_at: None,
                             field_conflict: false,
+                            namespace_apart: false,
                         })
                     })
                     .collect();

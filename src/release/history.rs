@@ -37,6 +37,9 @@ pub struct RevisionFacts {
     /// sets). An upgrade with `--force-conflicts` takes the fields back; a plain retry fails
     /// the same way.
     pub field_conflict: bool,
+    /// The payload's namespace is not the record's (Flux's `storageNamespace` keeps a release's
+    /// records apart from its namespace); false while the payload is unread.
+    pub namespace_apart: bool,
 }
 
 impl RevisionFacts {
@@ -124,6 +127,7 @@ impl History {
                 label: Some(status),
                 stored_at: None,
                 field_conflict: false,
+                namespace_apart: false,
             })
             .collect();
         History::new(&facts)
@@ -438,6 +442,7 @@ mod tests {
             label: Some(Status::Superseded),
             stored_at: Some(stored_at),
             field_conflict: false,
+            namespace_apart: false,
         };
         let now = 100_000;
         // v10 kept from two hours ago (the last deployed one Helm's pruning keeps), v48..v50
@@ -463,6 +468,7 @@ mod tests {
             label: Some(status),
             stored_at: Some(1_000),
             field_conflict: false,
+            namespace_apart: false,
         }
     }
 
@@ -525,6 +531,7 @@ mod tests {
             label: Some(Status::Deployed),
             stored_at: None,
             field_conflict: false,
+            namespace_apart: false,
         };
         let c = classify(&[facts], 0, DEFAULT_STUCK_AFTER_SECS);
         assert_eq!(c.state, ReleaseState::Healthy);

@@ -167,11 +167,74 @@ pub(crate) fn version_hint(name: &str, labels: &BTreeMap<String, String>) -> u32
         .unwrap_or(0)
 }
 
-/// Whether the object is named and labelled as Helm names and labels this revision.
+/// The name Helm's storage gives the record of `revision` of `release` (`makeKey` in
+/// `pkg/storage/storage.go`: `%s.%s.v%d`): one name a revision, its number in decimal without
+/// leading zeros.
+pub(crate) fn helm_record_name(release: &str, revision: u32) -> String {
+    format!("{NAME_PREFIX}{release}.v{revision}")
+}
+
+/// Whether the object is named and labelled exactly as Helm names and labels a revision: the
+/// name [`helm_record_name`] of its `name` and `version` labels, the version in Helm's decimal
+/// (`v04` and `+4` parse as 4 and are not Helm's).
 fn helm_named(name: &str, labels: &BTreeMap<String, String>) -> bool {
-    let from_labels =
-        labels.get(LABEL_NAME).zip(labels.get(LABEL_VERSION).and_then(|v| v.parse::<u32>().ok()));
-    matches!((parse_object_name(name), from_labels), (Some((r, v)), Some((lr, lv))) if r == lr && v == lv)
+    let (Some(release), Some(version)) = (labels.get(LABEL_NAME), labels.get(LABEL_VERSION)) else {
+        return false;
+    };
+    let Ok(revision) = version.parse::<u32>() else { return false };
+    revision.to_string() == *version && name == helm_record_name(release, revision)
+}
+
+/// The `type` Helm's secret driver gives its records, and the one Helm's next storage gives a
+/// release v2 record (helm/helm#32667).
+pub(crate) const HELM_SECRET_TYPES: [&str; 2] = ["helm.sh/release.v1", "helm.sh/release.v2"];
+
+/// The highest revision Helm can write and still read the next one on every platform it runs
+/// on: Helm's revision is a Go `int`, 32 bits on the ARM nodes K3s runs on, and Helm stores
+/// `Last().Version + 1`; a record past it makes the release's next revision one a 32-bit Helm
+/// (and the guard, which reads revisions as Helm 3 and 4 on 64 bits do, to 4294967295) cannot read.
+pub(crate) const HIGHEST_REVISION: u32 = i32::MAX as u32 - 1;
+
+/// Where a record differs from the one Helm's storage writes for its payload (`Create` in
+/// `pkg/storage/driver/secrets.go` and `cfgmaps.go`: `newSecretsObject`, `newConfigMapsObject`):
+/// the first difference found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum UnlikeHelms {
+    /// The object's name is not `sh.helm.release.v1.<payload name>.v<payload version>`.
+    Name {
+        /// The name Helm gives it.
+        helm_names_it: String,
+    },
+    /// A label Helm sets from the payload (`name`, `version`, `status`) says something else.
+    Label {
+        /// The label.
+        label: &'static str,
+        /// The value Helm gives it.
+        helm_writes: String,
+    },
+    /// A Secret whose `type` is not one Helm's secret driver writes.
+    SecretType {
+        /// The type given.
+        given: String,
+    },
+}
+
+impl fmt::Display for UnlikeHelms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnlikeHelms::Name { helm_names_it } => {
+                write!(f, "Helm names the record of this payload {helm_names_it}")
+            }
+            UnlikeHelms::Label { label, helm_writes } => {
+                write!(f, "Helm labels the record of this payload {label}={helm_writes}")
+            }
+            UnlikeHelms::SecretType { given } => write!(
+                f,
+                "Helm's secret driver writes a Secret of type {}, not {given:?}",
+                HELM_SECRET_TYPES.join(" or ")
+            ),
+        }
+    }
 }
 
 /// The `status` label, when it is one of Helm's statuses.
@@ -204,6 +267,8 @@ struct RawObject {
     type_: Text,
     #[serde(default)]
     data: ReleaseData,
+    #[serde(default)]
+    immutable: Option<bool>,
 }
 
 impl RawObject {
@@ -245,6 +310,7 @@ impl RawObject {
                 .map(|owner| owner.uid)
                 .collect(),
             finalizers: self.metadata.finalizers.unwrap_or_default(),
+            immutable: self.immutable.unwrap_or_default(),
             secret_type: self.type_.0,
             payload: self.data.release,
             other_data: self.data.other,
@@ -274,6 +340,8 @@ pub struct Record {
     pub owner_references: Vec<String>,
     /// The object's finalizers.
     pub finalizers: Vec<String>,
+    /// The object's `immutable` (Helm never sets it: an immutable record can never be updated).
+    pub immutable: bool,
     /// The Secret `type` (None for ConfigMaps).
     pub secret_type: Option<String>,
     /// Whether the object is named `sh.helm.release.v1.<name label>.v<version label>`, as Helm
@@ -346,10 +414,12 @@ impl Record {
         secret_type: Option<String>,
         payload: Option<bytes::Bytes>,
         other_data: BTreeMap<String, String>,
+        immutable: bool,
         driver: Driver,
     ) -> (Record, bool) {
         let data = ReleaseData { release: payload, other: other_data };
-        let raw = RawObject { kind: Text(None), metadata, type_: Text(secret_type), data };
+        let raw =
+            RawObject { kind: Text(None), metadata, type_: Text(secret_type), data, immutable: Some(immutable) };
         let is_record = raw.is_record(driver);
         (raw.into_record(driver), is_record)
     }
@@ -449,7 +519,42 @@ impl DecodedRecord {
             label: self.record.status_label(),
             stored_at: self.record.created_at.or(payload_time),
             field_conflict: self.payload.as_ref().is_ok_and(ReleasePayload::failed_on_field_conflict),
+            namespace_apart: self.namespace_apart(),
         }
+    }
+
+    /// Where the record differs from the one Helm's storage writes for its payload; `None` when
+    /// it is exactly Helm's, or its payload does not decode.
+    pub(crate) fn unlike_helms(&self) -> Option<UnlikeHelms> {
+        let payload = self.payload.as_ref().ok()?;
+        let record = &self.record;
+        let helm_names_it = helm_record_name(&payload.name, payload.version);
+        if record.object_name != helm_names_it {
+            return Some(UnlikeHelms::Name { helm_names_it });
+        }
+        let labels = [
+            (LABEL_NAME, payload.name.clone()),
+            (LABEL_VERSION, payload.version.to_string()),
+            (LABEL_STATUS, payload.info.status_text.clone().unwrap_or_else(|| payload.info.status.as_str().into())),
+        ];
+        for (label, helm_writes) in labels {
+            if record.labels.get(label) != Some(&helm_writes) {
+                return Some(UnlikeHelms::Label { label, helm_writes });
+            }
+        }
+        match record.secret_type.as_deref() {
+            Some(given) if !HELM_SECRET_TYPES.contains(&given) => {
+                Some(UnlikeHelms::SecretType { given: given.to_owned() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the payload's namespace is not the object's: Helm's storage keeps a release's
+    /// records where its driver's namespace is (Flux's `storageNamespace` puts them apart from
+    /// the release's own namespace, the payload's).
+    pub(crate) fn namespace_apart(&self) -> bool {
+        self.payload.as_ref().is_ok_and(|payload| payload.namespace != self.record.id.key.namespace)
     }
 
     /// The payload's status, `None` when it does not decode.

@@ -308,7 +308,8 @@ fn a_forged_review_of_a_stored_record_hides_nothing_a_later_verdict_rests_on() {
     assert_eq!(world.history(0).len(), 2, "both revisions stored");
 }
 
-/// A record Helm cannot read is let in with any labels (C2); labelled `deployed` above the rest,
+/// A record Helm cannot read is let in with any labels under a name Helm does not write (C2);
+/// labelled `deployed` above the rest,
 /// it must not pass for the release's last good revision. Otherwise, the real deployed revision
 /// superseded and a failed one written above it (each as Helm writes them), the deletion of the
 /// real one would be pruning of a revision that is not the last good one, and keep no copy.
@@ -321,6 +322,8 @@ fn an_unreadable_record_labelled_deployed_is_not_the_last_good_revision() {
     junk["metadata"]["name"] = Value::String("sh.helm.release.v1.app.v99".into());
     junk["metadata"]["labels"]["version"] = Value::String("99".into());
     junk["data"]["release"] = Value::String("bm90IGEgcmVsZWFzZQ==".into());
+    assert!(world.create_object(junk.clone()).is_err(), "C2: not under a name Helm writes a revision under");
+    junk["metadata"]["name"] = Value::String("app-notes".into());
     assert!(world.create_object(junk).is_ok(), "C2: Helm ignores it");
     world.deliver_all();
     assert!(world.update("sh.helm.release.v1.app.v2", Status::Superseded).is_ok(), "the latest superseded");

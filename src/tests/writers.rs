@@ -26,6 +26,7 @@ fn index() -> ReleaseIndex {
                     label: Some(status),
                     stored_at: Some(stored_at),
                     field_conflict: false,
+                    namespace_apart: false,
                 },
                 resource_version: None,
             });

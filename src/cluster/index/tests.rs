@@ -13,6 +13,7 @@ fn facts(revision: u32, status: Status) -> RevisionFacts {
         label: Some(status),
         stored_at: None,
         field_conflict: false,
+        namespace_apart: false,
     }
 }
 
