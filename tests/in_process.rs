@@ -21,6 +21,8 @@ mod cli;
 mod code_shape;
 #[path = "docs.rs"]
 mod docs;
+#[path = "forged_records.rs"]
+mod forged_records;
 #[path = "fuzz_corpus.rs"]
 mod fuzz_corpus;
 #[path = "helm_view.rs"]

@@ -41,8 +41,29 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
         (Some("Ignore"), Some("None"))
     );
     assert_eq!(probe["objectSelector"]["matchExpressions"][0]["key"], "helm-guard.io/probe");
-    let (namespace_hooks, record_hooks): (Vec<&Value>, Vec<&Value>) =
+    let (namespace_hooks, hooks): (Vec<&Value>, Vec<&Value>) =
         hooks.into_iter().partition(|hook| hook["rules"][0]["resources"][0] == "namespaces");
+    // Helm's record names taken by objects that are not records: only CREATEs of objects without
+    // Helm's owner label, named as Helm names records, so no other Secret reaches the guard.
+    let (name_hooks, record_hooks): (Vec<&Value>, Vec<&Value>) =
+        hooks.into_iter().partition(|hook| hook["name"] == "record-names.helm-guard.io");
+    let [names] = name_hooks[..] else { panic!("one record-names webhook") };
+    assert_eq!(names["rules"][0]["operations"], serde_json::json!(["CREATE"]));
+    assert_eq!(names["rules"][0]["resources"], serde_json::json!(["secrets", "configmaps"]));
+    assert_eq!(
+        names["objectSelector"]["matchExpressions"][0],
+        serde_json::json!({"key": "owner", "operator": "NotIn", "values": ["helm"]})
+    );
+    let named = names["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "named-as-helm-names-records");
+    assert_eq!(named.unwrap()["expression"], "object.metadata.name.startsWith('sh.helm.release.v1.')");
+    assert_eq!(
+        (names["failurePolicy"].as_str(), names["sideEffects"].as_str()),
+        (Some("Fail"), Some("NoneOnDryRun"))
+    );
     // The opt-out labels, through each way an update reaches a Namespace: the API server keeps the
     // labels of an update through `status` and `finalize` too.
     for hook in &namespace_hooks {

@@ -378,6 +378,8 @@ async fn two_concurrent_deletions_never_together_orphan_a_release() {
     }
 }
 
+/// C2: a record Helm cannot read is let in with a warning under a name of its own, and refused
+/// under the name Helm stores a revision under (Helm's write of it would fail "already exists").
 #[tokio::test]
 async fn creates_are_logged_and_allowed_even_when_they_do_not_decode() {
     let guard = guard_with(Vec::new()).await;
@@ -385,6 +387,13 @@ async fn creates_are_logged_and_allowed_even_when_they_do_not_decode() {
         "admission/05-helm3-install-upgrade/007-validate-create-secret-sh.helm.release.v1.cache.v1.json",
     );
     create["request"]["object"]["data"]["release"] = json!("AAAA");
+    let under_helms_name = guard.validate(&create).await;
+    assert_eq!(
+        (under_helms_name["allowed"].as_bool(), reason(&under_helms_name)),
+        (Some(false), "implausible-record")
+    );
+    create["request"]["object"]["metadata"]["name"] = json!("cache-notes");
+    create["request"]["name"] = json!("cache-notes");
     let response = guard.validate(&create).await;
     assert_eq!((response["allowed"].as_bool(), reason(&response)), (Some(true), "helm-create"));
     assert!(response["warnings"][0].as_str().unwrap().contains("Helm will ignore this record"));

@@ -20,10 +20,10 @@ use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
 use crate::policy::{Reason, Verdict, break_glass_reason};
 use crate::release::decode::Fingerprinting;
-use crate::release::history::revisions_within;
-use crate::release::record::{DecodedRecord, Record};
-use crate::release::writer::Writer;
 use crate::release::history::PayloadStatus;
+use crate::release::history::revisions_within;
+use crate::release::record::{DecodedRecord, NAME_PREFIX, Record};
+use crate::release::writer::Writer;
 use crate::release::{Driver, History, ReleasePayload, RevisionFacts, Status};
 
 /// Decides a request about a Secret or ConfigMap. The objects are taken out of the request:
@@ -91,6 +91,10 @@ pub(crate) async fn validate(
                 }
                 None => create(admission, &request, record, deadline).await,
             }
+        }
+        // C2b: an object that is not a record, taking a name Helm stores a revision under.
+        (Operation::Create, _, Some((object, false))) if object.object_name.starts_with(NAME_PREFIX) => {
+            (About::default(), squat(admission, &request, &object))
         }
         _ => (About::default(), not_a_record()),
     };
@@ -259,6 +263,29 @@ fn probe(nonce: &str) -> Decided {
 
 fn not_a_record() -> Decided {
     allowed(Verdict::allow(Reason::NotAReleaseRecord))
+}
+
+/// C2b: the CREATE of an object named as Helm names its records that is not one (no `owner=helm`
+/// label: only `record-names.helm-guard.io` sends these). Helm's next write of that revision
+/// would fail "already exists"; Helm never writes such an object. Refused, unless an exemption
+/// counts.
+fn squat(admission: &Admission, request: &AdmissionRequest<ReviewObject>, object: &Record) -> Decided {
+    let policy = &admission.settings().policy;
+    if let Some(who) = policy.exemption(requester(request)) {
+        return allowed(Verdict::allow(Reason::Exempt).with_detail(who));
+    }
+    let namespace = &object.id.key.namespace;
+    let verdict = Verdict::deny(
+        Reason::ImplausibleRecord,
+        format!(
+            "helm-guard: {} is named as Helm names the records of its releases but is not one (no owner=helm \
+             label): Helm's next write of that revision would fail \"already exists\". Name it otherwise",
+            object.describe()
+        ),
+    );
+    let (_, mode) = admission.namespace(namespace);
+    let outcome = apply_mode(&verdict, mode);
+    Decided { verdict, outcome, agree: false, recycled: None }
 }
 
 fn no_old_object(admission: &Admission, request: &AdmissionRequest<ReviewObject>) -> Decided {

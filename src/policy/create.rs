@@ -383,10 +383,17 @@ mod tests {
         let next = CreateFacts { payload: Some((4, PendingUpgrade)), ..base };
         let misnamed = CreateFacts { unlike_helms: Some(&name), ..next };
         let refused = decide_create(&misnamed, &config);
-        assert!(refused.message.unwrap().contains("Helm names the record of this payload sh.helm.release.v1.web.v4"));
+        assert!(
+            refused
+                .message
+                .unwrap()
+                .contains("Helm names the record of this payload sh.helm.release.v1.web.v4")
+        );
         assert!(decide_create(&next, &config).allowed, "the next revision, as Helm writes it");
         let elsewhere = CreateFacts { namespace_apart: true, others_apart: Some(false), ..next };
-        assert!(decide_create(&elsewhere, &config).message.unwrap().contains("names a namespace other than demo"));
+        assert!(
+            decide_create(&elsewhere, &config).message.unwrap().contains("names a namespace other than demo")
+        );
         let flux = CreateFacts { namespace_apart: true, others_apart: Some(true), ..next };
         assert!(decide_create(&flux, &config).allowed, "Flux's storageNamespace: every revision apart");
         let first_apart = CreateFacts { namespace_apart: true, others_apart: None, ..next };
@@ -395,7 +402,10 @@ mod tests {
             let foreign = CreateFacts { foreign_metadata: Some(what), ..next };
             let refused = decide_create(&foreign, &config);
             assert_eq!((refused.allowed, refused.reason), (false, Reason::ForeignMetadata), "{what}");
-            assert!(refused.message.unwrap().contains(&format!("sets {what}, which Helm never sets")), "{what}");
+            assert!(
+                refused.message.unwrap().contains(&format!("sets {what}, which Helm never sets")),
+                "{what}"
+            );
         }
         let unread = History::new(&[RevisionFacts {
             revision: 3,

@@ -368,7 +368,14 @@ mod tests {
     }
 
     fn side<'a>(labels: &'a BTreeMap<String, String>, payload: Option<PayloadSide>) -> RecordSide<'a> {
-        RecordSide { labels, secret_type: TYPE, payload, owner_references: &[], finalizers: &[], immutable: false }
+        RecordSide {
+            labels,
+            secret_type: TYPE,
+            payload,
+            owner_references: &[],
+            finalizers: &[],
+            immutable: false,
+        }
     }
 
     fn decide(old: RecordSide<'_>, new: RecordSide<'_>) -> Verdict {

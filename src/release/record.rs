@@ -418,8 +418,13 @@ impl Record {
         driver: Driver,
     ) -> (Record, bool) {
         let data = ReleaseData { release: payload, other: other_data };
-        let raw =
-            RawObject { kind: Text(None), metadata, type_: Text(secret_type), data, immutable: Some(immutable) };
+        let raw = RawObject {
+            kind: Text(None),
+            metadata,
+            type_: Text(secret_type),
+            data,
+            immutable: Some(immutable),
+        };
         let is_record = raw.is_record(driver);
         (raw.into_record(driver), is_record)
     }
@@ -535,7 +540,10 @@ impl DecodedRecord {
         let labels = [
             (LABEL_NAME, payload.name.clone()),
             (LABEL_VERSION, payload.version.to_string()),
-            (LABEL_STATUS, payload.info.status_text.clone().unwrap_or_else(|| payload.info.status.as_str().into())),
+            (
+                LABEL_STATUS,
+                payload.info.status_text.clone().unwrap_or_else(|| payload.info.status.as_str().into()),
+            ),
         ];
         for (label, helm_writes) in labels {
             if record.labels.get(label) != Some(&helm_writes) {

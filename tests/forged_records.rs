@@ -1,0 +1,172 @@
+//! Records forged in Helm's shape (issue 80): a CREATE is let in only when it is the record Helm's
+//! storage writes for its payload (`pkg/storage/driver` `newSecretsObject`, `makeKey`) as the next
+//! revision Helm stores. Each forgery is a real Helm 4 record changed in one place, sent through
+//! the HTTPS path of a guard holding release `web` (revisions 1 and 2 superseded, 3 deployed);
+//! beside them, Helm's own next revision goes through.
+
+use crate::common;
+
+use common::guard::{Guard, Options};
+use common::*;
+use helm_guard::release::Status;
+use serde_json::{Value, json};
+
+/// Revision `revision` of `web` as Helm 4 writes it, `status` in payload and label.
+fn revision(revision: u32, status: Status) -> Value {
+    rewrite(&helm4_secret(), revision, status.as_str())
+}
+
+/// `record` with its payload changed by `edit`.
+fn payload_edited(record: Value, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut release = release_json(&record);
+    edit(&mut release);
+    with_release_json(record, &release)
+}
+
+#[tokio::test]
+async fn a_create_is_let_in_only_as_the_record_helm_writes_for_its_payload() {
+    let guard = Guard::start(Options {
+        snapshot: web(&[(1, "superseded"), (2, "superseded"), (3, "deployed")]),
+        ..Options::default()
+    })
+    .await;
+    let next = || revision(4, Status::PendingUpgrade);
+    let answer = guard.validate(&create_review(&next())).await;
+    assert_eq!(
+        (answer["allowed"].as_bool(), answer["auditAnnotations"]["reason"].as_str()),
+        (Some(true), Some("helm-create")),
+        "Helm's next revision: {answer}"
+    );
+
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut record = next();
+        edit(&mut record);
+        record
+    };
+    // (what the forgery is, the record, the reason, what the refusal says)
+    let forged: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "a zero-padded revision in the name (Helm's own update and delete then miss it)",
+            with(&|r| r["metadata"]["name"] = json!("sh.helm.release.v1.web.v04")),
+            "implausible-record",
+            "Helm names the record of this payload sh.helm.release.v1.web.v4",
+        ),
+        (
+            "a version label Go parses as 4 and Helm never writes",
+            with(&|r| r["metadata"]["labels"]["version"] = json!("+4")),
+            "implausible-record",
+            "labels the record of this payload version=4",
+        ),
+        (
+            "another release's name and label over web's payload",
+            with(&|r| {
+                r["metadata"]["name"] = json!("sh.helm.release.v1.rb.v4");
+                r["metadata"]["labels"]["name"] = json!("rb");
+            }),
+            "implausible-record",
+            "Helm names the record of this payload sh.helm.release.v1.web.v4",
+        ),
+        (
+            "a status label that is not the payload's",
+            with(&|r| r["metadata"]["labels"]["status"] = json!("deployed")),
+            "implausible-record",
+            "status=pending-upgrade",
+        ),
+        (
+            "a payload in another namespace than the release's revisions",
+            payload_edited(next(), |p| p["namespace"] = json!("kube-system")),
+            "implausible-record",
+            "names a namespace other than demo",
+        ),
+        (
+            "a Secret type Helm's driver never writes",
+            with(&|r| r["type"] = json!("Opaque")),
+            "implausible-record",
+            "not \"Opaque\"",
+        ),
+        ("immutable", with(&|r| r["immutable"] = json!(true)), "foreign-metadata", "sets immutable"),
+        (
+            "a finalizer",
+            with(&|r| r["metadata"]["finalizers"] = json!(["tenant.example/hold"])),
+            "foreign-metadata",
+            "sets a finalizer",
+        ),
+        (
+            "an owner reference",
+            with(
+                &|r| r["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "6b1a7f3e-0000-4000-8000-000000000001"}]),
+            ),
+            "foreign-metadata",
+            "sets an owner reference",
+        ),
+        (
+            "an unreadable record under the next revision's name",
+            with(&|r| r["data"]["release"] = json!("bm90IGEgcmVsZWFzZQ==")),
+            "implausible-record",
+            "already exists",
+        ),
+        (
+            "an object without Helm's owner label under the next revision's name",
+            with(&|r| {
+                r["metadata"]["labels"] = json!({"app": "squat"});
+            }),
+            "implausible-record",
+            "no owner=helm label",
+        ),
+        (
+            "the last revision Go's uint32 holds, as a rollback",
+            revision(u32::MAX, Status::PendingRollback),
+            "implausible-record",
+            "the highest a 32-bit Helm reads",
+        ),
+        (
+            "a jump past the gap ceiling over the deployed latest",
+            revision((1 << 30) + 1, Status::PendingUpgrade),
+            "implausible-record",
+            "never past 1073741824",
+        ),
+    ];
+    for (what, record, reason, says) in forged {
+        let answer = guard.validate(&create_review(&record)).await;
+        let message = answer["status"]["message"].as_str().unwrap_or_default();
+        assert_eq!(
+            (answer["allowed"].as_bool(), answer["auditAnnotations"]["reason"].as_str()),
+            (Some(false), Some(reason)),
+            "{what}: {answer}"
+        );
+        assert!(message.contains(says), "{what}: {message}");
+    }
+    // Nothing forged was taken in: Helm's next revision is still the one it writes.
+    let answer = guard.validate(&create_review(&next())).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+}
+
+/// Objects that are not records keep their names' freedom: only Helm's record names are judged,
+/// and an exempt restorer (Velero) may write anything back.
+#[tokio::test]
+async fn only_helms_record_names_are_held_and_an_exempt_restorer_passes() {
+    let guard = Guard::start(Options {
+        snapshot: web(&[(3, "deployed")]),
+        exempt_users: vec!["system:serviceaccount:velero:velero".into()],
+        ..Options::default()
+    })
+    .await;
+    let mut plain = revision(4, Status::PendingUpgrade);
+    plain["metadata"]["labels"] = json!({"app": "web"});
+    plain["metadata"]["name"] = json!("web-settings");
+    let answer = guard.validate(&create_review(&plain)).await;
+    assert_eq!(
+        (answer["allowed"].as_bool(), answer["auditAnnotations"]["reason"].as_str()),
+        (Some(true), Some("not-a-release-record")),
+        "{answer}"
+    );
+    let mut squat = plain.clone();
+    squat["metadata"]["name"] = json!("sh.helm.release.v1.web.v4");
+    let by_velero = as_user(create_review(&squat), "system:serviceaccount:velero:velero", &[]);
+    let answer = guard.validate(&by_velero).await;
+    assert_eq!(
+        (answer["allowed"].as_bool(), answer["auditAnnotations"]["reason"].as_str()),
+        (Some(true), Some("exempt")),
+        "{answer}"
+    );
+}
