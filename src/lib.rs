@@ -64,7 +64,7 @@
 //!     revision: 3,
 //!     status: Some(Status::Deployed),
 //!     namespace_terminating: false,
-//!     requester: Requester { username: "admin", groups: &[] },
+//!     requester: Requester::new("admin", &[]),
 //!     break_glass: None,
 //!     last_deployed: None,
 //! };

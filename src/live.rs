@@ -160,7 +160,14 @@ pub fn admission(
         );
         tasks.spawn(writer);
     }
-    let live = LiveParts { fetcher: Some(fetcher), coordinator, events, recycle_bin };
+    let break_glass = Arc::new(crate::cluster::break_glass::AccessReviews::new(client.clone()));
+    let live = LiveParts {
+        fetcher: Some(fetcher),
+        coordinator,
+        events,
+        recycle_bin,
+        break_glass: Some(break_glass as Arc<dyn crate::cluster::BreakGlassAuthority>),
+    };
     Admission::new(index, settings, live, metrics.decision_counts.clone())
         .with_writers(writers)
         .with_tasks(tasks)

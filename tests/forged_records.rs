@@ -170,3 +170,60 @@ async fn only_helms_record_names_are_held_and_an_exempt_restorer_passes() {
         "{answer}"
     );
 }
+
+/// Break-glass is a privilege granted the Kubernetes way (issue 80, class 1): the annotations that
+/// lift the rules (`allow-delete` on a DELETE or UPDATE, `restored-from` on a CREATE) count for a
+/// requester the API server's authorizer allows `breakglass` on the release, for
+/// `system:masters`, and for no one else by default; the authorizer is asked only for a request
+/// that carries one of them (Helm's own writes never wait on it).
+#[tokio::test]
+async fn break_glass_and_restore_count_only_for_whom_the_authorizer_allows() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let holders = BreakGlassHolders::of(&["oncall"]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        break_glass: Some(holders.clone()),
+        ..Options::default()
+    })
+    .await;
+    let reason =
+        |answer: &Value| answer["auditAnnotations"]["reason"].as_str().unwrap_or_default().to_owned();
+    let mut forced = records[1].clone();
+    forced["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "INC-42"});
+    let tenant = ["system:serviceaccounts", "system:serviceaccounts:demo", "system:authenticated"];
+    let by_tenant =
+        guard.validate(&as_user(delete_review(&forced), "system:serviceaccount:demo:ci", &tenant)).await;
+    assert_eq!(
+        (by_tenant["allowed"].as_bool(), reason(&by_tenant)),
+        (Some(false), "latest-deployed-revision".into())
+    );
+    let message = by_tenant["status"]["message"].as_str().unwrap();
+    assert!(message.contains("allows `breakglass` on releases.helm-guard.io"), "{message}");
+    let by_oncall =
+        guard.validate(&as_user(delete_review(&forced), "oncall", &["system:authenticated"])).await;
+    assert_eq!((by_oncall["allowed"].as_bool(), reason(&by_oncall)), (Some(true), "break-glass".into()));
+    let by_admin = guard.validate(&as_user(delete_review(&forced), "admin", &["system:masters"])).await;
+    assert_eq!(reason(&by_admin), "break-glass", "system:masters without asking");
+
+    // A restore's annotation on a forged deployed revision over the deployed one: the master key
+    // of issue 80's first class, for the tenant.
+    let mut restored = rewrite(&records[1], 4, "deployed");
+    restored["metadata"]["annotations"] = json!({"helm-guard.io/restored-from": "helm-guard/copy"});
+    let by_tenant =
+        guard.validate(&as_user(create_review(&restored), "system:serviceaccount:demo:ci", &tenant)).await;
+    assert_eq!(
+        (by_tenant["allowed"].as_bool(), reason(&by_tenant)),
+        (Some(false), "implausible-record".into())
+    );
+    let by_oncall = guard.validate(&as_user(create_review(&restored), "oncall", &[])).await;
+    assert_eq!((by_oncall["allowed"].as_bool(), reason(&by_oncall)), (Some(true), "restore".into()));
+
+    // Asked for the annotated requests of those not in system:masters, and for nothing else.
+    let asked = holders.asked.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(asked, 4, "two deletions and two creations by requesters outside system:masters");
+    // The snapshot took the approved writes in: revision 3 deleted, 4 restored deployed.
+    let next = rewrite(&records[1], 5, "pending-upgrade");
+    let helm = guard.validate(&as_user(create_review(&next), "system:serviceaccount:demo:ci", &tenant)).await;
+    assert_eq!(helm["allowed"], true, "{helm}");
+    assert_eq!(holders.asked.load(std::sync::atomic::Ordering::Relaxed), asked, "Helm's write asks nothing");
+}

@@ -295,7 +295,26 @@ fn the_cluster_role_is_read_only() {
 fn events_and_the_guards_own_reports_are_all_it_writes_cluster_wide() {
     let rbac = documents("rbac.yaml");
     let roles: Vec<&serde_json::Value> = rbac.iter().filter(|d| d["kind"] == "ClusterRole").collect();
-    assert_eq!(roles.len(), 3, "read-only, Events, PolicyReports");
+    assert_eq!(
+        roles.len(),
+        5,
+        "read-only, Events, PolicyReports, access reviews, break-glass (bound to nobody)"
+    );
+    let reviews = roles.iter().find(|r| r["metadata"]["name"] == "helm-guard-access-reviews").unwrap();
+    assert_eq!(
+        reviews["rules"],
+        serde_json::json!([{"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]),
+        "asking the authorizer who may break glass, nothing else"
+    );
+    let glass = roles.iter().find(|r| r["metadata"]["name"] == "helm-guard-break-glass").unwrap();
+    assert_eq!(
+        glass["rules"],
+        serde_json::json!([{"apiGroups": ["helm-guard.io"], "resources": ["releases"], "verbs": ["breakglass"]}])
+    );
+    assert!(
+        !rbac.iter().any(|d| d["roleRef"]["name"] == "helm-guard-break-glass"),
+        "break-glass is bound to nobody: the cluster's admins grant it"
+    );
     let reports = roles.iter().find(|r| r["metadata"]["name"] == "helm-guard-policy-reports").unwrap();
     let verbs = serde_json::json!(["get", "list", "create", "patch", "delete"]);
     assert_eq!(
@@ -361,7 +380,11 @@ fn leases_are_written_only_in_the_guards_own_namespace() {
     assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
     assert!(
         !rbac.iter().any(|d| d["kind"] == "ClusterRole"
-            && d["rules"].as_array().unwrap().iter().any(|r| r["resources"].to_string().contains("leases"))),
+            && d["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["resources"].as_array().unwrap().contains(&serde_json::json!("leases")))),
         "no cluster-wide lease access"
     );
     let deployment = documents("deployment.yaml").into_iter().find(|d| d["kind"] == "Deployment").unwrap();

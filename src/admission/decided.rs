@@ -23,10 +23,47 @@ pub(super) struct Decided {
 }
 
 pub(super) fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'_> {
-    Requester {
-        username: request.user_info.username.as_deref().unwrap_or_default(),
-        groups: request.user_info.groups.as_deref().unwrap_or_default(),
-    }
+    Requester::new(
+        request.user_info.username.as_deref().unwrap_or_default(),
+        request.user_info.groups.as_deref().unwrap_or_default(),
+    )
+}
+
+/// Who sent `request`, the API server's authorizer asked whether it may break glass on the
+/// release of `records` (the sides of one request) when one of them carries a break-glass or
+/// restore annotation and the requester's groups do not already grant it (POLICY.md, "Who may
+/// break glass").
+pub(super) async fn requester_of_records<'r>(
+    admission: &super::Admission,
+    request: &'r AdmissionRequest<ReviewObject>,
+    records: &[&crate::release::Record],
+    deadline: std::time::Instant,
+) -> Requester<'r> {
+    let who = requester(request);
+    let annotated = |record: &&&crate::release::Record| {
+        crate::policy::break_glass_reason(&record.annotations).is_some()
+            || record
+                .annotations
+                .get(crate::policy::create::RESTORED_FROM_ANNOTATION)
+                .is_some_and(|v| !v.is_empty())
+    };
+    let Some(record) = records.iter().find(annotated) else { return who };
+    let authority = admission.live.break_glass.as_deref();
+    let Some(authority) =
+        authority.filter(|_| !admission.settings().policy.break_glass_granted_by_groups(who))
+    else {
+        return who;
+    };
+    let user = &request.user_info;
+    let asker = crate::cluster::Asker {
+        username: who.username,
+        uid: user.uid.as_deref(),
+        groups: who.groups,
+        extra: user.extra.as_ref(),
+    };
+    let key = &record.id.key;
+    let authorized = authority.allows(asker, &key.namespace, &key.release, deadline).await;
+    Requester { break_glass_authorized: authorized, ..who }
 }
 
 /// `rule` on the rest of a release as `view` shows it, where an approval must also hold on what

@@ -23,11 +23,12 @@ use std::time::Instant;
 use kube::core::admission::AdmissionRequest;
 
 use super::Admission;
-use super::decided::{Decided, on_what_may_be_stored, requester};
+use super::decided::{Decided, on_what_may_be_stored};
 use crate::cluster::coordination::{Claimed, ClaimedRecord, local_instant, now_ms};
 use crate::cluster::freshness::Freshness;
 use crate::cluster::{DeleteCoordinator, Fetched, IndexChange, ReleaseView};
 use crate::object::ReviewObject;
+use crate::policy::Requester;
 use crate::policy::delete::{
     DeleteFacts, copy_is_best_effort, decide_delete, holds_on_a_lagging_view, keeps_copy, needs_agreement,
 };
@@ -43,11 +44,12 @@ use crate::release::{History, Record, ReleaseKey};
 pub(super) async fn delete(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
+    who: Requester<'_>,
     record: &DecodedRecord,
     deadline: Instant,
 ) -> Decided {
     let glass = break_glass_reason(&record.record.annotations);
-    let mut deletion = Deletion::new(admission, request, record, glass.as_deref());
+    let mut deletion = Deletion::new(admission, request, who, record, glass.as_deref());
     let mut next = deletion.next(deletion.decide(Stage::First), Stage::First);
     loop {
         next = match next {
@@ -108,6 +110,7 @@ impl<'a> Deletion<'a> {
     fn new(
         admission: &'a Admission,
         request: &'a AdmissionRequest<ReviewObject>,
+        who: Requester<'a>,
         decoded: &'a DecodedRecord,
         break_glass: Option<&'a str>,
     ) -> Deletion<'a> {
@@ -126,7 +129,7 @@ impl<'a> Deletion<'a> {
                 revision: record.id.revision,
                 status: decoded.status(),
                 namespace_terminating: namespace.terminating,
-                requester: requester(request),
+                requester: who,
                 break_glass,
                 // Read at each decision, once a confirmation has read the payloads.
                 last_deployed: None,

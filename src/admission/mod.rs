@@ -99,6 +99,9 @@ pub struct LiveParts {
     pub events: Option<crate::cluster::events::EventQueue>,
     /// A deletion let go keeps a copy here first (`recycle_bin`).
     pub recycle_bin: Option<Arc<dyn crate::recycle_bin::api::RecycleBin>>,
+    /// Says who may break glass beyond `system:masters` and `--break-glass-group` (the API
+    /// server's authorizer); without it, no one else.
+    pub break_glass: Option<Arc<dyn crate::cluster::BreakGlassAuthority>>,
 }
 
 /// The counts decisions keep, shared with the metrics.

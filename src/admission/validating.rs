@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::decided::{Decided, on_what_may_be_stored, requester};
+use super::decided::{Decided, on_what_may_be_stored, requester, requester_of_records};
 use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
@@ -18,7 +18,7 @@ use crate::cluster::registration::{PROBE_LABEL, probe_reply};
 use crate::policy::create::{CreateFacts, RESTORED_FROM_ANNOTATION, decide_create};
 use crate::policy::mode::{apply_mode, tell_dry_run};
 use crate::policy::update::{PayloadSide, RecordSide, UpdateFacts, decide_update, rests_on_history};
-use crate::policy::{Reason, Verdict, break_glass_reason};
+use crate::policy::{Reason, Requester, Verdict, break_glass_reason};
 use crate::release::decode::Fingerprinting;
 use crate::release::history::PayloadStatus;
 use crate::release::history::revisions_within;
@@ -51,13 +51,14 @@ pub(crate) async fn validate(
     let (about, decided) = match (&request.operation, old, new) {
         (Operation::Delete, Some((record, true)), _) => {
             let record = admission.read_record(record, Fingerprinting::Skip).await;
+            let who = requester_of_records(admission, &request, &[&record.record], deadline).await;
             let about = about_record(&record, format!("{} -> (deleted)", status_text(record.status())));
-            let refused = past_decode_bound(admission, &request, &[&record])
-                .or_else(|| owner_locked(admission, &request, &record));
+            let refused = past_decode_bound(admission, &request, who, &[&record])
+                .or_else(|| owner_locked(admission, &request, who, &record));
             if let Some(refused) = refused {
                 return respond(&request, asked, about, refused);
             }
-            (about, super::delete::delete(admission, &request, &record, deadline).await)
+            (about, super::delete::delete(admission, &request, who, &record, deadline).await)
         }
         // Every supported API server sends the object being deleted; without it nothing can be
         // shown harmless.
@@ -68,28 +69,30 @@ pub(crate) async fn validate(
                 admission.read_record(old, Fingerprinting::Take).await,
                 admission.read_record(new, Fingerprinting::Take).await,
             );
-            match past_decode_bound(admission, &request, &[&old, &new]) {
+            let who = requester_of_records(admission, &request, &[&new.record, &old.record], deadline).await;
+            match past_decode_bound(admission, &request, who, &[&old, &new]) {
                 Some(refused) => (about_record(&new, "(past the decode bound)".into()), refused),
-                None if let Some(refused) = owner_locked(admission, &request, &new) => (
+                None if let Some(refused) = owner_locked(admission, &request, who, &new) => (
                     about_record(
                         &new,
                         format!("{} -> {}", status_text(old.status()), status_text(new.status())),
                     ),
                     refused,
                 ),
-                None => update(admission, &request, old, new, new_is_record, deadline).await,
+                None => update(admission, &request, who, old, new, new_is_record, deadline).await,
             }
         }
         // An update that turns an object into a record (a label added) makes a record as a
         // creation does: judged as one.
         (Operation::Update | Operation::Create, _, Some((record, true))) => {
             let record = admission.read_record(record, Fingerprinting::Take).await;
-            match past_decode_bound(admission, &request, &[&record]) {
+            let who = requester_of_records(admission, &request, &[&record.record], deadline).await;
+            match past_decode_bound(admission, &request, who, &[&record]) {
                 Some(refused) => (about_record(&record, "(new, past the decode bound)".into()), refused),
-                None if let Some(refused) = owner_locked(admission, &request, &record) => {
+                None if let Some(refused) = owner_locked(admission, &request, who, &record) => {
                     (about_record(&record, format!("(new) -> {}", status_text(record.status()))), refused)
                 }
-                None => create(admission, &request, record, deadline).await,
+                None => create(admission, &request, who, record, deadline).await,
             }
         }
         // C2b: an object that is not a record, taking a name Helm stores a revision under.
@@ -179,11 +182,11 @@ fn namespace(admission: &Admission, request: &AdmissionRequest<ReviewObject>) ->
 fn past_decode_bound(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
+    who: Requester<'_>,
     records: &[&DecodedRecord],
 ) -> Option<Decided> {
     use crate::release::DecodeError;
     let policy = &admission.settings().policy;
-    let who = requester(request);
     let (record, limit) = records.iter().find_map(|record| match &record.payload {
         Err(DecodeError::TooLarge { limit }) => Some((*record, *limit)),
         _ => None,
@@ -217,6 +220,7 @@ fn past_decode_bound(
 fn owner_locked(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
+    who: Requester<'_>,
     record: &DecodedRecord,
 ) -> Option<Decided> {
     use crate::policy::owner::{OwnerFacts, decide_owner};
@@ -230,7 +234,7 @@ fn owner_locked(
         release: &key.release,
         locked,
         owner: owner.as_ref(),
-        requester: requester(request),
+        requester: who,
         break_glass: break_glass_reason(&record.record.annotations).is_some(),
         namespace_terminating: namespace.terminating && request.operation == Operation::Delete,
         guard_namespace: writers.namespace(),
@@ -379,6 +383,7 @@ async fn on_history(
 async fn update(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
+    who: Requester<'_>,
     old: DecodedRecord,
     new: DecodedRecord,
     new_is_record: bool,
@@ -398,7 +403,7 @@ async fn update(
             others,
             old: record_side(&old),
             new: record_side(&new),
-            requester: requester(request),
+            requester: who,
             break_glass: glass.as_deref(),
         };
         decide_update(&facts, policy)
@@ -507,6 +512,7 @@ async fn keep_what_is_overwritten(
 async fn create(
     admission: &Admission,
     request: &AdmissionRequest<ReviewObject>,
+    who: Requester<'_>,
     record: DecodedRecord,
     deadline: Instant,
 ) -> (About, Decided) {
@@ -533,8 +539,8 @@ async fn create(
             foreign_metadata: foreign_metadata(&record.record),
             others,
             others_apart: latest_readable.map(|f| f.namespace_apart),
-            requester: requester(request),
-            may_break_glass: policy.may_break_glass(requester(request)),
+            requester: who,
+            may_break_glass: policy.may_break_glass(who),
             restored_from: restored_from.map(String::as_str),
             revisions_last_hour: revisions_within(stored, now, 3600, next),
             max_per_hour: namespace.max_revisions_per_hour.or(policy.max_revisions_per_hour),

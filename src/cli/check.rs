@@ -518,7 +518,7 @@ impl Target {
         let ns = Some(self.namespace.as_str());
         let bin = Some(in_force.recycle_bin_namespace.as_deref().unwrap_or(&self.namespace));
         // (API group, resource, verb, namespace, name)
-        let needed: [Permission; 13] = [
+        let needed: [Permission; 14] = [
             ("", "secrets", "watch", None, None),
             ("", "configmaps", "watch", None, None),
             ("", "secrets", "get", None, None),
@@ -545,6 +545,8 @@ impl Target {
             ("", "secrets", "create", bin, None),
             ("events.k8s.io", "events", "create", None, None),
             ("", "pods", "get", None, None),
+            // Who may break glass: the API server's authorizer, asked for annotated records.
+            ("authorization.k8s.io", "subjectaccessreviews", "create", None, None),
         ];
         let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let mut missing = Vec::new();

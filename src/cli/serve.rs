@@ -82,9 +82,10 @@ pub(crate) struct ServeArgs {
     /// A group whose members may opt a namespace out (repeatable; comma-separated in the env var).
     #[arg(help_heading = "Policy", long, env = "HELM_GUARD_OPT_OUT_GROUPS", value_delimiter = ',')]
     pub opt_out_group: Vec<String>,
-    /// A group whose members' break-glass annotation (`helm-guard.io/allow-delete`) counts
-    /// (repeatable; comma-separated in the env var). Default: anyone's, as anyone who may delete
-    /// the record may annotate it.
+    /// A group whose members' break-glass and restore annotations (`helm-guard.io/allow-delete`,
+    /// `helm-guard.io/restored-from`) count, beside `system:masters` and whoever the API server
+    /// allows `breakglass` on `releases.helm-guard.io` (the ClusterRole helm-guard-break-glass)
+    /// (repeatable; comma-separated in the env var).
     #[arg(help_heading = "Policy", long, env = "HELM_GUARD_BREAK_GLASS_GROUPS", value_delimiter = ',')]
     pub break_glass_group: Vec<String>,
     /// A user that forgets releases: its deletions of records the rules would refuse are let

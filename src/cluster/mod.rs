@@ -6,8 +6,9 @@
 //! listing; then the payloads), [`listing`] lists whole records for the CLI; [`coordination`]
 //! (how replicas agree; [`claim_books`], their claims read from a watch), [`events`] (Kubernetes
 //! Events) and [`helmcharts`] (K3s's HelmCharts) are the rest of what the guard keeps of the
-//! cluster.
+//! cluster; [`break_glass`] asks the API server's authorizer who may break glass.
 
+pub(crate) mod break_glass;
 pub mod census;
 pub(crate) mod changes;
 pub(crate) mod claim_books;
@@ -29,6 +30,7 @@ pub(crate) mod unlock;
 pub(crate) mod watch;
 pub(crate) mod writers;
 
+pub use break_glass::{Asker, BreakGlassAuthority};
 pub(crate) use coordination::DeleteCoordinator;
 
 /// Helm selects its records by label alone (any Secret type, any name): so does the guard.

@@ -11,7 +11,22 @@ pub struct Requester<'a> {
     pub username: &'a str,
     /// The requester's groups.
     pub groups: &'a [String],
+    /// Whether the API server's authorizer allows the requester `breakglass` on the release
+    /// (`releases.helm-guard.io`; asked only for a record that carries a break-glass or restore
+    /// annotation).
+    pub break_glass_authorized: bool,
 }
+
+impl<'a> Requester<'a> {
+    /// A requester the authorizer has not been asked about.
+    pub const fn new(username: &'a str, groups: &'a [String]) -> Requester<'a> {
+        Requester { username, groups, break_glass_authorized: false }
+    }
+}
+
+/// The group whose members every authorizer allows everything (the API server's superuser
+/// group): its break-glass annotation counts without asking.
+pub(crate) const SYSTEM_MASTERS: &str = "system:masters";
 
 /// The namespace controller's identity with per-controller service accounts. Without them every
 /// controller is `system:kube-controller-manager`, which then proves nothing: the namespace must
@@ -38,7 +53,9 @@ pub struct PolicyConfig {
     pub opt_out_groups: Vec<String>,
     /// Namespaces anyone may opt out (N2).
     pub exempt_namespaces: Vec<String>,
-    /// Groups whose members' break-glass annotation counts (D2, U1); empty: anyone's.
+    /// Groups whose members' break-glass and restore annotations count (D2, U1, C1, O1), beside
+    /// `system:masters` and whoever the API server's authorizer allows `breakglass` on the
+    /// release.
     pub break_glass_groups: Vec<String>,
     /// Users who forget releases (D10): their deletions that D3–D9 refuse are let through, a copy
     /// kept. By exact name.
@@ -133,10 +150,16 @@ impl PolicyConfig {
         matching(&self.opt_out_users, &self.opt_out_groups, requester)
     }
 
-    /// Whether `requester`'s break-glass annotation counts (D2, U1).
+    /// Whether `requester`'s break-glass and restore annotations count (D2, U1, C1, O1): the
+    /// authorizer allows it `breakglass` on the release, or it is in `system:masters` or a
+    /// `--break-glass-group`.
     pub(crate) fn may_break_glass(&self, requester: Requester<'_>) -> bool {
-        self.break_glass_groups.is_empty()
-            || requester.groups.iter().any(|g| self.break_glass_groups.contains(g))
+        requester.break_glass_authorized || self.break_glass_granted_by_groups(requester)
+    }
+
+    /// Whether `requester`'s groups alone let it break glass (no authorizer asked).
+    pub(crate) fn break_glass_granted_by_groups(&self, requester: Requester<'_>) -> bool {
+        requester.groups.iter().any(|g| g == SYSTEM_MASTERS || self.break_glass_groups.contains(g))
     }
 
     /// A refusal's message, saying that the break-glass annotation on the object did not count
@@ -150,10 +173,14 @@ impl PolicyConfig {
         if verdict.allowed || break_glass.is_none() || self.may_break_glass(requester) {
             return verdict;
         }
-        let groups =
-            self.break_glass_groups.iter().map(|g| format!("group {g}")).collect::<Vec<_>>().join(" or ");
+        let groups = std::iter::once(SYSTEM_MASTERS)
+            .chain(self.break_glass_groups.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(", ");
         let note = format!(
-            " (the helm-guard.io/allow-delete annotation on it counts only for members of {groups}, and {} is not one)",
+            " (the helm-guard.io/allow-delete annotation on it counts only for a requester the API server allows \
+             `breakglass` on releases.helm-guard.io, as the ClusterRole helm-guard-break-glass does, and for members \
+             of {groups}; {} is neither)",
             requester.username
         );
         super::Verdict { message: verdict.message.map(|m| m + &note), ..verdict }
@@ -193,13 +220,16 @@ mod tests {
     fn only_a_refusal_the_annotation_did_not_unlock_says_who_it_counts_for() {
         let config = PolicyConfig { break_glass_groups: vec!["sre".into()], ..PolicyConfig::default() };
         let (sre, dev) = (["sre".to_owned()], ["dev".to_owned()]);
-        let member = Requester { username: "alice", groups: &sre };
-        let other = Requester { username: "bob", groups: &dev };
+        let member = Requester::new("alice", &sre);
+        let other = Requester::new("bob", &dev);
         let refused = || Verdict::deny(Reason::LatestDeployedRevision, "refused");
         let allowed = Verdict::warn(Reason::BreakGlass, "kept a copy");
         let explained = config.explain_break_glass(refused(), Some("INC-1"), other).message.unwrap();
         assert!(explained.starts_with("refused (the helm-guard.io/allow-delete annotation"), "{explained}");
-        assert!(explained.contains("members of group sre, and bob is not one"), "{explained}");
+        assert!(explained.contains("allows `breakglass` on releases.helm-guard.io"), "{explained}");
+        assert!(explained.contains("members of system:masters, sre; bob is neither"), "{explained}");
+        let authorized = Requester { break_glass_authorized: true, ..other };
+        assert_eq!(config.explain_break_glass(refused(), Some("INC-1"), authorized), refused(), "authorized");
         assert_eq!(config.explain_break_glass(refused(), None, other), refused(), "no annotation");
         assert_eq!(config.explain_break_glass(refused(), Some("INC-1"), member), refused(), "a member");
         assert_eq!(
@@ -207,6 +237,20 @@ mod tests {
             allowed,
             "not a refusal"
         );
+    }
+
+    /// Break-glass is a privilege by default: the authorizer's `breakglass` on the release, the
+    /// API server's superusers, or a `--break-glass-group`; never everyone (issue 80, class 1).
+    #[test]
+    fn break_glass_counts_for_the_authorized_the_superusers_and_the_named_groups_only() {
+        let config = PolicyConfig::default();
+        let (masters, edit) = (["system:masters".to_owned()], ["system:authenticated".to_owned()]);
+        assert!(!config.may_break_glass(Requester::new("tenant", &edit)), "no one by default");
+        assert!(config.may_break_glass(Requester::new("admin", &masters)));
+        let authorized = Requester { break_glass_authorized: true, ..Requester::new("oncall", &edit) };
+        assert!(config.may_break_glass(authorized));
+        let sre = PolicyConfig { break_glass_groups: vec!["system:authenticated".into()], ..config };
+        assert!(sre.may_break_glass(Requester::new("tenant", &edit)));
     }
 
     #[test]

@@ -106,11 +106,22 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
     if let Some(unlike) = facts.unlike_helms {
         return refuse(unlike.to_string());
     }
-    // C3a: Helm's storage writes a release's payloads in one namespace: the records' own, or
-    // (Flux's `storageNamespace`) the target namespace every record of the release names.
-    if facts.namespace_apart && facts.others_apart == Some(false) {
+    // C3a: Helm's upgrade and rollback copy the namespace of the release they start from
+    // (`upgrade.go`, `rollback.go`: `currentRelease.Namespace`); an install takes its caller's
+    // (Flux's `targetNamespace`, its records in `storageNamespace`), a reinstall over a release
+    // uninstalled with its history kept included.
+    let copies_namespace = status != Status::PendingInstall;
+    if copies_namespace && facts.others_apart.is_some_and(|apart| apart != facts.namespace_apart) {
         return refuse(format!(
-            "its payload names a namespace other than {namespace}, where the release's other revisions are"
+            "its payload's namespace is not the one of the revision it is made from (Helm's upgrade and rollback \
+             copy it: {})",
+            if facts.namespace_apart {
+                format!(
+                    "its payload names a namespace other than {namespace}, where the release's revisions are"
+                )
+            } else {
+                format!("the release's revisions name a namespace other than {namespace}")
+            }
         ));
     }
     // C3b
@@ -228,7 +239,7 @@ mod tests {
             foreign_metadata: None,
             others: &others,
             others_apart: None,
-            requester: Requester { username: "tenant", groups: &[] },
+            requester: Requester::new("tenant", &[]),
             may_break_glass: false,
             restored_from: None,
             revisions_last_hour: 0,
@@ -349,7 +360,7 @@ mod tests {
             foreign_metadata: None,
             others: &others,
             others_apart: None,
-            requester: Requester { username: "alice", groups: &[] },
+            requester: Requester::new("alice", &[]),
             may_break_glass: false,
             restored_from: None,
             revisions_last_hour: 0,
@@ -365,10 +376,8 @@ mod tests {
             exempt_users: vec!["system:serviceaccount:velero:velero".into()],
             ..config.clone()
         };
-        let by_velero = CreateFacts {
-            requester: Requester { username: "system:serviceaccount:velero:velero", groups: &[] },
-            ..base
-        };
+        let by_velero =
+            CreateFacts { requester: Requester::new("system:serviceaccount:velero:velero", &[]), ..base };
         assert_eq!(decide_create(&by_velero, &velero).reason, Reason::Exempt);
         // C2: an unreadable record is Helm's business only under one of Helm's names.
         let unreadable = CreateFacts { payload: None, object_name: "web-notes", ..base };
@@ -440,7 +449,7 @@ mod rate {
             foreign_metadata: None,
             others: &others,
             others_apart: None,
-            requester: Requester { username: "system:serviceaccount:kube-system:helm-traefik", groups: &[] },
+            requester: Requester::new("system:serviceaccount:kube-system:helm-traefik", &[]),
             may_break_glass: false,
             restored_from: None,
             revisions_last_hour,

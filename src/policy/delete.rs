@@ -343,7 +343,9 @@ mod tests {
         History::of(revisions)
     }
 
-    const ADMIN: Requester<'static> = Requester { username: "admin", groups: &[] };
+    /// A requester the authorizer allows `breakglass` (cluster-admin, say).
+    const ADMIN: Requester<'static> =
+        Requester { username: "admin", groups: &[], break_glass_authorized: true };
 
     fn facts(revision: u32, status: Option<Status>) -> DeleteFacts<'static> {
         DeleteFacts {
@@ -635,8 +637,7 @@ mod tests {
         let verdict = decide_delete(&terminating, &nothing_else, &PolicyConfig::default());
         assert_eq!((verdict.allowed, verdict.reason), (true, Reason::NamespaceTeardown));
         let mut controller = facts(3, Some(Deployed));
-        controller.requester =
-            Requester { username: "system:serviceaccount:kube-system:namespace-controller", groups: &[] };
+        controller.requester = Requester::new("system:serviceaccount:kube-system:namespace-controller", &[]);
         assert_eq!(
             decide_delete(&controller, &nothing_else, &PolicyConfig::default()).reason,
             Reason::NamespaceTeardown
@@ -650,7 +651,7 @@ mod tests {
             ["system:serviceaccount:kube-system:generic-garbage-collector", "system:kube-controller-manager"]
         {
             let mut gc = facts(3, Some(Deployed));
-            gc.requester = Requester { username: user, groups: &[] };
+            gc.requester = Requester::new(user, &[]);
             let verdict = decide_delete(&gc, &history(&[(2, Superseded)]), &PolicyConfig::default());
             assert_eq!((verdict.allowed, verdict.reason), (false, Reason::LatestDeployedRevision), "{user}");
         }
@@ -696,7 +697,7 @@ mod tests {
 
         let groups = ["platform-admins".to_owned()];
         let mut member = facts(3, Some(Deployed));
-        member.requester = Requester { username: "alice", groups: &groups };
+        member.requester = Requester::new("alice", &groups);
         let config =
             PolicyConfig { exempt_groups: vec!["platform-admins".into()], ..PolicyConfig::default() };
         let verdict = decide_delete(&member, &latest_deployed, &config);
@@ -718,20 +719,21 @@ mod tests {
         let responders = ["incident-responders".to_owned()];
         let mut annotated = facts(3, Some(Deployed));
         annotated.break_glass = Some("INC-1234");
-        annotated.requester = Requester { username: "carol", groups: &responders };
+        annotated.requester = Requester::new("carol", &responders);
         assert_eq!(decide_delete(&annotated, &latest_deployed, &config).reason, Reason::BreakGlass);
 
-        annotated.requester = Requester { username: "tenant", groups: &[] };
+        annotated.requester = Requester::new("tenant", &[]);
         let refused = decide_delete(&annotated, &latest_deployed, &config);
         assert_eq!((refused.allowed, refused.reason), (false, Reason::LatestDeployedRevision));
         let message = refused.message.unwrap();
         assert!(
-            message.ends_with("(the helm-guard.io/allow-delete annotation on it counts only for members of group incident-responders, and tenant is not one)"),
+            message.ends_with("and for members of system:masters, incident-responders; tenant is neither)"),
             "{message}"
         );
         // For anyone else the rules decide: Helm pruning an annotated record is still allowed.
         let mut pruned = facts(1, Some(Superseded));
         pruned.break_glass = Some("left over");
+        pruned.requester = Requester::new("helm", &[]);
         let allowed = decide_delete(&pruned, &history(&[(2, Deployed)]), &config);
         assert_eq!((allowed.allowed, allowed.reason), (true, Reason::HistoryPruning));
         assert!(allowed.message.is_none());
@@ -804,7 +806,7 @@ mod tests {
             let others = others(revision, status, revisions);
             let mut deletion = facts(revision, status);
             if why.starts_with("exempt") {
-                deletion.requester = Requester { username: "alice", groups: &exempt };
+                deletion.requester = Requester::new("alice", &exempt);
             } else {
                 deletion.break_glass = Some("INC-1");
             }
@@ -850,6 +852,7 @@ mod tests {
         let responders = PolicyConfig { break_glass_groups: vec!["sre".into()], ..PolicyConfig::default() };
         let mut pruned = facts(1, Some(Superseded));
         pruned.break_glass = Some("INC-1");
+        pruned.requester = Requester::new("helm", &[]);
         assert!(!keeps_copy(&pruned, &history(&[(2, Deployed)]), &responders));
     }
 
@@ -864,16 +867,10 @@ mod tests {
         let fleet_agent = ["system:serviceaccounts:cattle-fleet-system".to_owned()];
         let impersonated = ["system:serviceaccounts:cattle-fleet-local-system".to_owned()];
         let requesters = [
-            Requester {
-                username: "system:serviceaccount:cattle-fleet-system:fleet-agent",
-                groups: &fleet_agent,
-            },
-            Requester {
-                username: "system:serviceaccount:cattle-fleet-local-system:fleet-default",
-                groups: &impersonated,
-            },
+            Requester::new("system:serviceaccount:cattle-fleet-system:fleet-agent", &fleet_agent),
+            Requester::new("system:serviceaccount:cattle-fleet-local-system:fleet-default", &impersonated),
         ];
-        let person = Requester { username: "alice", groups: &[] };
+        let person = Requester::new("alice", &[]);
         let config = PolicyConfig::default();
         let off = PolicyConfig { forgetter_groups: Vec::new(), ..PolicyConfig::default() };
         let mut refused_for_people = 0;

@@ -15,7 +15,7 @@ use super::update::{PayloadSide, RecordSide, UpdateFacts, decide_update};
 use super::verdict::Verdict;
 use crate::release::{History, Status};
 
-const ADMIN: Requester<'static> = Requester { username: "admin", groups: &[] };
+const ADMIN: Requester<'static> = Requester::new("admin", &[]);
 
 /// One stored object: which one, and what it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -183,10 +183,10 @@ mod tests {
         let enforce = labels(&[(MODE_LABEL, "enforce")]);
         let not_ignored = labels(&[(IGNORE_LABEL, "false")]);
         let typo = labels(&[(MODE_LABEL, "audti")]);
-        let tenant = Requester { username: "tenant", groups: &[] };
+        let tenant = Requester::new("tenant", &[]);
         let platform_group = ["platform".to_owned()];
-        let member = Requester { username: "bob", groups: &platform_group };
-        let admin = Requester { username: "platform-admin", groups: &[] };
+        let member = Requester::new("bob", &platform_group);
+        let admin = Requester::new("platform-admin", &[]);
         type Row<'a> = (
             &'a str,
             &'a str,
@@ -231,7 +231,7 @@ mod tests {
             name: "tn-3020",
             old_labels: Some(&labels(&[])),
             new_labels: &labels(&[(MODE_LABEL, "audit")]),
-            requester: Requester { username: "tenant", groups: &[] },
+            requester: Requester::new("tenant", &[]),
         };
         let refused = decide_namespace(&facts, &config());
         let message = refused.message.unwrap();
@@ -247,7 +247,7 @@ mod tests {
         );
         let groups = ["platform".to_owned()];
         let allowed = decide_namespace(
-            &NamespaceFacts { requester: Requester { username: "bob", groups: &groups }, ..facts },
+            &NamespaceFacts { requester: Requester::new("bob", &groups), ..facts },
             &config(),
         );
         assert_eq!(allowed.detail.as_deref(), Some("group:platform"));
@@ -283,7 +283,7 @@ mod tests {
             name: "tn",
             old_labels: Some(&labels(&[])),
             new_labels: &labels(&[(MODE_LABEL, "audit")]),
-            requester: Requester { username: "tenant", groups: &[] },
+            requester: Requester::new("tenant", &[]),
         };
         assert_eq!(decide_namespace(&facts, &config).reason, Reason::NotAnOptOut);
     }

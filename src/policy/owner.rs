@@ -68,7 +68,7 @@ mod tests {
             release: "web",
             locked: true,
             owner: Some(owner),
-            requester: Requester { username, groups },
+            requester: Requester::new(username, groups),
             break_glass: false,
             namespace_terminating: false,
             guard_namespace: "helm-guard",

@@ -386,7 +386,7 @@ mod tests {
             others: &History::default(),
             old,
             new,
-            requester: Requester { username: "admin", groups: &[] },
+            requester: Requester::new("admin", &[]),
             break_glass: None,
         };
         decide_update(&facts, &PolicyConfig::default())
@@ -645,9 +645,8 @@ mod tests {
             };
             decide_update(&facts, &PolicyConfig::default())
         };
-        let agent =
-            Requester { username: "system:serviceaccount:cattle-fleet-system:fleet-agent", groups: &fleet };
-        let person = Requester { username: "alice", groups: &[] };
+        let agent = Requester::new("system:serviceaccount:cattle-fleet-system:fleet-agent", &fleet);
+        let person = Requester::new("alice", &[]);
         let back =
             |requester| decide_as(requester, side(&superseded, payload(Superseded)), side(&deployed, d));
         assert_eq!((back(agent).allowed, back(agent).reason), (true, Reason::HelmUpdate));
@@ -843,7 +842,7 @@ mod tests {
                 others: &others,
                 old: side(&old_labels, payload(from)),
                 new: side(&new_labels, payload(to)),
-                requester: Requester { username: "tenant", groups: &[] },
+                requester: Requester::new("tenant", &[]),
                 break_glass: None,
             };
             let verdict = decide_update(&facts, &PolicyConfig::default());
@@ -864,11 +863,19 @@ mod tests {
             others: &History::default(),
             old: side(&deployed, payload(Status::Deployed)),
             new: side(&no_owner, payload(Status::Deployed)),
-            requester: Requester { username: "admin", groups: &[] },
+            requester: Requester { break_glass_authorized: true, ..Requester::new("admin", &[]) },
             break_glass: Some("migrating to another driver"),
         };
         let verdict = decide_update(&facts, &PolicyConfig::default());
         assert_eq!((verdict.allowed, verdict.reason), (true, Reason::BreakGlass));
+        let unauthorized = UpdateFacts { requester: Requester::new("tenant", &[]), ..facts };
+        let refused = decide_update(&unauthorized, &PolicyConfig::default());
+        assert_eq!(
+            (refused.allowed, refused.reason),
+            (false, Reason::IdentityLabelChange),
+            "no one by default"
+        );
+        let facts = UpdateFacts { requester: Requester::new("admin", &[]), ..facts };
         // With --break-glass-group, only its members' annotation counts.
         let config = PolicyConfig {
             break_glass_groups: vec!["incident-responders".into()],
@@ -876,9 +883,9 @@ mod tests {
         };
         let refused = decide_update(&facts, &config);
         assert_eq!((refused.allowed, refused.reason), (false, Reason::IdentityLabelChange));
-        assert!(refused.message.unwrap().contains("counts only for members of group incident-responders"));
+        assert!(refused.message.unwrap().contains("members of system:masters, incident-responders"));
         let responders = ["incident-responders".to_owned()];
-        let member = UpdateFacts { requester: Requester { username: "carol", groups: &responders }, ..facts };
+        let member = UpdateFacts { requester: Requester::new("carol", &responders), ..facts };
         assert_eq!(decide_update(&member, &config).reason, Reason::BreakGlass);
     }
 }

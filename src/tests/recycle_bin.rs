@@ -69,7 +69,12 @@ struct Guard {
 fn guard(records: &[Value], config: PolicyConfig, bin: MemoryBin, best_effort: bool) -> Guard {
     let bin = Arc::new(bin);
     let settings = Settings { recycle_best_effort: best_effort, ..Settings::new(config) };
-    let live = LiveParts { recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>), ..LiveParts::default() };
+    // alice and ops-bot hold helm-guard-break-glass.
+    let live = LiveParts {
+        recycle_bin: Some(bin.clone() as Arc<dyn RecycleBin>),
+        break_glass: Some(common::BreakGlassHolders::of(&["alice", "ops-bot"])),
+        ..LiveParts::default()
+    };
     let admission = common::guard::snapshot_admission_with(records, settings, live);
     Guard { admission, bin }
 }

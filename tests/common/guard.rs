@@ -34,6 +34,8 @@ pub struct Options {
     pub client_names: Vec<String>,
     /// A live source's reads and listings, for a test that stands in for the API server.
     pub fetcher: Option<Arc<dyn helm_guard::cluster::PayloadFetcher>>,
+    /// Who may break glass beyond system:masters (the API server's authorizer, live).
+    pub break_glass: Option<Arc<dyn helm_guard::cluster::BreakGlassAuthority>>,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             connections: ConnectionLimits::default(),
             client_ca: None,
             fetcher: None,
+            break_glass: None,
             client_names: Vec::new(),
         }
     }
@@ -87,7 +90,11 @@ impl Guard {
             exempt_groups: options.exempt_groups,
             ..PolicyConfig::default()
         };
-        let live = LiveParts { fetcher: options.fetcher.clone(), ..LiveParts::default() };
+        let live = LiveParts {
+            fetcher: options.fetcher.clone(),
+            break_glass: options.break_glass.clone(),
+            ..LiveParts::default()
+        };
         let admission = Admission::new(index.clone(), Settings::new(config), live, Default::default());
         let state = Arc::new(
             AppState::new(
