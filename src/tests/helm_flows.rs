@@ -305,7 +305,7 @@ impl World {
     }
 
     /// The record Helm writes for this revision and status (payload and labels agree).
-    fn record(&self, release: usize, revision: u32, status: Status) -> Value {
+    pub(super) fn record(&self, release: usize, revision: u32, status: Status) -> Value {
         let key = (release, revision, status);
         if let Some(record) = self.encoded.borrow().get(&key) {
             return record.clone();

@@ -14,10 +14,15 @@
 //! says so). Beside it, `helm_flows` runs the same replicas through every flow of Helm and its
 //! other writers, all approved.
 //!
+//! A quarter of the writes are forgeries of Helm's shape (issue 80): Helm's next record changed in
+//! one place (a name, a label, a payload, a namespace, a Secret type, metadata Helm never sets, a
+//! number at the edge, a restore annotation). Any such write approved fails the run. After the
+//! tenant's writes, the owner runs Helm again on each release: none of its writes may be refused.
+//!
 //! A failure prints its seed: `RED_TEAM_SEED=<seed> cargo test --lib tests::red_team::`.
 
 use helm_guard::release::Status;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::helm_flows::{RELEASES, World};
 use crate::common::flows::HelmOp;
@@ -63,11 +68,90 @@ fn healthy(world: &mut World) {
     }
 }
 
+/// How many shapes [`forged`] knows.
+const FORGERIES: usize = 13;
+
+/// Helm's next record of `release` forged in one place (issue 80's classes): what it is, and the
+/// object. None of them is a record Helm writes.
+fn forged(world: &World, release: usize, shape: usize) -> (&'static str, Value) {
+    let next = world.latest(release).map_or(1, |(r, ..)| r + 1);
+    let name = RELEASES[release];
+    let mut record = world.record(release, next, Status::PendingUpgrade);
+    let what = match shape {
+        0 => {
+            record["metadata"]["name"] = json!(format!("sh.helm.release.v1.{name}.v0{next}"));
+            "a zero-padded revision in the name"
+        }
+        1 => {
+            record = world.record((release + 1) % RELEASES.len(), next, Status::PendingUpgrade);
+            record["metadata"]["name"] = json!(format!("sh.helm.release.v1.{name}.v{next}"));
+            record["metadata"]["labels"]["name"] = json!(name);
+            "another release's payload under this release's name"
+        }
+        2 => {
+            record["metadata"]["labels"]["version"] = json!(format!("+{next}"));
+            "a version label Helm never writes"
+        }
+        3 => {
+            record["metadata"]["labels"]["status"] = json!("deployed");
+            "a status label that is not the payload's"
+        }
+        4 => {
+            let mut payload = crate::common::release_json(&record);
+            payload["namespace"] = json!("kube-system");
+            record = crate::common::with_release_json(record, &payload);
+            "a payload in another namespace"
+        }
+        5 => {
+            record["immutable"] = json!(true);
+            "immutable"
+        }
+        6 => {
+            record["metadata"]["finalizers"] = json!(["tenant.example/hold"]);
+            "a finalizer"
+        }
+        7 => {
+            record["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "00000000-0000-4000-8000-000000000001"}]);
+            "an owner reference"
+        }
+        8 => {
+            record["data"]["release"] = json!("bm90IGEgcmVsZWFzZQ==");
+            "an unreadable record under the next revision's name"
+        }
+        9 => {
+            record["metadata"]["labels"] = json!({"app": "squat"});
+            "an object without Helm's labels under the next revision's name"
+        }
+        10 => {
+            record = world.record(release, u32::MAX, Status::PendingRollback);
+            "the last revision a uint32 holds"
+        }
+        11 => {
+            record = world.record(release, next.saturating_add(1 << 30), Status::PendingUpgrade);
+            "a jump past the gap ceiling"
+        }
+        _ => {
+            record["type"] = json!("Opaque");
+            "a Secret type Helm never writes"
+        }
+    };
+    (what, record)
+}
+
 /// One write of the tenant's: what it did and whether the guard approved it.
 fn tenant_write(world: &mut World, release: usize) -> (String, bool, String) {
     let history = world.history(release);
     let pick = |world: &mut World| history.get(world.rng.usize(..history.len().max(1))).cloned();
-    match world.rng.u8(..3) {
+    match world.rng.u8(..4) {
+        3 => {
+            let shape = world.rng.usize(..FORGERIES);
+            let (what, record) = forged(world, release, shape);
+            let approved = world.create_object(record).is_ok();
+            if approved {
+                world.fail(&format!("a forged record was let in: {what}"));
+            }
+            (format!("CREATE forged: {what}"), false, String::new())
+        }
         0 => {
             let latest = history.last().map_or(0, |(r, ..)| *r);
             let revision = (latest + world.rng.u32(..4)).saturating_sub(1).max(1);
@@ -155,6 +239,22 @@ fn run(seed: u64, writes: usize) {
                 RELEASES[release]
             );
         }
+    }
+    // The owner's next Helm operation on each release, once its watches caught up: a repair of
+    // a revision left pending, then an upgrade (`--install`); the guard refuses none of its
+    // writes (`World::step` fails the run on one).
+    world.deliver_all();
+    for release in 0..RELEASES.len() {
+        if world.latest(release).is_some_and(|(_, status, _)| status.is_pending()) {
+            world.step(&HelmOp::Repair { release, delete: false });
+        }
+        world.step(&HelmOp::Upgrade {
+            release,
+            install: true,
+            fail: false,
+            atomic: false,
+            history_max: Some(10),
+        });
     }
 }
 

@@ -8,7 +8,9 @@
 //! be one both Helms read alike.
 //!
 //! Where Helm 3 and Helm 4 read a record differently it counts as unreadable (the safe side: a
-//! record the guard skips can only make it stricter), but only where they differ on what the
+//! record the guard skips can only make it stricter, and one created under a name Helm stores a
+//! revision under is refused, C2; what Helm's own storage writes is Go's `json.Marshal` of its
+//! type, which both read alike), but only where they differ on what the
 //! guard decides by: whether the record is read at all, its revision, status, name, namespace
 //! and the content it fingerprints. They differ on: an `info` given twice whose last copy lacks
 //! the `status` an earlier one has (Helm 4 takes the status and description from the last copy
