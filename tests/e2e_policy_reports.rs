@@ -217,7 +217,7 @@ async fn broken_releases_show_in_policy_reports_and_turn_to_pass_when_repaired()
 
         // An unreadable record: error.
         let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), &ns);
-        let junk = serde_json::from_value(json!({"metadata": {"name": "sh.helm.release.v1.junk.v1",
+        let junk = serde_json::from_value(json!({"metadata": {"name": "junk-v1",
             "labels": {"owner": "helm", "name": "junk", "version": "1", "status": "deployed"}},
             "type": "helm.sh/release.v1", "data": {"release": "bm90IGEgcmVsZWFzZQ=="}}))
         .unwrap();

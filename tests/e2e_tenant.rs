@@ -6,7 +6,8 @@
 //! warning printed by Helm (issue 58, "the 1 MiB wall"); and a release upgraded in a loop is
 //! stopped at its namespace's `helm-guard.io/max-revisions-per-hour` while its uninstall passes;
 //! and release v2 records (Helm's next storage), read by Helm 3 and 4 as their own and guarded
-//! as v1 records are.
+//! as v1 records are; and records forged in Helm's exact shape refused, break-glass granted by RBAC
+//! (issue 80).
 //!
 //! `cargo test --test e2e_suites e2e_tenant:: -- --ignored`, with `helm`, `helm3` and `kubectl`
 //! on PATH and the cluster in KUBECONFIG (`../shared/tools/kube-local up`).
@@ -203,6 +204,110 @@ async fn a_tenants_breaks_in_two_steps_are_refused_and_helm_passes() {
         let pruned = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.nxt.v1", "-n", &next]);
         assert!(pruned.status.success(), "the superseded v2 record goes, as Helm's pruning: {}", said(&pruned));
         let _ = run(&["kubectl", "delete", "namespace", &next, "--wait=false"]);
+    })
+    .catch_unwind()
+    .await;
+    common::cluster::cleanup(&client, &namespace, false).await;
+    running.shutdown().await;
+    if let Err(panic) = checks {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Records forged in Helm's exact shape and the annotations that lift the rules (issue 80), on a
+/// real API server as a tenant bound to `admin` in its namespace makes them with kubectl: each
+/// forgery of a real Helm record is refused (an object that is not a record under Helm's name
+/// too, through `record-names.helm-guard.io`); the break-glass and restore annotations count
+/// only for a user bound to the ClusterRole helm-guard-break-glass (asked of the API server's
+/// authorizer); Helm's next upgrade then goes on over the real history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server, helm and kubectl: cargo test --test e2e_suites e2e_tenant:: -- --ignored"]
+async fn forged_records_are_refused_and_break_glass_is_granted_by_rbac() {
+    let guard = common::cluster::start_guard_with("helm-guard-e2e-forged", 48, PolicyConfig::default()).await;
+    let common::cluster::LiveGuard { client, namespace, url, ca_pem, running, dir, .. } = guard;
+    let ns = namespace.clone();
+    let checks = std::panic::AssertUnwindSafe(async {
+        kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}));
+        common::cluster::register_webhooks(&client, &ns, &url, &ca_pem).await;
+        let bind = |user: &str, role: &str| {
+            kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": format!("{user}-{role}"), "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}));
+        };
+        // The shipped ClusterRole, bound in this namespace to oncall alone.
+        let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml")).unwrap();
+        let documents: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();
+        let glass = documents.iter().find(|d| d["metadata"]["name"] == "helm-guard-break-glass").unwrap();
+        kubectl_apply(glass);
+        for user in ["tenant", "oncall"] {
+            bind(user, "admin");
+        }
+        bind("oncall", "helm-guard-break-glass");
+        let chart = dir.path().join("demo");
+        assert!(run(&["helm", "create", chart.to_str().unwrap()]).status.success());
+        let chart = chart.to_str().unwrap();
+        helm_ok("helm", &["install", "web", chart, "-n", &ns]);
+        helm_ok("helm3", &["upgrade", "web", chart, "-n", &ns]);
+
+        let create_as = |user: &str, object: &Value, file: &str| {
+            let path = dir.path().join(file);
+            std::fs::write(&path, serde_json::to_vec(object).unwrap()).unwrap();
+            let done = run(&["kubectl", "create", "-f", path.to_str().unwrap(), "--as", user]);
+            (done.status.success(), said(&done))
+        };
+        // Helm's next record, forged in one place each.
+        let next = || {
+            let mut record = with_status(&ns, "web", 2, "pending-upgrade");
+            let mut payload = common::release_json(&record);
+            payload["version"] = json!(3);
+            record = common::with_release_json(record, &payload);
+            let meta = record["metadata"].as_object_mut().unwrap();
+            meta.retain(|key, _| ["name", "namespace", "labels"].contains(&key.as_str()));
+            record["metadata"]["name"] = json!("sh.helm.release.v1.web.v3");
+            record["metadata"]["labels"]["version"] = json!("3");
+            record
+        };
+        let forgeries: Vec<(&str, Value, &str)> = vec![
+            ("zero-padded", { let mut r = next(); r["metadata"]["name"] = json!("sh.helm.release.v1.web.v03"); r }, "Helm names the record of this payload sh.helm.release.v1.web.v3"),
+            ("another namespace", { let r = next(); let mut p = common::release_json(&r); p["namespace"] = json!("kube-system"); common::with_release_json(r, &p) }, "names a namespace other than"),
+            ("immutable", { let mut r = next(); r["immutable"] = json!(true); r }, "sets immutable"),
+            ("unreadable", { let mut r = next(); r["data"]["release"] = json!("bm90IGEgcmVsZWFzZQ=="); r }, "already exists"),
+            ("not a record", { let mut r = next(); r["metadata"]["labels"] = json!({"app": "squat"}); r }, "no owner=helm label"),
+            ("restored by a tenant", {
+                let mut r = with_status(&ns, "web", 2, "deployed");
+                let mut p = common::release_json(&r);
+                p["version"] = json!(3);
+                r = common::with_release_json(r, &p);
+                r["metadata"] = json!({"name": "sh.helm.release.v1.web.v3", "namespace": ns,
+                    "labels": {"owner": "helm", "name": "web", "version": "3", "status": "deployed"},
+                    "annotations": {"helm-guard.io/restored-from": "helm-guard/anything"}});
+                r
+            }, "is not one Helm makes"),
+        ];
+        for (what, object, says) in &forgeries {
+            let (created, message) = create_as("tenant", object, &format!("{}.json", what.replace(' ', "-")));
+            assert!(!created && message.contains(says), "{what}: {message}");
+        }
+        // Break-glass: the tenant's annotation counts for nothing, oncall's does.
+        let annotated = run(&["kubectl", "annotate", "secret", "sh.helm.release.v1.web.v2", "-n", &ns,
+            "helm-guard.io/allow-delete=INC-80", "--as", "tenant"]);
+        assert!(annotated.status.success(), "annotations are free: {}", said(&annotated));
+        let by_tenant = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.web.v2", "-n", &ns, "--as", "tenant", "--dry-run=server"]);
+        assert!(!by_tenant.status.success() && said(&by_tenant).contains("allows `breakglass`"), "{}", said(&by_tenant));
+        let by_oncall = run(&["kubectl", "delete", "secret", "sh.helm.release.v1.web.v2", "-n", &ns, "--as", "oncall", "--dry-run=server"]);
+        assert!(by_oncall.status.success(), "oncall holds helm-guard-break-glass: {}", said(&by_oncall));
+        let unannotated = run(&["kubectl", "annotate", "secret", "sh.helm.release.v1.web.v2", "-n", &ns,
+            "helm-guard.io/allow-delete-", "--as", "tenant"]);
+        assert!(unannotated.status.success(), "{}", said(&unannotated));
+
+        // Nothing forged got in: Helm's next upgrade goes on over the real history.
+        helm_ok("helm", &["upgrade", "web", chart, "-n", &ns]);
+        let history = helm_ok("helm", &["history", "web", "-n", &ns, "-o", "json"]);
+        let history: Vec<Value> = serde_json::from_str(&history).unwrap();
+        let revisions: Vec<(u64, &str)> =
+            history.iter().map(|h| (h["revision"].as_u64().unwrap(), h["status"].as_str().unwrap())).collect();
+        assert_eq!(revisions, [(1, "superseded"), (2, "superseded"), (3, "deployed")]);
     })
     .catch_unwind()
     .await;
