@@ -225,6 +225,45 @@ async fn connections_that_never_start_tls_or_never_finish_starve_no_one() {
     drop((raw, half_sent));
 }
 
+/// Many pods (issue 80, class 11): 200 source addresses holding 16 silent connections each, more
+/// than the guard once had handshake places for in all; the API server's reviews on fresh
+/// connections are all answered, and a silent connection is closed within its first-byte
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_pods_of_silent_connections_leave_the_api_server_its_places() {
+    let (guard, records) = guard_over_a_release(Options::default()).await;
+    let addr = guard.running().addr;
+    let mut raw = Vec::new();
+    for pod in 0..200u32 {
+        let source = std::net::Ipv4Addr::new(127, 1, (pod / 250) as u8, (pod % 250 + 2) as u8);
+        for _ in 0..16 {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind((source, 0).into()).unwrap();
+            raw.push(socket.connect(addr).await.unwrap());
+        }
+    }
+    let body = serde_json::to_vec(&delete_review(&records[1])).unwrap();
+    for _ in 0..10 {
+        let (status, answer) = guard.client.post("/validate?timeout=5s", body.clone()).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    }
+    // One more, from another pod, silent: closed by the server within its first-byte deadline
+    // (not the handshake's 5 s).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((std::net::Ipv4Addr::new(127, 2, 0, 2), 0).into()).unwrap();
+    let mut silent = socket.connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(6), silent.read(&mut byte)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a silent connection is closed: {read:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "within its first-byte deadline: {:?}",
+        started.elapsed()
+    );
+    drop(raw);
+}
+
 #[tokio::test]
 async fn idle_and_surplus_connections_are_closed() {
     let guard = Guard::start(Options {

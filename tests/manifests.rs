@@ -127,7 +127,14 @@ fn the_webhooks_point_at_the_routes_and_select_release_records_and_install_pods(
     assert_eq!(namespace_hook["namespaceSelector"]["matchExpressions"], serde_json::json!([by_name]));
     assert_eq!(namespace_hook["failurePolicy"], "Fail");
     let condition = namespace_hook["matchConditions"][0]["expression"].as_str().unwrap();
-    assert!(condition.contains("helm-guard.io/ignore") && condition.contains("helm-guard.io/mode"));
+    for label in [
+        "helm-guard.io/ignore",
+        "helm-guard.io/mode",
+        "helm-guard.io/owner-lock",
+        "helm-guard.io/max-revisions-per-hour",
+    ] {
+        assert!(condition.contains(label), "{label}: {condition}");
+    }
 }
 
 #[test]

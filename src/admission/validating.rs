@@ -543,7 +543,10 @@ async fn create(
             may_break_glass: policy.may_break_glass(who),
             restored_from: restored_from.map(String::as_str),
             revisions_last_hour: revisions_within(stored, now, 3600, next),
-            max_per_hour: namespace.max_revisions_per_hour.or(policy.max_revisions_per_hour),
+            max_per_hour: namespace
+                .max_revisions_per_hour
+                .or(policy.max_revisions_per_hour)
+                .filter(|max| *max > 0),
         };
         decide_create(&facts, policy)
     };

@@ -22,7 +22,7 @@ pub struct NamespaceInfo {
     /// When the opt-out labels were last set, in Unix seconds.
     pub labels_set_at: Option<i64>,
     /// The `helm-guard.io/max-revisions-per-hour` label: a release here gets no more revisions
-    /// an hour (POLICY.md C8).
+    /// an hour (POLICY.md C8); 0: no cap here, whatever the global flag says.
     pub max_revisions_per_hour: Option<u32>,
     /// The `helm-guard.io/owner-lock` label, `true` or `false`: a release here is written by its
     /// owner alone (POLICY.md O1); without it, `--owner-lock` decides.

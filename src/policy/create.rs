@@ -209,7 +209,8 @@ pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> V
                 "helm-guard: release {namespace}/{release} has had {} revisions created in the last hour, and \
                  namespace {namespace} allows {max} ({MAX_REVISIONS_LABEL}={max}); revision {revision} by {} is \
                  refused. A writer upgrading in a loop fills etcd: see why with `helm history {release} -n {namespace}`. \
-                 To lift it: `kubectl label namespace {namespace} {MAX_REVISIONS_LABEL}-`, or a higher number",
+                 To lift it (an opt-out holder's privilege): `kubectl label namespace {namespace} {MAX_REVISIONS_LABEL}-`, or a higher \
+                 number",
                 facts.revisions_last_hour, facts.requester.username
             ),
         );

@@ -1,5 +1,6 @@
 //! CREATE and UPDATE of a Namespace: rules N1–N4 of POLICY.md. The labels that switch the guard
-//! off for a namespace (`helm-guard.io/ignore=true`, a weaker `helm-guard.io/mode`) are a
+//! off for a namespace (`helm-guard.io/ignore=true`, a weaker `helm-guard.io/mode`) or loosen it
+//! (`helm-guard.io/owner-lock` off, `helm-guard.io/max-revisions-per-hour` lifted or raised) are a
 //! privilege: only the requesters `--opt-out-user` / `--opt-out-group` name may set them, or any
 //! requester on a namespace `--exempt-namespace` names. Anyone may make protection stronger.
 
@@ -121,13 +122,54 @@ pub(crate) struct NamespaceFacts<'a> {
     pub requester: Requester<'a>,
 }
 
+/// The limits a namespace's labels set beside its protection: the owner lock (O1) and the cap on
+/// revisions an hour (C8), each the label's where it parses, else the global flag's; a cap of 0
+/// is none, as the flag reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Whether a release is written only by its owner.
+    pub owner_lock: bool,
+    /// The most revisions a release may get in an hour; `None`: no cap.
+    pub max_per_hour: Option<u32>,
+}
+
+impl Limits {
+    /// What `labels` set under the global `config`.
+    pub(crate) fn of(labels: &BTreeMap<String, String>, config: &PolicyConfig) -> Limits {
+        let owner_lock = labels.get(super::owner::OWNER_LOCK_LABEL).and_then(|v| v.parse().ok());
+        let max = labels.get(super::create::MAX_REVISIONS_LABEL).and_then(|n| n.parse::<u32>().ok());
+        Limits {
+            owner_lock: owner_lock.unwrap_or(config.owner_lock),
+            max_per_hour: max.or(config.max_revisions_per_hour).filter(|max| *max > 0),
+        }
+    }
+
+    /// What these limits lift that `before` held: the owner lock switched off, the cap lifted or
+    /// raised.
+    fn lifted_from(self, before: Limits) -> Option<String> {
+        if before.owner_lock && !self.owner_lock {
+            return Some(format!("switch off its owner lock (`{}`)", super::owner::OWNER_LOCK_LABEL));
+        }
+        let cap = super::create::MAX_REVISIONS_LABEL;
+        match (before.max_per_hour, self.max_per_hour) {
+            (Some(was), None) => Some(format!("lift its cap of {was} revisions an hour (`{cap}`)")),
+            (Some(was), Some(now)) if now > was => {
+                Some(format!("raise its cap of {was} revisions an hour to {now} (`{cap}`)"))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Decides a Namespace CREATE or UPDATE (POLICY.md, rules N1–N4).
 pub(crate) fn decide_namespace(facts: &NamespaceFacts<'_>, config: &PolicyConfig) -> Verdict {
     let empty = BTreeMap::new();
-    let before = Protection::of(facts.old_labels.unwrap_or(&empty), config.default_mode);
+    let old_labels = facts.old_labels.unwrap_or(&empty);
+    let before = Protection::of(old_labels, config.default_mode);
     let after = Protection::of(facts.new_labels, config.default_mode);
+    let lifted = Limits::of(facts.new_labels, config).lifted_from(Limits::of(old_labels, config));
     // N1: nothing is switched off (the labels stay, go, or make protection stronger).
-    if !after.is_weaker_than(before) {
+    if !after.is_weaker_than(before) && lifted.is_none() {
         return Verdict::allow(Reason::NotAnOptOut);
     }
     // N2: the namespaces allowed to opt out.
@@ -140,6 +182,17 @@ pub(crate) fn decide_namespace(facts: &NamespaceFacts<'_>, config: &PolicyConfig
     }
     // N4
     let who = config.opt_out_holders();
+    if let Some(lifted) = lifted.filter(|_| !after.is_weaker_than(before)) {
+        return Verdict::deny(
+            Reason::OptOutRefused,
+            format!(
+                "helm-guard: this change would {lifted} in namespace {}, which loosens what holds its Helm releases; \
+                 only {who} may do that, or any requester on a namespace given to --exempt-namespace. Setting the \
+                 owner lock, or a lower cap, is always allowed",
+                facts.name
+            ),
+        );
+    }
     Verdict::deny(
         Reason::OptOutRefused,
         format!(
@@ -159,6 +212,34 @@ pub(crate) fn decide_namespace(facts: &NamespaceFacts<'_>, config: &PolicyConfig
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A global owner lock or cap is lifted by a namespace's label as by removing its own.
+    #[test]
+    fn a_global_owner_lock_or_cap_is_lifted_only_by_an_opt_out_holder() {
+        let config = PolicyConfig { owner_lock: true, max_revisions_per_hour: Some(30), ..config() };
+        let tenant = Requester::new("tenant", &[]);
+        let (lock, cap) =
+            (crate::policy::owner::OWNER_LOCK_LABEL, crate::policy::create::MAX_REVISIONS_LABEL);
+        for (what, new) in [("lock off", labels(&[(lock, "false")])), ("cap lifted", labels(&[(cap, "0")]))] {
+            let facts = NamespaceFacts {
+                name: "tn",
+                old_labels: Some(&labels(&[])),
+                new_labels: &new,
+                requester: tenant,
+            };
+            let refused = decide_namespace(&facts, &config);
+            assert_eq!(refused.reason, Reason::OptOutRefused, "{what}");
+            assert!(refused.message.unwrap().contains("loosens what holds its Helm releases"), "{what}");
+        }
+        let lower = labels(&[(cap, "10")]);
+        let facts = NamespaceFacts {
+            name: "tn",
+            old_labels: Some(&labels(&[])),
+            new_labels: &lower,
+            requester: tenant,
+        };
+        assert_eq!(decide_namespace(&facts, &config).reason, Reason::NotAnOptOut);
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
@@ -183,6 +264,11 @@ mod tests {
         let enforce = labels(&[(MODE_LABEL, "enforce")]);
         let not_ignored = labels(&[(IGNORE_LABEL, "false")]);
         let typo = labels(&[(MODE_LABEL, "audti")]);
+        let (lock, cap) =
+            (crate::policy::owner::OWNER_LOCK_LABEL, crate::policy::create::MAX_REVISIONS_LABEL);
+        let (locked, unlocked) = (labels(&[(lock, "true")]), labels(&[(lock, "false")]));
+        let (capped, lower, higher, zero) =
+            (labels(&[(cap, "20")]), labels(&[(cap, "10")]), labels(&[(cap, "40")]), labels(&[(cap, "0")]));
         let tenant = Requester::new("tenant", &[]);
         let platform_group = ["platform".to_owned()];
         let member = Requester::new("bob", &platform_group);
@@ -195,7 +281,7 @@ mod tests {
             Requester<'a>,
             Reason,
         );
-        let table: [Row; 13] = [
+        let table: [Row; 23] = [
             ("N1 an unrelated change", "tn", Some(&none), &none, tenant, Reason::NotAnOptOut),
             ("N1 the ignore label removed", "tn", Some(&ignored), &none, tenant, Reason::NotAnOptOut),
             ("N1 a stricter mode", "tn", Some(&audit), &warn, tenant, Reason::NotAnOptOut),
@@ -216,6 +302,23 @@ mod tests {
             ("N4 a tenant sets ignore", "tn", Some(&none), &ignored, tenant, Reason::OptOutRefused),
             ("N4 a tenant creates an ignored namespace", "tn", None, &ignored, tenant, Reason::OptOutRefused),
             ("N4 warn to audit is weaker", "tn", Some(&warn), &audit, tenant, Reason::OptOutRefused),
+            ("N1 the owner lock set", "tn", Some(&none), &locked, tenant, Reason::NotAnOptOut),
+            ("N4 the owner lock switched off", "tn", Some(&locked), &unlocked, tenant, Reason::OptOutRefused),
+            ("N4 the owner lock's label removed", "tn", Some(&locked), &none, tenant, Reason::OptOutRefused),
+            (
+                "N3 the owner lock switched off by an opt-out user",
+                "tn",
+                Some(&locked),
+                &unlocked,
+                admin,
+                Reason::OptOut,
+            ),
+            ("N1 a cap set", "tn", Some(&none), &capped, tenant, Reason::NotAnOptOut),
+            ("N1 a cap lowered", "tn", Some(&capped), &lower, tenant, Reason::NotAnOptOut),
+            ("N4 a cap raised", "tn", Some(&capped), &higher, tenant, Reason::OptOutRefused),
+            ("N4 a cap of 0 is none: lifted", "tn", Some(&capped), &zero, tenant, Reason::OptOutRefused),
+            ("N4 a cap's label removed", "tn", Some(&capped), &none, tenant, Reason::OptOutRefused),
+            ("N1 a cap of 0 over none", "tn", Some(&none), &zero, tenant, Reason::NotAnOptOut),
         ];
         for (rule, name, old_labels, new_labels, requester, reason) in table {
             let facts = NamespaceFacts { name, old_labels, new_labels, requester };

@@ -49,7 +49,7 @@ pub(crate) fn decide_owner(facts: &OwnerFacts<'_>, config: &PolicyConfig) -> Opt
             "helm-guard: release {namespace}/{release} is written only by its owner, {} ({OWNER_LOCK_LABEL}); \
              {} may not write its records. Let its owner do it, or hand the release over: `kubectl -n {} delete \
              lease {}` (the next writer of a revision owns it), or unlock the namespace: `kubectl label namespace \
-             {namespace} {OWNER_LOCK_LABEL}=false --overwrite`",
+             {namespace} {OWNER_LOCK_LABEL}=false --overwrite` (an opt-out holder's privilege)",
             owner.user,
             super::echoed(who.username),
             facts.guard_namespace,

@@ -282,8 +282,16 @@ impl BinEntry {
         })
     }
 
-    fn release_of(&self) -> (&str, &str, &str) {
-        (&self.namespace, &self.release, &self.driver)
+    /// The release the copy is of, and whether it is a copy of a record Helm cannot read: those
+    /// are bounded apart from the release's readable copies and go first, so that junk labelled
+    /// with a release's name, created and deleted, cannot evict its last good revision's copy.
+    fn release_of(&self) -> (&str, &str, &str, bool) {
+        (&self.namespace, &self.release, &self.driver, self.is_unreadable())
+    }
+
+    /// Whether the copy is of a record Helm cannot read (let go by D3).
+    fn is_unreadable(&self) -> bool {
+        self.reason == crate::policy::Reason::UndecodableRecord.as_str()
     }
 }
 
@@ -363,10 +371,13 @@ pub(crate) enum Eviction {
 }
 
 /// The copies `bounds` evict from `entries` at `now`, oldest first: the expired, then per
-/// release, then overall, from the namespace that holds the most.
+/// release (copies of unreadable records bounded apart), then overall, from the namespace that
+/// holds the most, its copies of unreadable records first.
 pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> Vec<(String, Eviction)> {
     let mut kept: Vec<&BinEntry> = entries.iter().collect();
-    kept.sort_by(|a, b| (a.kept_at, &a.name).cmp(&(b.kept_at, &b.name)));
+    kept.sort_by(|a, b| {
+        (!a.is_unreadable(), a.kept_at, &a.name).cmp(&(!b.is_unreadable(), b.kept_at, &b.name))
+    });
     let mut evicted = Vec::new();
     kept.retain(|entry| {
         let expired = entry.kept_at.saturating_add(bounds.ttl_secs) <= now;
@@ -375,7 +386,7 @@ pub(crate) fn evictions(entries: &[BinEntry], bounds: &BinBounds, now: i64) -> V
         }
         !expired
     });
-    let mut per_release: BTreeMap<(&str, &str, &str), (usize, u64)> = BTreeMap::new();
+    let mut per_release: BTreeMap<(&str, &str, &str, bool), (usize, u64)> = BTreeMap::new();
     for entry in &kept {
         let held = per_release.entry(entry.release_of()).or_default();
         *held = (held.0 + 1, held.1 + entry.bytes);
@@ -792,5 +803,37 @@ mod tests {
         let evicted: Vec<String> =
             evictions(&entries, &bounds, 20).into_iter().map(|(name, _)| name).collect();
         assert_eq!(evicted, ["flood-1", "flood-2"], "payments' older copies stay");
+    }
+
+    /// Junk labelled with a release's name, created and deleted (each a copy of a record Helm
+    /// cannot read, D3), cannot flush the release's last good copy (issue 80, class 7): those
+    /// copies are bounded apart per release and go first over the bin's bounds.
+    #[test]
+    fn copies_of_unreadable_records_cannot_evict_a_releases_last_good_copy() {
+        let bounds = BinBounds {
+            copies: 25,
+            bytes: 1 << 30,
+            release_copies: 20,
+            release_bytes: 1 << 30,
+            ttl_secs: 1000,
+        };
+        let junk = |i: i64| BinEntry {
+            reason: crate::policy::Reason::UndecodableRecord.as_str().to_owned(),
+            ..entry(&format!("junk-{i}"), "web", 10 + i, 10)
+        };
+        let mut entries = vec![entry("web-v3", "web", 1, 10)];
+        entries.extend((0..30).map(junk));
+        let evicted: Vec<String> =
+            evictions(&entries, &bounds, 50).into_iter().map(|(name, _)| name).collect();
+        assert!(!evicted.contains(&"web-v3".to_owned()), "{evicted:?}");
+        assert_eq!(evicted.len(), 10, "junk beyond its own bound of 20 goes, oldest first: {evicted:?}");
+        assert_eq!(evicted[0], "junk-0");
+        let tight = BinBounds { copies: 5, ..bounds };
+        let evicted: Vec<String> =
+            evictions(&entries, &tight, 50).into_iter().map(|(name, _)| name).collect();
+        assert!(
+            !evicted.contains(&"web-v3".to_owned()),
+            "over the bin's bounds junk goes first: {evicted:?}"
+        );
     }
 }

@@ -2,8 +2,9 @@
 //! address, and how long one may stay silent; before that, how many TLS handshakes are under way,
 //! in all and from one source. A connection takes its slot only once its handshake is done, so
 //! that connections that never start TLS (anyone on the pod network can open them) hold no slot
-//! the API server needs: each holds a handshake place for [`HANDSHAKE_TIMEOUT`] at most, and one
-//! source only a few of those (BENCHMARKS.md, "Hostile clients").
+//! the API server needs: each holds a handshake place for [`FIRST_BYTE_TIMEOUT`] until its first
+//! byte and [`HANDSHAKE_TIMEOUT`] at most, and one source only a few of those (BENCHMARKS.md,
+//! "Hostile clients").
 //!
 //! Per request the bounds are in [`super::routes`]'s handler (a request timeout, a concurrency
 //! permit taken before the body is read, the body-read deadline).
@@ -22,8 +23,13 @@ use tokio::time::{Instant, Sleep};
 
 /// A TLS handshake must be done within this (a real client's takes milliseconds).
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// TLS handshakes under way at once, in all.
-const HANDSHAKES: usize = 2048;
+/// A connection's first byte (its TLS ClientHello) must come within this: until it does, the
+/// connection holds a handshake place and nothing else (no TLS state), and a silent one gives
+/// it back soon.
+pub(crate) const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
+/// TLS handshakes under way at once, in all: enough that the per-source share decides (200 pods
+/// holding 16 silent connections each leave the API server its places).
+const HANDSHAKES: usize = 8192;
 /// TLS handshakes under way at once from one source address.
 const HANDSHAKES_PER_SOURCE: usize = 16;
 

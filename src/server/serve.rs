@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
-use super::limits::{ConnectionLimits, HANDSHAKE_TIMEOUT, LimitAcceptor, SourceSlots};
+use super::limits::{ConnectionLimits, FIRST_BYTE_TIMEOUT, HANDSHAKE_TIMEOUT, LimitAcceptor, SourceSlots};
 use super::tls::ServingConfig;
 
 /// Where a server is in its life; it only moves forward.
@@ -161,8 +161,16 @@ async fn connection(tcp: TcpStream, shared: Arc<Shared>, mut phase: watch::Recei
     // handshake holds a handshake place only; the connection slot is taken once it is done.
     let Ok(source) = tcp.peer_addr().map(|peer| peer.ip()) else { return };
     let Some(handshake) = shared.limits.handshake(source) else { return };
+    let started = tokio::time::Instant::now();
+    // Peeked, not read: the byte stays for the TLS handshake (readiness alone can be a false
+    // positive).
+    let mut first = [0u8; 1];
+    if !matches!(tokio::time::timeout(FIRST_BYTE_TIMEOUT, tcp.peek(&mut first)).await, Ok(Ok(1..))) {
+        return;
+    }
     let acceptor = tokio_rustls::TlsAcceptor::from(shared.tls.load_full());
-    let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await else {
+    let Ok(Ok(stream)) = tokio::time::timeout_at(started + HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+    else {
         return;
     };
     drop(handshake);
