@@ -227,3 +227,29 @@ async fn break_glass_and_restore_count_only_for_whom_the_authorizer_allows() {
     assert_eq!(helm["allowed"], true, "{helm}");
     assert_eq!(holders.asked.load(std::sync::atomic::Ordering::Relaxed), asked, "Helm's write asks nothing");
 }
+
+/// A grant on one release is a grant on that release alone: an UPDATE that moves another
+/// release's record under the granted one's name, annotated, asks about both and is refused
+/// (the grant for `a` does not reach `web`'s deployed revision).
+#[tokio::test]
+async fn a_grant_on_one_release_does_not_reach_another_through_its_labels() {
+    let records = web(&[(2, "superseded"), (3, "deployed")]);
+    let guard = Guard::start(Options {
+        snapshot: records.clone(),
+        break_glass: Some(BreakGlassHolders::on_one_release(&[("oncall-a", "a"), ("oncall-web", "web")])),
+        ..Options::default()
+    })
+    .await;
+    let mut moved = records[1].clone();
+    moved["metadata"]["labels"]["name"] = json!("a");
+    moved["metadata"]["annotations"] = json!({"helm-guard.io/allow-delete": "INC-9"});
+    let by_a = guard.validate(&as_user(update_review(&records[1], &moved), "oncall-a", &[])).await;
+    assert_eq!(
+        (by_a["allowed"].as_bool(), by_a["auditAnnotations"]["reason"].as_str()),
+        (Some(false), Some("identity-label-change")),
+        "{by_a}"
+    );
+    let by_web = as_user(update_review(&records[1], &moved), "oncall-web", &[]);
+    let answer = guard.validate(&by_web).await;
+    assert_eq!(answer["allowed"], false, "a grant on web alone does not reach a: {answer}");
+}

@@ -448,6 +448,13 @@ fn a_record_past_the_decode_bound_is_refused_not_waved_through() {
         assert!(answer["status"]["message"].as_str().unwrap().contains("--max-decoded-bytes"), "{what}");
     }
     assert_eq!(reason(&decide(&delete_review(&glass))), "break-glass");
+    // `helm-guard restore` of such a record by a break-glass holder (here system:masters): its
+    // restore annotation counts as the break-glass one does.
+    let mut restored = web(&[(4, "pending-upgrade")]).remove(0);
+    restored["metadata"]["annotations"] = json!({"helm-guard.io/restored-from": "helm-guard/copy"});
+    assert_eq!(reason(&decide(&create_review(&restored))), "restore");
+    let by_tenant = as_user(create_review(&restored), "tenant", &["system:authenticated"]);
+    assert_eq!(reason(&decide(&by_tenant)), "payload-too-large", "not for whom it does not count");
 }
 
 /// The 1 MiB wall (issue 58): Helm stores each revision whole in one Secret, and Kubernetes

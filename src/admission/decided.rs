@@ -29,10 +29,11 @@ pub(super) fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'
     )
 }
 
-/// Who sent `request`, the API server's authorizer asked whether it may break glass on the
-/// release of `records` (the sides of one request) when one of them carries a break-glass or
-/// restore annotation and the requester's groups do not already grant it (POLICY.md, "Who may
-/// break glass").
+/// Who sent `request`, the API server's authorizer asked whether it may break glass when one of
+/// `records` (the sides of one request) carries a break-glass or restore annotation and the
+/// requester's groups do not already grant it (POLICY.md, "Who may break glass"). Asked for every
+/// release the sides name (an update may move a record from one release to another, a creation
+/// may name one release in its labels and another in its name), all of which must allow it.
 pub(super) async fn requester_of_records<'r>(
     admission: &super::Admission,
     request: &'r AdmissionRequest<ReviewObject>,
@@ -40,20 +41,28 @@ pub(super) async fn requester_of_records<'r>(
     deadline: std::time::Instant,
 ) -> Requester<'r> {
     let who = requester(request);
-    let annotated = |record: &&&crate::release::Record| {
+    let annotated = |record: &&crate::release::Record| {
         crate::policy::break_glass_reason(&record.annotations).is_some()
             || record
                 .annotations
                 .get(crate::policy::create::RESTORED_FROM_ANNOTATION)
                 .is_some_and(|v| !v.is_empty())
     };
-    let Some(record) = records.iter().find(annotated) else { return who };
     let authority = admission.live.break_glass.as_deref();
-    let Some(authority) =
-        authority.filter(|_| !admission.settings().policy.break_glass_granted_by_groups(who))
-    else {
-        return who;
-    };
+    let ask =
+        records.iter().any(annotated) && !admission.settings().policy.break_glass_granted_by_groups(who);
+    let Some(authority) = authority.filter(|_| ask) else { return who };
+    let mut releases: Vec<(&str, &str)> = Vec::new();
+    for record in records {
+        let named =
+            crate::release::record::parse_object_name(&record.object_name).map(|(release, _)| release);
+        let key = &record.id.key;
+        for release in std::iter::once(key.release.as_str()).chain(named) {
+            if !releases.contains(&(key.namespace.as_str(), release)) {
+                releases.push((&key.namespace, release));
+            }
+        }
+    }
     let user = &request.user_info;
     let asker = crate::cluster::Asker {
         username: who.username,
@@ -61,8 +70,13 @@ pub(super) async fn requester_of_records<'r>(
         groups: who.groups,
         extra: user.extra.as_ref(),
     };
-    let key = &record.id.key;
-    let authorized = authority.allows(asker, &key.namespace, &key.release, deadline).await;
+    let mut authorized = true;
+    for (namespace, release) in releases {
+        authorized &= authority.allows(asker, namespace, release, deadline).await;
+        if !authorized {
+            break;
+        }
+    }
     Requester { break_glass_authorized: authorized, ..who }
 }
 

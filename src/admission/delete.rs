@@ -288,6 +288,7 @@ impl<'a> Deletion<'a> {
             reason: decided.verdict.reason.as_str(),
             requester: self.facts.requester.username,
             at: jiff::Timestamp::now().as_second(),
+            readable: self.facts.status.is_some(),
         };
         let kept = bin.keep(record, &keeping, deadline).await;
         // Read off the rules again only when the copy failed: the usual path decides nothing twice.

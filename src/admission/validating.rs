@@ -191,7 +191,7 @@ fn past_decode_bound(
         Err(DecodeError::TooLarge { limit }) => Some((*record, *limit)),
         _ => None,
     })?;
-    let glass = records.iter().any(|r| break_glass_reason(&r.record.annotations).is_some());
+    let glass = records.iter().any(|r| glass_counts_on(request, &r.record));
     if (glass && policy.may_break_glass(who)) || policy.exemption(who).is_some() {
         return None;
     }
@@ -215,6 +215,15 @@ fn past_decode_bound(
     Some(Decided { verdict, outcome, agree: false, recycled: None })
 }
 
+/// Whether `record` carries an annotation that lifts the rules for this request: the break-glass
+/// one, or on a CREATE the restore one (`helm-guard restore` writes it; the owner lock and the
+/// decode bound let a restore by a break-glass holder through as a break-glass deletion).
+fn glass_counts_on(request: &AdmissionRequest<ReviewObject>, record: &Record) -> bool {
+    break_glass_reason(&record.annotations).is_some()
+        || (request.operation == Operation::Create
+            && record.annotations.get(RESTORED_FROM_ANNOTATION).is_some_and(|v| !v.is_empty()))
+}
+
 /// O1: a write of a release locked to its owner by another identity is refused before any other
 /// rule reads it (POLICY.md, "The owner lock").
 fn owner_locked(
@@ -235,7 +244,7 @@ fn owner_locked(
         locked,
         owner: owner.as_ref(),
         requester: who,
-        break_glass: break_glass_reason(&record.record.annotations).is_some(),
+        break_glass: glass_counts_on(request, &record.record),
         namespace_terminating: namespace.terminating && request.operation == Operation::Delete,
         guard_namespace: writers.namespace(),
     };
@@ -477,6 +486,7 @@ async fn keep_what_is_overwritten(
         reason: reason.as_str(),
         requester: requester(request).username,
         at: jiff::Timestamp::now().as_second(),
+        readable: old.payload.is_ok(),
     };
     match bin.keep(&old.record, &keeping, deadline).await {
         Ok(()) => {

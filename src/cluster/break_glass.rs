@@ -29,7 +29,8 @@ pub(crate) const VERB: &str = "breakglass";
 /// How long an answer of the authorizer is taken as it was: a binding added or removed counts
 /// within this.
 const REMEMBERED_FOR: Duration = Duration::from_secs(10);
-/// The most answers remembered at once; past it, the expired ones go, then all of them.
+/// The most answers remembered at once; past it, the expired ones go, and a new answer is not
+/// remembered until one has (a flood of new requesters cannot wipe the others' answers).
 const MOST_REMEMBERED: usize = 4096;
 
 /// Who asks, as the API server's review names them.
@@ -59,8 +60,12 @@ pub trait BreakGlassAuthority: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, bool>;
 }
 
-/// The answers remembered: by user, groups, namespace and release.
-type Remembered = HashMap<(String, Vec<String>, String, String), (bool, Instant)>;
+/// Who was asked about what, whole: the review sent names the requester by user, uid, groups and
+/// extra (an authorizer may read any of them), the release by namespace and name.
+type Question = (String, Option<String>, Vec<String>, Option<BTreeMap<String, Vec<String>>>, String, String);
+
+/// The answers remembered, by the question asked.
+type Remembered = HashMap<Question, (bool, Instant)>;
 
 /// The API server's authorizer, asked with SubjectAccessReviews (the guard's ClusterRole creates
 /// them).
@@ -80,7 +85,7 @@ impl AccessReviews {
         AccessReviews { client, remembered: Mutex::new(HashMap::new()) }
     }
 
-    fn recall(&self, key: &(String, Vec<String>, String, String), now: Instant) -> Option<bool> {
+    fn recall(&self, key: &Question, now: Instant) -> Option<bool> {
         let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
         remembered
             .get(key)
@@ -88,15 +93,14 @@ impl AccessReviews {
             .map(|(allowed, _)| *allowed)
     }
 
-    fn remember(&self, key: (String, Vec<String>, String, String), allowed: bool, now: Instant) {
+    fn remember(&self, key: Question, allowed: bool, now: Instant) {
         let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
         if remembered.len() >= MOST_REMEMBERED {
             remembered.retain(|_, (_, at)| now.duration_since(*at) < REMEMBERED_FOR);
-            if remembered.len() >= MOST_REMEMBERED {
-                remembered.clear();
-            }
         }
-        remembered.insert(key, (allowed, now));
+        if remembered.len() < MOST_REMEMBERED {
+            remembered.insert(key, (allowed, now));
+        }
     }
 }
 
@@ -131,8 +135,14 @@ impl BreakGlassAuthority for AccessReviews {
         deadline: Instant,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let key =
-                (asker.username.to_owned(), asker.groups.to_vec(), namespace.to_owned(), release.to_owned());
+            let key = (
+                asker.username.to_owned(),
+                asker.uid.map(str::to_owned),
+                asker.groups.to_vec(),
+                asker.extra.cloned(),
+                namespace.to_owned(),
+                release.to_owned(),
+            );
             if let Some(allowed) = self.recall(&key, Instant::now()) {
                 return allowed;
             }
@@ -192,13 +202,18 @@ mod tests {
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap(),
         );
         let now = Instant::now();
-        let key = |i: usize| (format!("u{i}"), Vec::new(), "demo".to_owned(), "web".to_owned());
+        let key = |i: usize| (format!("u{i}"), None, Vec::new(), None, "demo".to_owned(), "web".to_owned());
         reviews.remember(key(0), true, now);
         assert_eq!(reviews.recall(&key(0), now), Some(true));
         assert_eq!(reviews.recall(&key(0), now + REMEMBERED_FOR), None, "expired");
+        // The same user with another uid (another token) is another question.
+        let other_uid =
+            (key(0).0, Some("u-2".to_owned()), Vec::new(), None, "demo".to_owned(), "web".to_owned());
+        assert_eq!(reviews.recall(&other_uid, now), None);
         for i in 1..=MOST_REMEMBERED + 10 {
             reviews.remember(key(i), false, now);
         }
-        assert!(reviews.remembered.lock().unwrap().len() <= MOST_REMEMBERED);
+        assert_eq!(reviews.remembered.lock().unwrap().len(), MOST_REMEMBERED);
+        assert_eq!(reviews.recall(&key(0), now), Some(true), "a flood does not wipe an answer still good");
     }
 }

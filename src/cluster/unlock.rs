@@ -102,7 +102,8 @@ async fn unlock(
     // The record as it was goes to the recycle bin first: no edit the guard makes itself is
     // without its copy (`helm-guard restore` brings it back).
     if let Some(bin) = recycle_bin {
-        let keeping = Keeping { reason: "unlock-abandoned", requester: "helm-guard", at: now };
+        let keeping =
+            Keeping { reason: "unlock-abandoned", requester: "helm-guard", at: now, readable: true };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         bin.keep(&record.record, &keeping, deadline).await.map_err(|error| {
             anyhow::anyhow!("no copy of {} could be kept, so it was not edited: {error}", step.object)

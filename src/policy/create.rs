@@ -62,13 +62,15 @@ pub(crate) struct CreateFacts<'a> {
 /// Decides a CREATE of a release record (POLICY.md, rules C1–C8).
 pub(crate) fn decide_create(facts: &CreateFacts<'_>, config: &PolicyConfig) -> Verdict {
     let CreateFacts { namespace, release, object_name, others, .. } = *facts;
-    // C1: a restore, by someone who may break glass; an exempt identity (Velero, helm-2to3,
-    // whoever the configuration trusts to write history back).
-    if let Some(copy) = facts.restored_from.filter(|_| facts.may_break_glass) {
-        return Verdict::allow(Reason::Restore).with_detail(copy);
-    }
+    // C1: an exempt identity (Velero, helm-2to3, whoever the configuration trusts to write
+    // history back); a restore, by someone who may break glass, of a record Helm wrote (C3 holds
+    // for it too: a restore brings back the record as it was, under its own name).
     if let Some(who) = config.exemption(facts.requester) {
         return Verdict::allow(Reason::Exempt).with_detail(who);
+    }
+    if let Some(copy) = facts.restored_from.filter(|_| facts.may_break_glass && facts.unlike_helms.is_none())
+    {
+        return Verdict::allow(Reason::Restore).with_detail(copy);
     }
     // C2: a record Helm cannot read changes nothing Helm sees, but under one of Helm's names it
     // takes the name Helm writes a revision under: that write then fails "already exists".
@@ -373,6 +375,10 @@ mod tests {
         assert_eq!(decide_create(&restore, &config).reason, Reason::ImplausibleRecord);
         let by_glass = CreateFacts { may_break_glass: true, ..restore };
         assert_eq!(decide_create(&by_glass, &config).reason, Reason::Restore);
+        // Not of a record Helm did not write: another release's name over this one's payload.
+        let elsewhere = UnlikeHelms::Name { helm_names_it: "sh.helm.release.v1.other.v2".into() };
+        let misnamed_restore = CreateFacts { unlike_helms: Some(&elsewhere), ..by_glass };
+        assert_eq!(decide_create(&misnamed_restore, &config).reason, Reason::ImplausibleRecord);
         let velero = PolicyConfig {
             exempt_users: vec!["system:serviceaccount:velero:velero".into()],
             ..config.clone()

@@ -571,6 +571,7 @@ mod tests {
             driver: "secret".into(),
             revision,
             reason: "break-glass".into(),
+            readable: true,
             requester: "admin".into(),
             kept_at: 1,
             bytes: 10,

@@ -31,6 +31,9 @@ pub(crate) const LABEL_REVISION: &str = "helm-guard.io/revision";
 pub(crate) const LABEL_DRIVER: &str = "helm-guard.io/driver";
 /// The label with the reason code of the verdict that let the record go.
 pub(crate) const LABEL_REASON: &str = "helm-guard.io/reason";
+/// The label that says whether Helm can read the copied record (`true`/`false`): copies of
+/// records it cannot read are bounded apart, whatever let them go.
+pub(crate) const LABEL_READABLE: &str = "helm-guard.io/readable";
 /// The label with when the copy was made (Unix seconds): the bounds evict the oldest first.
 pub(crate) const LABEL_KEPT_AT: &str = "helm-guard.io/kept-at";
 /// The annotation naming who deleted the record (user names are no label values).
@@ -75,6 +78,8 @@ pub struct Keeping<'a> {
     pub requester: &'a str,
     /// When (Unix seconds).
     pub at: i64,
+    /// Whether Helm can read the record's payload: copies of records it cannot are bounded apart.
+    pub readable: bool,
 }
 
 /// What recreating the record takes besides its data, and what identified it.
@@ -214,6 +219,7 @@ pub(crate) fn copy_body(
         (LABEL_REVISION, record.id.revision.to_string()),
         (LABEL_DRIVER, key.driver.to_string()),
         (LABEL_REASON, keeping.reason.to_owned()),
+        (LABEL_READABLE, keeping.readable.to_string()),
         (LABEL_KEPT_AT, keeping.at.to_string()),
     ];
     let annotations = [
@@ -254,6 +260,8 @@ pub(crate) struct BinEntry {
     pub revision: u32,
     /// The reason code that let it go.
     pub reason: String,
+    /// Whether Helm can read the copied record.
+    pub readable: bool,
     /// Who deleted it.
     pub requester: String,
     /// When it was kept (Unix seconds).
@@ -275,6 +283,11 @@ impl BinEntry {
             driver: label(LABEL_DRIVER).unwrap_or_default(),
             revision: label(LABEL_REVISION)?.parse().ok()?,
             reason: label(LABEL_REASON).unwrap_or_default(),
+            // Copies kept before the label: only those let go as unreadable (D3) are known to be.
+            readable: label(LABEL_READABLE).map_or_else(
+                || label(LABEL_REASON).as_deref() != Some(crate::policy::Reason::UndecodableRecord.as_str()),
+                |readable| readable != "false",
+            ),
             requester: annotation(ANNOTATION_REQUESTER).unwrap_or_default(),
             // A copy whose time does not read is the oldest: it goes first.
             kept_at: label(LABEL_KEPT_AT).and_then(|t| t.parse().ok()).unwrap_or(0),
@@ -289,9 +302,10 @@ impl BinEntry {
         (&self.namespace, &self.release, &self.driver, self.is_unreadable())
     }
 
-    /// Whether the copy is of a record Helm cannot read (let go by D3).
+    /// Whether the copy is of a record Helm cannot read, whatever let it go (a break-glass
+    /// deletion of junk too).
     fn is_unreadable(&self) -> bool {
-        self.reason == crate::policy::Reason::UndecodableRecord.as_str()
+        !self.readable
     }
 }
 
@@ -581,7 +595,7 @@ mod tests {
     }
 
     const KEEPING: Keeping<'static> =
-        Keeping { reason: "break-glass", requester: "alice", at: 1_700_000_000 };
+        Keeping { reason: "break-glass", requester: "alice", at: 1_700_000_000, readable: true };
 
     /// What the API server makes of a create body: `stringData` becomes `data`, every value bytes.
     fn stored(body: &[u8]) -> (ObjectMeta, BTreeMap<String, Vec<u8>>) {
@@ -705,6 +719,7 @@ mod tests {
             driver: "secret".into(),
             revision: 1,
             reason: "break-glass".into(),
+            readable: true,
             requester: "alice".into(),
             kept_at,
             bytes,
@@ -817,8 +832,10 @@ mod tests {
             release_bytes: 1 << 30,
             ttl_secs: 1000,
         };
+        // Let go by D3, or by a break-glass annotation on the junk: unreadable either way.
         let junk = |i: i64| BinEntry {
-            reason: crate::policy::Reason::UndecodableRecord.as_str().to_owned(),
+            reason: if i % 2 == 0 { "undecodable-record" } else { "break-glass" }.to_owned(),
+            readable: false,
             ..entry(&format!("junk-{i}"), "web", 10 + i, 10)
         };
         let mut entries = vec![entry("web-v3", "web", 1, 10)];

@@ -28,8 +28,9 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// it back soon.
 pub(crate) const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
 /// TLS handshakes under way at once, in all: enough that the per-source share decides (200 pods
-/// holding 16 silent connections each leave the API server its places).
-const HANDSHAKES: usize = 8192;
+/// holding 16 silent connections each leave the API server its places), no more: a handshake
+/// that has begun holds what its client sent of it until [`HANDSHAKE_TIMEOUT`].
+const HANDSHAKES: usize = 4096;
 /// TLS handshakes under way at once from one source address.
 const HANDSHAKES_PER_SOURCE: usize = 16;
 

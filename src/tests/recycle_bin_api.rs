@@ -173,7 +173,7 @@ async fn keep_within(
     at: i64,
     deadline: Duration,
 ) -> Result<(), BinError> {
-    let keeping = Keeping { reason: "break-glass", requester: "alice", at };
+    let keeping = Keeping { reason: "break-glass", requester: "alice", at, readable: true };
     bin.keep(&record, &keeping, Instant::now() + deadline).await
 }
 

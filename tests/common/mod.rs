@@ -318,11 +318,13 @@ pub fn fetched(
         })
 }
 
-/// An authorizer that allows `breakglass` on every release to the users named, as a binding of
-/// the ClusterRole helm-guard-break-glass would, and counts the questions it was asked.
+/// An authorizer that allows `breakglass` to the users named, on every release or on one, as a
+/// binding of the ClusterRole helm-guard-break-glass would (a RoleBinding with `resourceNames`
+/// for one), and counts the questions it was asked.
 #[derive(Debug, Default)]
 pub struct BreakGlassHolders {
-    users: Vec<String>,
+    /// (user, the one release it holds it on, or every one).
+    users: Vec<(String, Option<String>)>,
     /// How many times it was asked.
     pub asked: std::sync::atomic::AtomicUsize,
 }
@@ -330,7 +332,15 @@ pub struct BreakGlassHolders {
 impl BreakGlassHolders {
     pub fn of(users: &[&str]) -> std::sync::Arc<BreakGlassHolders> {
         std::sync::Arc::new(BreakGlassHolders {
-            users: users.iter().map(|u| (*u).to_owned()).collect(),
+            users: users.iter().map(|u| ((*u).to_owned(), None)).collect(),
+            asked: Default::default(),
+        })
+    }
+
+    /// Each user holds it on the one release named beside it.
+    pub fn on_one_release(users: &[(&str, &str)]) -> std::sync::Arc<BreakGlassHolders> {
+        std::sync::Arc::new(BreakGlassHolders {
+            users: users.iter().map(|(u, r)| ((*u).to_owned(), Some((*r).to_owned()))).collect(),
             asked: Default::default(),
         })
     }
@@ -341,11 +351,14 @@ impl helm_guard::cluster::BreakGlassAuthority for BreakGlassHolders {
         &'a self,
         asker: helm_guard::cluster::Asker<'a>,
         _namespace: &'a str,
-        _release: &'a str,
+        release: &'a str,
         _deadline: std::time::Instant,
     ) -> futures::future::BoxFuture<'a, bool> {
         self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let allowed = self.users.iter().any(|user| user == asker.username);
+        let allowed = self
+            .users
+            .iter()
+            .any(|(user, on)| user == asker.username && on.as_deref().is_none_or(|on| on == release));
         Box::pin(std::future::ready(allowed))
     }
 }
