@@ -141,7 +141,7 @@ async fn run_checks(client: Client, namespace: String, url: String, ca_pem: Stri
     for var in container["env"].as_array_mut().unwrap() {
         match var["name"].as_str() {
             Some("NAME") => var["value"] = json!("orphan"),
-            Some("TARGET_NAMESPACE") => var["value"] = json!(ns),
+            Some("TARGET_NAMESPACE" | "CHART_NAMESPACE") => var["value"] = json!(ns),
             _ => {}
         }
     }

@@ -298,13 +298,17 @@ impl Run {
         all_labels.as_object_mut().unwrap().extend(labels.as_object().unwrap().clone());
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            // Crafted, not Helm's: created as a restore is (POLICY.md C1), which Helm does not
-            // look at.
-            "metadata": {"name": name, "namespace": self.ns, "labels": all_labels,
-                "annotations": {"helm-guard.io/restored-from": "e2e-crafted"}},
+            "metadata": {"name": name, "namespace": self.ns, "labels": all_labels},
             "data": {"release": STANDARD.encode(helm_b64)},
         });
-        self.secrets()
+        // Crafted, not Helm's: records as they may stand from before the guard, so created past
+        // it, as the group `helm-guard.io:break-glass` is (the webhooks' matchConditions).
+        let mut config = kube::Config::infer().await.unwrap();
+        config.auth_info.impersonate = Some("admin".into());
+        config.auth_info.impersonate_groups =
+            Some(vec!["system:masters".into(), "helm-guard.io:break-glass".into()]);
+        let past_the_guard: Api<Secret> = Api::namespaced(kube::Client::try_from(config).unwrap(), &self.ns);
+        past_the_guard
             .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
             .await
             .unwrap();

@@ -9,6 +9,15 @@ use serde_json::{Value, json};
 
 const POD: &str = "admission/17-helm-install-pod-create/001-mutate-create-pod-helm-install-web-.json";
 
+/// `records` with the HelmChart the fixture's pod was made for: `kube-system/web`, deploying to
+/// `demo` (helm-controller runs the Job in the chart's namespace).
+fn charted(mut records: Vec<Value>) -> Vec<Value> {
+    records.push(json!({"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+        "metadata": {"namespace": "kube-system", "name": "web", "uid": "chart-web"},
+        "spec": {"chart": "demo", "targetNamespace": "demo"}}));
+    records
+}
+
 async fn mutate(guard: &Guard, review: &Value) -> (Value, Option<Value>) {
     let response = guard.review("/mutate?timeout=5s", review).await;
     assert_eq!(response["allowed"], true, "a pod is never denied");
@@ -28,7 +37,7 @@ async fn mutate(guard: &Guard, review: &Value) -> (Value, Option<Value>) {
 #[tokio::test]
 async fn an_orphaned_superseded_release_gets_upgrade_instead_of_install() {
     let guard = Guard::start(Options {
-        snapshot: web(&[(1, "superseded"), (2, "superseded")]),
+        snapshot: charted(web(&[(1, "superseded"), (2, "superseded")])),
         ..Options::default()
     })
     .await;
@@ -75,7 +84,7 @@ async fn other_states_are_annotated_and_keep_install() {
         (&[], "absent", "install"),
     ];
     for (revisions, state, action) in table {
-        let guard = Guard::start(Options { snapshot: web(revisions), ..Options::default() }).await;
+        let guard = Guard::start(Options { snapshot: charted(web(revisions)), ..Options::default() }).await;
         let (_, pod) = mutate(&guard, &review(POD)).await;
         let pod = pod.expect("annotated");
         assert_eq!(pod["spec"]["containers"][0]["args"][0], "install", "{state}");
@@ -88,7 +97,8 @@ async fn other_states_are_annotated_and_keep_install() {
 #[tokio::test]
 async fn the_driver_and_namespace_come_from_the_pod_env() {
     // The same release name under the configmap driver is a different release.
-    let guard = Guard::start(Options { snapshot: web(&[(1, "superseded")]), ..Options::default() }).await;
+    let guard =
+        Guard::start(Options { snapshot: charted(web(&[(1, "superseded")])), ..Options::default() }).await;
     let mut configmap_pod = review(POD);
     let env = configmap_pod["request"]["object"]["spec"]["containers"][0]["env"].as_array_mut().unwrap();
     for var in env.iter_mut() {
@@ -102,9 +112,12 @@ async fn the_driver_and_namespace_come_from_the_pod_env() {
 
 #[tokio::test]
 async fn without_a_view_of_the_release_the_pod_is_admitted_unchanged() {
-    let guard =
-        Guard::start(Options { snapshot: web(&[(1, "superseded")]), ready: false, ..Options::default() })
-            .await;
+    let guard = Guard::start(Options {
+        snapshot: charted(web(&[(1, "superseded")])),
+        ready: false,
+        ..Options::default()
+    })
+    .await;
     let (response, pod) = mutate(&guard, &review(POD)).await;
     assert!(pod.is_none());
     assert_eq!(response["auditAnnotations"]["reason"], "release-state-unavailable");
@@ -112,7 +125,8 @@ async fn without_a_view_of_the_release_the_pod_is_admitted_unchanged() {
 
 #[tokio::test]
 async fn other_pods_pass_untouched() {
-    let guard = Guard::start(Options { snapshot: web(&[(1, "superseded")]), ..Options::default() }).await;
+    let guard =
+        Guard::start(Options { snapshot: charted(web(&[(1, "superseded")])), ..Options::default() }).await;
     let mut plain = review(POD);
     plain["request"]["object"]["metadata"]["labels"] = json!({"app": "nginx"});
     let (response, pod) = mutate(&guard, &plain).await;
@@ -145,7 +159,7 @@ const HEAD_IMAGE: &str = "rancher/klipper-helm:v0.13.3-build20260727";
 #[tokio::test]
 async fn the_current_script_is_left_to_handle_superseded_itself_and_its_policy_is_read() {
     let guard = Guard::start(Options {
-        snapshot: web(&[(1, "superseded"), (2, "superseded")]),
+        snapshot: charted(web(&[(1, "superseded"), (2, "superseded")])),
         ..Options::default()
     })
     .await;
@@ -157,9 +171,11 @@ async fn the_current_script_is_left_to_handle_superseded_itself_and_its_policy_i
     assert_eq!(annotations["helm-guard.io/script"], "klipper-helm v0.13.3");
     assert!(annotations.get("helm-guard.io/rewritten-from").is_none());
 
-    let failed =
-        Guard::start(Options { snapshot: web(&[(3, "deployed"), (4, "failed")]), ..Options::default() })
-            .await;
+    let failed = Guard::start(Options {
+        snapshot: charted(web(&[(3, "deployed"), (4, "failed")])),
+        ..Options::default()
+    })
+    .await;
     for (policy, action) in [
         ("retry", "upgrade (failure policy retry)"),
         ("abort", "wait-for-operator"),
@@ -242,9 +258,9 @@ async fn a_protected_chart_or_namespace_keeps_a_failed_release_instead_of_reinst
 /// uninstalled by its job's failure policy, rancher/rancher#50921), with no label on anything.
 #[tokio::test]
 async fn the_charts_a_cluster_cannot_lose_are_protected_by_default() {
-    let guard =
-        Guard::start(Options { snapshot: web(&[(3, "deployed"), (4, "failed")]), ..Options::default() })
-            .await;
+    let mut records = charted(web(&[(3, "deployed"), (4, "failed")]));
+    records.last_mut().unwrap()["metadata"]["name"] = json!("rke2-cilium");
+    let guard = Guard::start(Options { snapshot: records, ..Options::default() }).await;
     let mut review = pod_with(HEAD_IMAGE, "reinstall");
     review["request"]["object"]["metadata"]["labels"]["helmcharts.helm.cattle.io/chart"] =
         json!("rke2-cilium");
@@ -259,7 +275,8 @@ async fn the_charts_a_cluster_cannot_lose_are_protected_by_default() {
 /// for `serverSide: false` with `forceConflicts: true`, which Helm 4 refuses; the pod is healed.
 #[tokio::test]
 async fn the_v0_13_3_flag_bug_is_healed_and_other_ssa_settings_are_left_alone() {
-    let guard = Guard::start(Options { snapshot: web(&[(1, "deployed")]), ..Options::default() }).await;
+    let guard =
+        Guard::start(Options { snapshot: charted(web(&[(1, "deployed")])), ..Options::default() }).await;
     let with_ssa = |server_side: &str, force: &str| {
         let mut review = pod_with(HEAD_IMAGE, "reinstall");
         let env = review["request"]["object"]["spec"]["containers"][0]["env"].as_array_mut().unwrap();
@@ -278,4 +295,48 @@ async fn the_v0_13_3_flag_bug_is_healed_and_other_ssa_settings_are_left_alone() 
         assert_eq!(env_value(&pod, "FORCE_CONFLICTS"), vec![json!(force)], "{server_side} {force}");
         assert!(pod["metadata"]["annotations"].get("helm-guard.io/force-conflicts-from").is_none());
     }
+}
+
+/// A pod that names another namespace's release is told about it only as helm-controller's pods
+/// are (issue 80, class 9): its own namespace holds the HelmChart its chart label names,
+/// deploying to `TARGET_NAMESPACE`, and `CHART_NAMESPACE` is its own. Any other pod is admitted
+/// unchanged, and nothing of the other namespace's release is in it.
+#[tokio::test]
+async fn another_namespaces_release_is_told_only_to_helm_controllers_pods() {
+    let with_env = |name: &str, value: &str| {
+        let mut pod = review(POD);
+        for var in pod["request"]["object"]["spec"]["containers"][0]["env"].as_array_mut().unwrap() {
+            if var["name"] == name {
+                var["value"] = json!(value);
+            }
+        }
+        pod
+    };
+    // No HelmChart in kube-system deploys web to demo: a tenant's pod shaped as the job's.
+    let guard = Guard::start(Options { snapshot: web(&[(1, "superseded")]), ..Options::default() }).await;
+    let (response, pod) = mutate(&guard, &review(POD)).await;
+    assert!(pod.is_none(), "admitted unchanged: {response}");
+    assert_eq!(response["auditAnnotations"]["reason"], "release-state-unavailable");
+    // The chart there, but deploying elsewhere; and a CHART_NAMESPACE not the pod's own.
+    let mut elsewhere = charted(web(&[(1, "superseded")]));
+    elsewhere.last_mut().unwrap()["spec"]["targetNamespace"] = json!("other");
+    let guard = Guard::start(Options { snapshot: elsewhere, ..Options::default() }).await;
+    assert!(
+        mutate(&guard, &review(POD)).await.1.is_none(),
+        "a chart deploying elsewhere vouches for nothing"
+    );
+    let guard =
+        Guard::start(Options { snapshot: charted(web(&[(1, "superseded")])), ..Options::default() }).await;
+    assert!(
+        mutate(&guard, &with_env("CHART_NAMESPACE", "demo")).await.1.is_none(),
+        "another namespace's chart"
+    );
+    // helm-controller's own pod: told.
+    let (_, pod) = mutate(&guard, &review(POD)).await;
+    assert_eq!(pod.unwrap()["metadata"]["annotations"]["helm-guard.io/release-state"], "orphaned-superseded");
+    // A pod of its own namespace's release needs no chart.
+    let mut own = with_env("TARGET_NAMESPACE", "kube-system");
+    own["request"]["object"]["metadata"]["labels"]["helmcharts.helm.cattle.io/chart"] = json!("nothing-here");
+    let (_, pod) = mutate(&guard, &own).await;
+    assert!(pod.is_some(), "its own namespace's release");
 }

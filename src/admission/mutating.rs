@@ -28,6 +28,9 @@ pub(crate) async fn mutate(
         Some(pod) if pod::already_annotated(&pod) => (Reason::AlreadyAnnotated, None),
         Some(pod) => match HelmInstallPod::from_pod(&pod, namespace) {
             None => (Reason::NotAHelmInstallPod, None),
+            Some(target) if let Some(why) = not_helm_controllers(admission, &target, namespace) => {
+                (Reason::ReleaseStateUnavailable, Some(why))
+            }
             Some(target) => {
                 about.release = Some(format!("{}/{}", target.namespace, target.release));
                 match patch(admission, &pod, &target, deadline).await {
@@ -53,6 +56,37 @@ pub(crate) async fn mutate(
     let entry = LedgerEntry::new(asked, about, judged);
     response.audit_annotations = entry.audit_annotations();
     Reviewed { response, entry }
+}
+
+/// Why the pod may not be told about its release, when it names another namespace's as only
+/// helm-controller's pods may: helm-controller runs a chart's Job in the HelmChart's namespace,
+/// with `CHART_NAMESPACE` that namespace and `TARGET_NAMESPACE` the chart's `targetNamespace`
+/// (`chart.go` `job()`). Anyone who may create a pod could name another namespace there and learn
+/// its release's state (or have an Event written on another namespace's HelmChart), so another
+/// namespace is honoured only when the pod's own namespace holds that HelmChart, targeting it.
+fn not_helm_controllers(
+    admission: &Admission,
+    target: &HelmInstallPod,
+    pod_namespace: &str,
+) -> Option<String> {
+    let (chart_namespace, chart) = &target.chart;
+    if chart_namespace != pod_namespace {
+        return Some(format!(
+            "CHART_NAMESPACE {chart_namespace} is not the pod's namespace {pod_namespace}, as helm-controller sets it: pod \
+             admitted unchanged"
+        ));
+    }
+    let charted = |c: crate::cluster::helmcharts::HelmChart| c.target_namespace == target.namespace;
+    if target.namespace != pod_namespace
+        && !admission.index().charts().get(pod_namespace, chart).is_some_and(charted)
+    {
+        return Some(format!(
+            "TARGET_NAMESPACE {} is another namespace, and no HelmChart {pod_namespace}/{chart} deploys there: pod \
+             admitted unchanged",
+            target.namespace
+        ));
+    }
+    None
 }
 
 /// The pod of a CREATE, when it carries the helm-controller's chart label, taken out of the
