@@ -229,21 +229,24 @@ async fn forged_records_are_refused_and_break_glass_is_granted_by_rbac() {
     let checks = std::panic::AssertUnwindSafe(async {
         kubectl_apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"helm-guard-e2e": ns}}}));
         common::cluster::register_webhooks(&client, &ns, &url, &ca_pem).await;
-        let bind = |user: &str, role: &str| {
+        let bind = |user: &str, kind: &str, role: &str| {
             kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": format!("{user}-{role}"), "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}));
         };
-        // The shipped ClusterRole, bound in this namespace to oncall alone.
+        // The shipped ClusterRole's rules, as a Role of this namespace (a ClusterRole left behind
+        // would stand in the way of the chart's), bound to oncall alone.
         let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac.yaml")).unwrap();
         let documents: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();
-        let glass = documents.iter().find(|d| d["metadata"]["name"] == "helm-guard-break-glass").unwrap();
-        kubectl_apply(glass);
+        let shipped = documents.iter().find(|d| d["metadata"]["name"] == "helm-guard-break-glass").unwrap();
+        assert_eq!(shipped["kind"], "ClusterRole");
+        kubectl_apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "helm-guard-break-glass", "namespace": ns}, "rules": shipped["rules"]}));
         for user in ["tenant", "oncall"] {
-            bind(user, "admin");
+            bind(user, "ClusterRole", "admin");
         }
-        bind("oncall", "helm-guard-break-glass");
+        bind("oncall", "Role", "helm-guard-break-glass");
         let chart = dir.path().join("demo");
         assert!(run(&["helm", "create", chart.to_str().unwrap()]).status.success());
         let chart = chart.to_str().unwrap();
