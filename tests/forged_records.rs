@@ -226,6 +226,17 @@ async fn break_glass_and_restore_count_only_for_whom_the_authorizer_allows() {
     let helm = guard.validate(&as_user(create_review(&next), "system:serviceaccount:demo:ci", &tenant)).await;
     assert_eq!(helm["allowed"], true, "{helm}");
     assert_eq!(holders.asked.load(std::sync::atomic::Ordering::Relaxed), asked, "Helm's write asks nothing");
+    // Nor does Helm's later update of a restored record, which keeps its restore annotation.
+    let mut stored = rewrite(&records[1], 5, "pending-upgrade");
+    stored["metadata"]["annotations"] = json!({"helm-guard.io/restored-from": "helm-guard/copy"});
+    let finished = update_review(&stored, &rewrite(&stored, 5, "deployed"));
+    let helm = guard.validate(&as_user(finished, "system:serviceaccount:demo:ci", &tenant)).await;
+    assert_eq!(helm["allowed"], true, "{helm}");
+    assert_eq!(
+        holders.asked.load(std::sync::atomic::Ordering::Relaxed),
+        asked,
+        "a restored record's update asks nothing"
+    );
 }
 
 /// A grant on one release is a grant on that release alone: an UPDATE that moves another

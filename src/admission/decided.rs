@@ -41,12 +41,16 @@ pub(super) async fn requester_of_records<'r>(
     deadline: std::time::Instant,
 ) -> Requester<'r> {
     let who = requester(request);
+    // The restore annotation counts on a CREATE only (a restored record keeps it: Helm's later
+    // writes of that record ask nothing).
+    let create = request.operation == kube::core::admission::Operation::Create;
     let annotated = |record: &&crate::release::Record| {
         crate::policy::break_glass_reason(&record.annotations).is_some()
-            || record
-                .annotations
-                .get(crate::policy::create::RESTORED_FROM_ANNOTATION)
-                .is_some_and(|v| !v.is_empty())
+            || (create
+                && record
+                    .annotations
+                    .get(crate::policy::create::RESTORED_FROM_ANNOTATION)
+                    .is_some_and(|v| !v.is_empty()))
     };
     let authority = admission.live.break_glass.as_deref();
     let ask =
