@@ -29,6 +29,21 @@ pub(super) fn requester(request: &AdmissionRequest<ReviewObject>) -> Requester<'
     )
 }
 
+/// Whether `record` carries an annotation that lifts the rules for this request: the break-glass
+/// one, or on a CREATE the restore one (`helm-guard restore` writes it; a restored record keeps
+/// it, so Helm's later writes of that record neither count it nor ask about it).
+pub(super) fn glass_counts_on(
+    request: &AdmissionRequest<ReviewObject>,
+    record: &crate::release::Record,
+) -> bool {
+    crate::policy::break_glass_reason(&record.annotations).is_some()
+        || (request.operation == kube::core::admission::Operation::Create
+            && record
+                .annotations
+                .get(crate::policy::create::RESTORED_FROM_ANNOTATION)
+                .is_some_and(|v| !v.is_empty()))
+}
+
 /// Who sent `request`, the API server's authorizer asked whether it may break glass when one of
 /// `records` (the sides of one request) carries a break-glass or restore annotation and the
 /// requester's groups do not already grant it (POLICY.md, "Who may break glass"). Asked for every
@@ -41,20 +56,9 @@ pub(super) async fn requester_of_records<'r>(
     deadline: std::time::Instant,
 ) -> Requester<'r> {
     let who = requester(request);
-    // The restore annotation counts on a CREATE only (a restored record keeps it: Helm's later
-    // writes of that record ask nothing).
-    let create = request.operation == kube::core::admission::Operation::Create;
-    let annotated = |record: &&crate::release::Record| {
-        crate::policy::break_glass_reason(&record.annotations).is_some()
-            || (create
-                && record
-                    .annotations
-                    .get(crate::policy::create::RESTORED_FROM_ANNOTATION)
-                    .is_some_and(|v| !v.is_empty()))
-    };
     let authority = admission.live.break_glass.as_deref();
-    let ask =
-        records.iter().any(annotated) && !admission.settings().policy.break_glass_granted_by_groups(who);
+    let ask = records.iter().any(|record| glass_counts_on(request, record))
+        && !admission.settings().policy.break_glass_granted_by_groups(who);
     let Some(authority) = authority.filter(|_| ask) else { return who };
     let mut releases: Vec<(&str, &str)> = Vec::new();
     for record in records {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::object::ReviewObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 
-use super::decided::{Decided, on_what_may_be_stored, requester, requester_of_records};
+use super::decided::{Decided, glass_counts_on, on_what_may_be_stored, requester, requester_of_records};
 use super::ledger::{About, Asked, Judged};
 use super::{Admission, LedgerEntry, Reviewed, Webhook};
 use crate::cluster::IndexChange;
@@ -213,15 +213,6 @@ fn past_decode_bound(
     let (_, mode) = admission.namespace(&record.record.id.key.namespace);
     let outcome = apply_mode(&verdict, mode);
     Some(Decided { verdict, outcome, agree: false, recycled: None })
-}
-
-/// Whether `record` carries an annotation that lifts the rules for this request: the break-glass
-/// one, or on a CREATE the restore one (`helm-guard restore` writes it; the owner lock and the
-/// decode bound let a restore by a break-glass holder through as a break-glass deletion).
-fn glass_counts_on(request: &AdmissionRequest<ReviewObject>, record: &Record) -> bool {
-    break_glass_reason(&record.annotations).is_some()
-        || (request.operation == Operation::Create
-            && record.annotations.get(RESTORED_FROM_ANNOTATION).is_some_and(|v| !v.is_empty()))
 }
 
 /// O1: a write of a release locked to its owner by another identity is refused before any other
